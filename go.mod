@@ -1,0 +1,3 @@
+module github.com/sluice-proxy/sluice
+
+go 1.26
