@@ -1,0 +1,267 @@
+package h1
+
+import (
+	"bytes"
+	"io"
+)
+
+// Body reads one message body from a Reader in segments, following its
+// framing exactly. In pass-through mode (the default) the segments are the
+// body's wire bytes: chunk-size lines with their extensions, chunk data, the
+// CRLFs, the trailer section; concatenated they reproduce the body byte for
+// byte. In decode mode the segments are the data only, with chunked framing
+// and trailers removed.
+//
+// Chunked framing is checked strictly as it passes (RFC 9112 §7.1): a chunk
+// size that is not hex, overflows, or carries a sign; an extension with
+// control characters; a missing CRLF after chunk data; a trailer field that is
+// not a valid field line: each fails with ErrBadChunk, so a proxy never
+// forwards bytes whose framing it could read differently from the next hop.
+type Body struct {
+	r          *Reader
+	kind       Kind
+	left       int64 // Length: body bytes left; Chunked: data left in this chunk
+	state      chunkState
+	decode     bool
+	maxTrailer int
+	trailer    int
+	err        error // sticky: io.EOF once complete
+}
+
+type chunkState uint8
+
+const (
+	stSize chunkState = iota
+	stData
+	stDataEnd
+	stTrailer
+)
+
+// maxChunkLine bounds a chunk-size line, extensions included.
+const maxChunkLine = 4 << 10
+
+// Init prepares b to read a body with framing f from r. When decode is set,
+// segments carry only the data. maxTrailer bounds the trailer section.
+func (b *Body) Init(r *Reader, f Framing, decode bool, maxTrailer int) {
+	*b = Body{r: r, kind: f.Kind, left: f.Length, decode: decode, maxTrailer: maxTrailer}
+	if f.Kind == NoBody || (f.Kind == Length && f.Length == 0) {
+		b.err = io.EOF
+	}
+}
+
+// Done reports whether the whole body has been read.
+func (b *Body) Done() bool { return b.err == io.EOF }
+
+// Next returns the next segment of the body. The slice aliases the Reader's
+// buffer and is valid until the next call on b or on the Reader. At the end
+// of the body it returns io.EOF. A connection that closes before the framing
+// says the body ends gives ErrTruncated; other read errors come back as is.
+func (b *Body) Next() ([]byte, error) {
+	if b.err != nil {
+		return nil, b.err
+	}
+	seg, err := b.next()
+	if err != nil {
+		b.err = err
+	}
+	return seg, err
+}
+
+func (b *Body) next() ([]byte, error) {
+	switch b.kind {
+	case Length:
+		if b.left == 0 {
+			return nil, io.EOF
+		}
+		seg, err := b.take(b.left)
+		b.left -= int64(len(seg))
+		return seg, err
+	case UntilClose:
+		seg, err := b.take(1 << 62)
+		if err == ErrTruncated {
+			return nil, io.EOF
+		}
+		return seg, err
+	case Chunked:
+		return b.nextChunked()
+	}
+	return nil, io.EOF
+}
+
+// take returns up to n buffered bytes, reading when none are buffered.
+func (b *Body) take(n int64) ([]byte, error) {
+	r := b.r
+	if r.r == r.w {
+		if err := r.Fill(); err != nil {
+			if err == io.EOF {
+				return nil, ErrTruncated
+			}
+			return nil, err
+		}
+	}
+	m := int64(r.w - r.r)
+	if m > n {
+		m = n
+	}
+	seg := r.buf[r.r : r.r+int(m)]
+	r.r += int(m)
+	return seg, nil
+}
+
+func (b *Body) nextChunked() ([]byte, error) {
+	for {
+		switch b.state {
+		case stSize:
+			line, err := b.r.line(maxChunkLine)
+			if err != nil {
+				return nil, err
+			}
+			size, ok := parseChunkLine(line)
+			if !ok {
+				return nil, ErrBadChunk
+			}
+			if size == 0 {
+				b.state = stTrailer
+			} else {
+				b.left, b.state = size, stData
+			}
+			if !b.decode {
+				return line, nil
+			}
+		case stData:
+			seg, err := b.take(b.left)
+			b.left -= int64(len(seg))
+			if b.left == 0 {
+				b.state = stDataEnd
+			}
+			return seg, err
+		case stDataEnd:
+			line, err := b.r.line(2)
+			if err == ErrChunkLine || (err == nil && len(line) != 2) {
+				return nil, ErrBadChunk // chunk data longer than its size
+			}
+			if err != nil {
+				return nil, err
+			}
+			b.state = stSize
+			if !b.decode {
+				return line, nil
+			}
+		case stTrailer:
+			line, err := b.r.line(b.maxTrailer - b.trailer + 2)
+			if err == ErrChunkLine {
+				return nil, ErrTrailerLarge
+			}
+			if err != nil {
+				return nil, err
+			}
+			b.trailer += len(line)
+			last := len(line) == 2
+			if !last && !validFieldLine(line[:len(line)-2]) {
+				return nil, ErrBadChunk
+			}
+			if last && b.decode {
+				return nil, io.EOF
+			}
+			if last {
+				b.err = io.EOF // the final CRLF is returned, then EOF
+			}
+			if !b.decode {
+				return line, nil
+			}
+		}
+	}
+}
+
+// line returns the next line including its CRLF, reading as needed. Lines
+// must end in CRLF (a bare LF fails with ErrBadChunk) and be at most max
+// bytes long, else ErrChunkLine.
+func (b *Reader) line(max int) ([]byte, error) {
+	for {
+		if i := bytes.IndexByte(b.buf[b.r:b.w], '\n'); i >= 0 {
+			if i+1 > max {
+				return nil, ErrChunkLine
+			}
+			if i == 0 || b.buf[b.r+i-1] != '\r' {
+				return nil, ErrBadChunk
+			}
+			line := b.buf[b.r : b.r+i+1]
+			b.r += i + 1
+			return line, nil
+		}
+		if b.w-b.r >= max {
+			return nil, ErrChunkLine
+		}
+		if b.bp != nil && b.w == len(b.buf) {
+			if b.r > 0 {
+				b.w = copy(b.buf, b.buf[b.r:b.w])
+				b.r = 0
+			} else {
+				b.growTo(min(2*len(b.buf), max+2))
+			}
+		}
+		if err := b.Fill(); err != nil {
+			if err == io.EOF {
+				return nil, ErrTruncated
+			}
+			return nil, err
+		}
+	}
+}
+
+// parseChunkLine parses "chunk-size [ chunk-ext ] CRLF" (RFC 9112 §7.1).
+func parseChunkLine(line []byte) (int64, bool) {
+	line = line[:len(line)-2]
+	i, size := 0, int64(0)
+	for ; i < len(line) && isHex(line[i]); i++ {
+		if size > (1<<62)>>4 {
+			return 0, false // overflow
+		}
+		size = size<<4 | int64(unhex(line[i]))
+	}
+	if i == 0 {
+		return 0, false
+	}
+	ext := line[i:]
+	// chunk-ext = *( BWS ";" BWS ext-name [ BWS "=" BWS ext-val ] )
+	j := 0
+	for j < len(ext) && (ext[j] == ' ' || ext[j] == '\t') {
+		j++
+	}
+	if j < len(ext) && ext[j] != ';' {
+		return 0, false
+	}
+	if j == len(ext) && j > 0 {
+		return 0, false // trailing whitespace with no extension
+	}
+	for _, c := range ext {
+		if !isValueByte(c) {
+			return 0, false
+		}
+	}
+	return size, true
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
+}
+
+// validFieldLine reports whether line (without CRLF) is a valid field line.
+func validFieldLine(line []byte) bool {
+	colon := bytes.IndexByte(line, ':')
+	if colon <= 0 || !isToken(line[:colon]) {
+		return false
+	}
+	for _, c := range line[colon+1:] {
+		if !isValueByte(c) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,222 @@
+package h1
+
+import "bytes"
+
+// Header is an ordered list of header fields. Names keep the spelling they
+// arrived with and fields keep their order, so a proxied message leaves with
+// the bytes it came with; look-ups ignore ASCII case.
+//
+// All names and values live in one byte arena owned by the Header, so parsing
+// a head costs one copy and no allocation once the arena has grown to size.
+// Slices returned by Name, Value and Get alias the arena: they are valid until
+// the Header is next modified or Reset.
+//
+// The zero value is an empty Header ready to use. A Header is not safe for
+// concurrent use.
+type Header struct {
+	arena  []byte
+	fields []field
+}
+
+// field locates one name and value in the arena.
+type field struct {
+	n0, n1, v0, v1 int32
+}
+
+// Len reports the number of fields.
+func (h *Header) Len() int { return len(h.fields) }
+
+// Name returns the name of field i as it was spelled.
+func (h *Header) Name(i int) []byte {
+	f := h.fields[i]
+	return h.arena[f.n0:f.n1]
+}
+
+// Value returns the value of field i, without surrounding whitespace.
+func (h *Header) Value(i int) []byte {
+	f := h.fields[i]
+	return h.arena[f.v0:f.v1]
+}
+
+// Index returns the index of the first field named name, or -1.
+func (h *Header) Index(name string) int {
+	for i, f := range h.fields {
+		if equalFold(h.arena[f.n0:f.n1], name) {
+			return i
+		}
+	}
+	return -1
+}
+
+// Get returns the value of the first field named name, or nil.
+func (h *Header) Get(name string) []byte {
+	if i := h.Index(name); i >= 0 {
+		return h.Value(i)
+	}
+	return nil
+}
+
+// Has reports whether a field named name is present.
+func (h *Header) Has(name string) bool { return h.Index(name) >= 0 }
+
+// Count reports how many fields are named name.
+func (h *Header) Count(name string) int {
+	n := 0
+	for _, f := range h.fields {
+		if equalFold(h.arena[f.n0:f.n1], name) {
+			n++
+		}
+	}
+	return n
+}
+
+// Add appends a field. The name and value are not validated; callers that
+// take them from untrusted input must check them with ValidName and
+// ValidValue.
+func (h *Header) Add(name, value string) {
+	f := field{n0: int32(len(h.arena))}
+	h.arena = append(h.arena, name...)
+	f.n1 = int32(len(h.arena))
+	f.v0 = f.n1
+	h.arena = append(h.arena, value...)
+	f.v1 = int32(len(h.arena))
+	h.fields = append(h.fields, f)
+}
+
+// AddBytes is Add for byte slices. The slices may alias h's own arena: a
+// grown arena leaves the old array, and so the source bytes, untouched.
+func (h *Header) AddBytes(name, value []byte) {
+	f := field{n0: int32(len(h.arena))}
+	h.arena = append(h.arena, name...)
+	f.n1 = int32(len(h.arena))
+	f.v0 = f.n1
+	h.arena = append(h.arena, value...)
+	f.v1 = int32(len(h.arena))
+	h.fields = append(h.fields, f)
+}
+
+// Set gives the first field named name the value, keeping its position and
+// spelling, and removes any other field of that name. It appends a field when
+// there is none.
+func (h *Header) Set(name, value string) {
+	i := h.Index(name)
+	if i < 0 {
+		h.Add(name, value)
+		return
+	}
+	f := &h.fields[i]
+	f.v0 = int32(len(h.arena))
+	h.arena = append(h.arena, value...)
+	f.v1 = int32(len(h.arena))
+	h.delFrom(name, i+1)
+}
+
+// Del removes every field named name and reports how many there were.
+func (h *Header) Del(name string) int { return h.delFrom(name, 0) }
+
+func (h *Header) delFrom(name string, from int) int {
+	kept := h.fields[:from]
+	for _, f := range h.fields[from:] {
+		if !equalFold(h.arena[f.n0:f.n1], name) {
+			kept = append(kept, f)
+		}
+	}
+	n := len(h.fields) - len(kept)
+	h.fields = kept
+	return n
+}
+
+// DelAt removes field i.
+func (h *Header) DelAt(i int) {
+	h.fields = append(h.fields[:i], h.fields[i+1:]...)
+}
+
+// Reset empties h, keeping its storage for reuse.
+func (h *Header) Reset() {
+	h.arena = h.arena[:0]
+	h.fields = h.fields[:0]
+}
+
+// CopyFrom makes h a copy of src.
+func (h *Header) CopyFrom(src *Header) {
+	h.arena = append(h.arena[:0], src.arena...)
+	h.fields = append(h.fields[:0], src.fields...)
+}
+
+// HasToken reports whether any field named name carries token in its
+// comma-separated list, ignoring case (RFC 9110 §5.6.1), as in
+// "Connection: keep-alive, Upgrade".
+func (h *Header) HasToken(name, token string) bool {
+	for _, f := range h.fields {
+		if equalFold(h.arena[f.n0:f.n1], name) && hasToken(h.arena[f.v0:f.v1], token) {
+			return true
+		}
+	}
+	return false
+}
+
+// AppendTo appends the fields in wire form, each followed by CRLF.
+func (h *Header) AppendTo(dst []byte) []byte {
+	for _, f := range h.fields {
+		dst = append(dst, h.arena[f.n0:f.n1]...)
+		dst = append(dst, ':', ' ')
+		dst = append(dst, h.arena[f.v0:f.v1]...)
+		dst = append(dst, '\r', '\n')
+	}
+	return dst
+}
+
+// String returns the fields in wire form, for debugging and tests.
+func (h *Header) String() string { return string(h.AppendTo(nil)) }
+
+// hasToken reports whether the comma-separated list v holds token.
+func hasToken(v []byte, token string) bool {
+	for len(v) > 0 {
+		var item []byte
+		if i := bytes.IndexByte(v, ','); i >= 0 {
+			item, v = v[:i], v[i+1:]
+		} else {
+			item, v = v, nil
+		}
+		if equalFold(trimOWS(item), token) {
+			return true
+		}
+	}
+	return false
+}
+
+// equalFold reports whether b and s are equal under ASCII case folding.
+func equalFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		x, y := b[i], s[i]
+		if x == y {
+			continue
+		}
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// EqualFold reports whether b and s are equal under ASCII case folding.
+func EqualFold(b []byte, s string) bool { return equalFold(b, s) }
+
+func trimOWS(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	return b
+}

@@ -1,0 +1,233 @@
+package h1
+
+import (
+	"bytes"
+	"io"
+	"sync"
+	"time"
+)
+
+// Reader is a buffered reader for one HTTP/1.x connection. It reads message
+// heads whole (ReadHead) and bodies in segments (Body), counts every byte it
+// takes from the connection, and gives its buffer back to a shared pool when
+// it is empty (Release), so an idle connection holds no buffer.
+//
+// A Reader is not safe for concurrent use.
+type Reader struct {
+	src  io.Reader
+	bp   *[]byte // pooled storage behind buf
+	buf  []byte
+	r, w int
+	scan int // bytes after r already searched for the end of a head
+	// N counts the bytes read from the connection so far.
+	N int64
+
+	timeout time.Duration // per-read deadline, when src can take one
+}
+
+type readDeadliner interface{ SetReadDeadline(time.Time) error }
+
+// SetReadTimeout makes every later read from the connection fail when no
+// byte arrives within d (0 = no limit set by b; a deadline set on the
+// connection by the caller then applies). It needs a src with a
+// SetReadDeadline method, such as a net.Conn.
+func (b *Reader) SetReadTimeout(d time.Duration) { b.timeout = d }
+
+// NewReader returns a Reader for src. Its buffer is taken from the pool on
+// first use.
+func NewReader(src io.Reader) *Reader { return &Reader{src: src} }
+
+// Reset makes b read from src, dropping any buffered bytes.
+func (b *Reader) Reset(src io.Reader) {
+	b.src = src
+	b.r, b.w, b.scan, b.N, b.timeout = 0, 0, 0, 0, 0
+}
+
+// Buffered reports how many bytes are buffered and not yet consumed.
+func (b *Reader) Buffered() int { return b.w - b.r }
+
+// Release gives the buffer back to the pool when nothing is buffered. It is
+// cheap to call; the next read takes a buffer again.
+func (b *Reader) Release() {
+	if b.bp != nil && b.r == b.w {
+		putBuf(b.bp)
+		b.bp, b.buf = nil, nil
+		b.r, b.w, b.scan = 0, 0, 0
+	}
+}
+
+// Fill reads once from the connection into free buffer space and reports the
+// first error. It returns io.EOF only when the read returned nothing.
+func (b *Reader) Fill() error {
+	if b.bp == nil {
+		b.bp = getBuf(minBuf)
+		b.buf = *b.bp
+	}
+	if b.r > 0 && b.r == b.w {
+		b.r, b.w = 0, 0
+	}
+	if b.w == len(b.buf) {
+		if b.r == 0 {
+			return errBufferFull
+		}
+		// Compact: move the unread bytes to the front.
+		copy(b.buf, b.buf[b.r:b.w])
+		b.w -= b.r
+		b.r = 0
+	}
+	if b.timeout > 0 {
+		if c, ok := b.src.(readDeadliner); ok {
+			c.SetReadDeadline(time.Now().Add(b.timeout))
+		}
+	}
+	n, err := b.src.Read(b.buf[b.w:])
+	b.w += n
+	b.N += int64(n)
+	if n > 0 {
+		return nil
+	}
+	if err == nil {
+		err = io.ErrNoProgress
+	}
+	return err
+}
+
+var errBufferFull = errorf(500, "h1: reader buffer full")
+
+// growTo makes room for at least n unread bytes in the buffer.
+func (b *Reader) growTo(n int) {
+	if len(b.buf) >= n {
+		return
+	}
+	nbp := getBuf(n)
+	b.w = copy(*nbp, b.buf[b.r:b.w])
+	b.r = 0
+	if b.bp != nil {
+		putBuf(b.bp)
+	}
+	b.bp, b.buf = nbp, *nbp
+}
+
+// ReadHead reads one complete message head, from its first line through the
+// empty line that ends it, and returns it; the slice is valid until the next
+// call on b. A head longer than max bytes fails with ErrHeadTooLarge (or
+// ErrURITooLong when not even the first line fits). When skipEmpty is set,
+// empty lines before the head are skipped (RFC 9112 §2.2, for requests).
+//
+// At a clean end of input before any byte of a head it returns io.EOF; in the
+// middle of a head, io.ErrUnexpectedEOF. Other read errors are returned as is.
+func (b *Reader) ReadHead(max int, skipEmpty bool) ([]byte, error) {
+	for {
+		if skipEmpty {
+			for b.r < b.w && (b.buf[b.r] == '\n' || (b.buf[b.r] == '\r' && b.r+1 < b.w && b.buf[b.r+1] == '\n')) {
+				if b.buf[b.r] == '\r' {
+					b.r++
+				}
+				b.r++
+				b.scan = 0
+			}
+		}
+		if end := b.headEnd(); end > 0 {
+			if end > max {
+				return nil, b.tooLarge(max)
+			}
+			head := b.buf[b.r : b.r+end]
+			b.r += end
+			b.scan = 0
+			return head, nil
+		}
+		if b.w-b.r >= max {
+			return nil, b.tooLarge(max)
+		}
+		if b.buf != nil && b.w == len(b.buf) {
+			if b.r > 0 {
+				b.w = copy(b.buf, b.buf[b.r:b.w])
+				b.r = 0
+			} else {
+				b.growTo(min(2*len(b.buf), max+4))
+			}
+		}
+		if err := b.Fill(); err != nil {
+			if err == io.EOF && b.r < b.w {
+				return nil, io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+}
+
+func (b *Reader) tooLarge(max int) error {
+	if n := b.w - b.r; n > 0 {
+		for _, c := range b.buf[b.r:min(b.w, b.r+max)] {
+			if c == '\n' {
+				return ErrHeadTooLarge
+			}
+		}
+	}
+	return ErrURITooLong
+}
+
+// headEnd returns the length of the head at b.r including its final empty
+// line, or 0 when the buffer does not hold a complete head yet.
+func (b *Reader) headEnd() int {
+	buf := b.buf[b.r:b.w]
+	i := b.scan
+	for {
+		j := bytes.IndexByte(buf[i:], '\n')
+		if j < 0 {
+			b.scan = len(buf)
+			return 0
+		}
+		p := i + j // an LF; the head ends if the next line is empty
+		switch {
+		case p+1 >= len(buf):
+			b.scan = p
+			return 0
+		case buf[p+1] == '\n':
+			return p + 2
+		case buf[p+1] == '\r':
+			if p+2 >= len(buf) {
+				b.scan = p
+				return 0
+			}
+			if buf[p+2] == '\n' {
+				return p + 3
+			}
+		}
+		i = p + 1
+	}
+}
+
+// Buffers come in a few size classes, pooled as pointers so that putting one
+// back does not allocate.
+const minBuf = 4 << 10
+
+var bufPools [5]sync.Pool // 4, 8, 16, 32, 64 KiB; larger sizes are not pooled
+
+func bufClass(n int) int {
+	c := 0
+	for size := minBuf; size < n; size <<= 1 {
+		c++
+	}
+	return c
+}
+
+func getBuf(n int) *[]byte {
+	c := bufClass(n)
+	if c >= len(bufPools) {
+		b := make([]byte, n)
+		return &b
+	}
+	if p, ok := bufPools[c].Get().(*[]byte); ok {
+		return p
+	}
+	b := make([]byte, minBuf<<c)
+	return &b
+}
+
+func putBuf(p *[]byte) {
+	c := bufClass(len(*p))
+	if c < len(bufPools) && len(*p) == minBuf<<c {
+		bufPools[c].Put(p)
+	}
+}
