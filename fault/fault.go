@@ -1,0 +1,298 @@
+// Package fault is sluice's error value: what went wrong (Kind), whose fault
+// it was (Source), whether the request may be tried again and why (Retry,
+// Why), and what caused it (Cause, Context).
+//
+// Unlike pingora's three-state retry flag, a fault.Error is never undecided:
+// the engine fills in Retry from the facts of the wire before any hook sees
+// the error, and a hook can only flip it. The HTTP answer and the RFC 9209
+// Proxy-Status error type follow from the Kind.
+package fault
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+
+	"github.com/sluice-proxy/sluice/h1"
+)
+
+// Kind says what went wrong.
+type Kind uint8
+
+const (
+	Internal           Kind = iota // a bug or resource failure inside sluice
+	ConnectRefused                 // the upstream refused the connection (RST to SYN)
+	ConnectTimeout                 // the connection was not established in time
+	ConnectUnreachable             // no route to the upstream's address
+	DNS                            // the upstream's name did not resolve
+	ConnectionClosed               // the upstream closed the connection (FIN) early
+	ConnectionReset                // the upstream reset the connection (RST)
+	WriteError                     // writing the request failed otherwise
+	WriteTimeout                   // a write to the upstream blocked too long
+	ResponseTimeout                // no response head within response_header timeout
+	ReadTimeout                    // the response body stalled past the read timeout
+	InvalidResponse                // the response head or framing broke HTTP/1.1
+	ResponseTooLarge               // the response head was over the limit
+	UpstreamStatus                 // the upstream answered with a status the policy retries
+	BodyTruncated                  // the response body ended before its framing said
+	NoUpstream                     // no server is available to take the request
+	NoRoute                        // no route matches the request
+	BadRequest                     // the downstream request broke HTTP/1.1
+	ClientClosed                   // the client went away
+	ClientTimeout                  // the client was too slow
+)
+
+var kindNames = [...]string{
+	Internal:           "internal",
+	ConnectRefused:     "connect_refused",
+	ConnectTimeout:     "connect_timeout",
+	ConnectUnreachable: "connect_unreachable",
+	DNS:                "dns_error",
+	ConnectionClosed:   "connection_closed",
+	ConnectionReset:    "connection_reset",
+	WriteError:         "write_error",
+	WriteTimeout:       "write_timeout",
+	ResponseTimeout:    "response_timeout",
+	ReadTimeout:        "read_timeout",
+	InvalidResponse:    "invalid_response",
+	ResponseTooLarge:   "response_too_large",
+	UpstreamStatus:     "upstream_status",
+	BodyTruncated:      "body_truncated",
+	NoUpstream:         "no_upstream",
+	NoRoute:            "no_route",
+	BadRequest:         "bad_request",
+	ClientClosed:       "client_closed",
+	ClientTimeout:      "client_timeout",
+}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", k)
+}
+
+// Connect reports whether k is a failure to establish the connection, after
+// which nothing of the request can have reached the upstream.
+func (k Kind) Connect() bool {
+	return k == ConnectRefused || k == ConnectTimeout || k == ConnectUnreachable || k == DNS
+}
+
+// Timeout reports whether k is one of the upstream timeouts.
+func (k Kind) Timeout() bool {
+	return k == ConnectTimeout || k == ResponseTimeout || k == WriteTimeout || k == ReadTimeout
+}
+
+// Source says whose side the failure came from.
+type Source uint8
+
+const (
+	Upstream Source = iota
+	Downstream
+	Internally
+)
+
+func (s Source) String() string {
+	switch s {
+	case Upstream:
+		return "upstream"
+	case Downstream:
+		return "downstream"
+	}
+	return "internal"
+}
+
+// Error is one failure with its retry decision.
+type Error struct {
+	Kind   Kind
+	Source Source
+	// Status is the upstream's status for Kind UpstreamStatus, and for a
+	// downstream BadRequest the status to answer (400, 414, 431, 501...).
+	Status int
+	// Retry is the decision whether another try may follow; Why says why, in
+	// words fit for a log line ("GET on a reused connection, nothing read").
+	Retry bool
+	Why   string
+	// Context says what sluice was doing ("reading the response head from
+	// 10.0.0.1:80").
+	Context string
+	Cause   error
+}
+
+// New returns an Error of kind from source with cause. Retry starts false.
+func New(kind Kind, source Source, cause error) *Error {
+	return &Error{Kind: kind, Source: source, Cause: cause}
+}
+
+// Error prints source, kind, context and the cause chain; a cause that is an
+// *Error of the same kind and source does not repeat them.
+func (e *Error) Error() string {
+	return strings.Join(e.parts(nil, Source(255), Kind(255)), ": ")
+}
+
+func (e *Error) parts(p []string, ps Source, pk Kind) []string {
+	if e.Source != ps || e.Kind != pk {
+		head := e.Source.String() + " " + e.Kind.String()
+		if e.Kind == UpstreamStatus && e.Status != 0 {
+			head += fmt.Sprintf(" %d", e.Status)
+		}
+		p = append(p, head)
+	}
+	if e.Context != "" {
+		p = append(p, e.Context)
+	}
+	if e.Cause != nil {
+		if inner, ok := e.Cause.(*Error); ok {
+			return inner.parts(p, e.Source, e.Kind)
+		}
+		p = append(p, e.Cause.Error())
+	}
+	return p
+}
+
+func (e *Error) Unwrap() error { return e.Cause }
+
+// Timeout reports whether the error is a timeout, for net.Error-style checks.
+func (e *Error) Timeout() bool { return e.Kind.Timeout() || e.Kind == ClientTimeout }
+
+// Answer returns the status a proxy answers with for an error of kind k
+// (RFC 9209 names in ProxyStatus): 504 for upstream timeouts (nginx's
+// answer, not pingora's 502), 503 when no server is available, 404 when no
+// route matched, 502 for every other upstream failure, the carried status for
+// bad requests, 500 for internal errors.
+func (e *Error) Answer() int {
+	switch {
+	case e.Kind == UpstreamStatus:
+		return e.Status
+	case e.Kind == BadRequest:
+		if e.Status != 0 {
+			return e.Status
+		}
+		return 400
+	case e.Kind == ClientTimeout:
+		return 408
+	case e.Kind.Timeout():
+		return 504
+	case e.Kind == NoUpstream:
+		return 503
+	case e.Kind == NoRoute:
+		return 404
+	case e.Kind == Internal:
+		return 500
+	}
+	return 502
+}
+
+// ProxyStatus returns the RFC 9209 error type for the error.
+func (e *Error) ProxyStatus() string {
+	switch e.Kind {
+	case ConnectRefused:
+		return "connection_refused"
+	case ConnectTimeout:
+		return "connection_timeout"
+	case ConnectUnreachable:
+		return "destination_ip_unroutable"
+	case DNS:
+		return "dns_error"
+	case ConnectionClosed, ConnectionReset, WriteError:
+		return "connection_terminated"
+	case WriteTimeout:
+		return "connection_write_timeout"
+	case ResponseTimeout:
+		return "http_response_timeout"
+	case ReadTimeout:
+		return "connection_read_timeout"
+	case InvalidResponse:
+		return "http_protocol_error"
+	case ResponseTooLarge:
+		return "http_response_header_section_size"
+	case BodyTruncated:
+		return "http_response_incomplete"
+	case NoUpstream:
+		return "destination_unavailable"
+	case NoRoute:
+		return "destination_not_found"
+	case BadRequest, ClientClosed, ClientTimeout:
+		return "http_request_error"
+	case UpstreamStatus:
+		return "proxy_internal_response"
+	}
+	return "proxy_internal_error"
+}
+
+// Phase is the step of an exchange with the upstream at which an error
+// happened; it decides how a plain I/O error is classified.
+type Phase uint8
+
+const (
+	PhaseConnect Phase = iota
+	PhaseWrite
+	PhaseReadHead
+	PhaseReadBody
+)
+
+// FromIO classifies an I/O or parse error from the upstream side. A nil err
+// gives nil; an *Error is returned unchanged.
+func FromIO(err error, phase Phase) *Error {
+	if err == nil {
+		return nil
+	}
+	var fe *Error
+	if errors.As(err, &fe) {
+		return fe
+	}
+	return New(classify(err, phase), Upstream, err)
+}
+
+func classify(err error, phase Phase) Kind {
+	var dnsErr *net.DNSError
+	switch {
+	case errors.As(err, &dnsErr):
+		return DNS
+	case isTimeout(err):
+		switch phase {
+		case PhaseConnect:
+			return ConnectTimeout
+		case PhaseWrite:
+			return WriteTimeout
+		case PhaseReadHead:
+			return ResponseTimeout
+		}
+		return ReadTimeout
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return ConnectRefused
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return ConnectUnreachable
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNABORTED):
+		return ConnectionReset
+	case errors.Is(err, h1.ErrTruncated):
+		if phase == PhaseReadBody {
+			return BodyTruncated
+		}
+		return ConnectionClosed
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.EPIPE):
+		return ConnectionClosed
+	case errors.Is(err, h1.ErrHeadTooLarge), errors.Is(err, h1.ErrURITooLong), errors.Is(err, h1.ErrTooManyHeaders):
+		return ResponseTooLarge
+	case h1.StatusOf(err) != 0:
+		return InvalidResponse
+	case phase == PhaseConnect:
+		return ConnectUnreachable
+	case phase == PhaseWrite:
+		return WriteError
+	}
+	return ConnectionClosed
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
