@@ -1,0 +1,12 @@
+//go:build !unix
+
+package pool
+
+import "net"
+
+// sysConn cannot peek on this platform; the retry of a stale-connection
+// failure covers what the check would have caught.
+type sysConn struct{ fd int }
+
+func (s *sysConn) init(net.Conn) { s.fd = -1 }
+func (s *sysConn) alive() bool   { return true }

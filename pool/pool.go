@@ -1,0 +1,376 @@
+// Package pool keeps idle upstream HTTP/1.1 connections for reuse.
+//
+// A connection is handed out only when it is still usable: one whose peer
+// already sent FIN or RST is detected before use (a non-blocking peek) and
+// closed instead. On Linux a watcher also notices such a close while the
+// connection sits idle and removes it at once (pingora's idle_poll), so most
+// dead connections never reach the check. Connections retire by age, by
+// idle time, and by the limits an upstream announces in Keep-Alive.
+package pool
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-proxy/sluice/h1"
+)
+
+// Limits govern the connections of one upstream. A Limits value is shared by
+// all the connections dialed with it and must not change while in use.
+type Limits struct {
+	// MaxIdle is the number of idle connections kept per server; 0 keeps
+	// none (no pooling).
+	MaxIdle int
+	// IdleTimeout closes a connection idle this long; 0 means no limit.
+	IdleTimeout time.Duration
+	// MaxRequests retires a connection after this many requests; 0 means
+	// no limit beyond what the upstream announces.
+	MaxRequests int
+	// MaxAge retires a connection this long after it was opened; 0 means
+	// no limit.
+	MaxAge time.Duration
+}
+
+// Conn is an upstream connection with the history the retry and reuse
+// decisions need. Its fields are owned by whoever holds the connection: the
+// pool while it is idle, a request while it is in use.
+type Conn struct {
+	net.Conn
+	// Reader reads this connection; its buffer is released while idle.
+	Reader h1.Reader
+	// Key identifies the server (and connection options) it belongs to.
+	Key    string
+	Limits *Limits
+	// Created is when the connection was established; IdleSince when it
+	// was last put back.
+	Created, IdleSince time.Time
+	// Served counts the requests completed on it.
+	Served int
+	// MaxServed and IdleLimit are limits learned from the upstream's
+	// Keep-Alive header (0 = none learned): retire after MaxServed
+	// requests, and treat it as expired once idle for IdleLimit.
+	MaxServed int
+	IdleLimit time.Duration
+
+	// Intrusive list links: per key (most recent first) and global LRU.
+	prev, next   *Conn
+	gprev, gnext *Conn
+	id           uint64 // registration in the watcher, fresh on every Put
+	sys          sysConn
+}
+
+// NewConn wraps a freshly dialed connection.
+func NewConn(c net.Conn, key string, limits *Limits, now time.Time) *Conn {
+	pc := &Conn{Conn: c, Key: key, Limits: limits, Created: now}
+	pc.Reader.Reset(c)
+	pc.sys.init(c)
+	return pc
+}
+
+// Stats are counters of what the pool did, for metrics and tests.
+type Stats struct {
+	Hits    uint64 // Get returned a pooled connection
+	Misses  uint64 // Get found none usable
+	Stale   uint64 // Get found a connection whose peer had closed it
+	Watched uint64 // the watcher removed a connection the peer closed while idle
+	Expired uint64 // closed after idle_timeout (or a learned Keep-Alive timeout)
+	Retired uint64 // closed by max_requests, max_age or a learned Keep-Alive max
+	Evicted uint64 // closed to respect the overall idle limit
+	TooOld  uint64 // skipped by a non-idempotent request for being idle too long
+	Idle    int    // connections idle now
+}
+
+// Pool holds idle connections by key. It is safe for concurrent use. The
+// zero value is not usable; use New, and Close when done.
+type Pool struct {
+	maxTotal int
+	now      func() time.Time
+
+	mu     sync.Mutex
+	keys   map[string]*Conn // head of each key's list, most recently used first
+	counts map[string]int
+	lru    struct{ head, tail *Conn } // all idle conns; head is the most recent
+	byID   map[uint64]*Conn
+	nextID uint64
+	total  int
+	closed bool
+
+	hits, misses, stale, watched, expired, retired, evicted, tooOld atomic.Uint64
+
+	w    watcher
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+// New returns a pool holding at most maxTotal idle connections in all. now
+// is the clock (nil = time.Now). It starts one goroutine, stopped by Close.
+func New(maxTotal int, now func() time.Time) *Pool {
+	if now == nil {
+		now = time.Now
+	}
+	p := &Pool{
+		maxTotal: maxTotal,
+		now:      now,
+		keys:     make(map[string]*Conn),
+		counts:   make(map[string]int),
+		byID:     make(map[uint64]*Conn),
+		done:     make(chan struct{}),
+	}
+	p.w = newWatcher()
+	p.wg.Add(1)
+	go p.run()
+	return p
+}
+
+// Get returns the most recently used idle connection for key that is still
+// usable, or nil. When maxIdle > 0 it returns nil rather than a connection
+// idle longer than that (a non-idempotent request should not risk one); the
+// connection stays pooled for others.
+func (p *Pool) Get(key string, maxIdle time.Duration) *Conn {
+	now := p.now()
+	p.mu.Lock()
+	for c := p.keys[key]; c != nil; c = p.keys[key] {
+		if maxIdle > 0 && now.Sub(c.IdleSince) > maxIdle {
+			p.mu.Unlock()
+			p.tooOld.Add(1)
+			p.misses.Add(1)
+			return nil
+		}
+		p.remove(c)
+		if expired(c, now) {
+			p.mu.Unlock()
+			p.expired.Add(1)
+			c.Close()
+			p.mu.Lock()
+			continue
+		}
+		p.mu.Unlock()
+		if !c.sys.alive() {
+			p.stale.Add(1)
+			c.Close()
+			p.mu.Lock()
+			continue
+		}
+		p.hits.Add(1)
+		return c
+	}
+	p.mu.Unlock()
+	p.misses.Add(1)
+	return nil
+}
+
+// Put offers a connection back after a clean exchange (the caller has
+// counted it in Served). The pool keeps it when its limits allow, and closes
+// it otherwise; Put reports whether it was kept.
+func (p *Pool) Put(c *Conn) bool {
+	now := p.now()
+	l := c.Limits
+	if l == nil || l.MaxIdle <= 0 || c.Reader.Buffered() > 0 {
+		c.Close()
+		return false
+	}
+	if (l.MaxRequests > 0 && c.Served >= l.MaxRequests) ||
+		(c.MaxServed > 0 && c.Served >= c.MaxServed) ||
+		(l.MaxAge > 0 && now.Sub(c.Created) >= l.MaxAge) {
+		p.retired.Add(1)
+		c.Close()
+		return false
+	}
+	c.Reader.Release()
+	c.IdleSince = now
+
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		c.Close()
+		return false
+	}
+	var drop []*Conn
+	// Per-key limit: drop this key's least recently used.
+	if p.counts[c.Key] >= l.MaxIdle {
+		last := p.keys[c.Key]
+		for last.next != nil {
+			last = last.next
+		}
+		p.remove(last)
+		drop = append(drop, last)
+	}
+	// Overall limit: drop the least recently used of all.
+	if p.maxTotal > 0 && p.total >= p.maxTotal && p.lru.tail != nil {
+		last := p.lru.tail
+		p.remove(last)
+		drop = append(drop, last)
+	}
+	p.insert(c)
+	p.mu.Unlock()
+	for _, d := range drop {
+		p.evicted.Add(1)
+		d.Close()
+	}
+	return true
+}
+
+// Close closes every idle connection and stops the pool's goroutine. Later
+// Puts close their connection.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	var all []*Conn
+	for c := p.lru.head; c != nil; c = c.gnext {
+		all = append(all, c)
+	}
+	for _, c := range all {
+		p.remove(c)
+	}
+	p.mu.Unlock()
+	for _, c := range all {
+		c.Close()
+	}
+	close(p.done)
+	p.w.wake()
+	p.wg.Wait()
+	p.w.close()
+}
+
+// Stats returns the pool's counters.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	idle := p.total
+	p.mu.Unlock()
+	return Stats{
+		Hits: p.hits.Load(), Misses: p.misses.Load(), Stale: p.stale.Load(),
+		Watched: p.watched.Load(), Expired: p.expired.Load(), Retired: p.retired.Load(),
+		Evicted: p.evicted.Load(), TooOld: p.tooOld.Load(), Idle: idle,
+	}
+}
+
+// expired reports whether an idle connection is past its idle timeout, its
+// learned Keep-Alive timeout, or its maximum age.
+func expired(c *Conn, now time.Time) bool {
+	idle := now.Sub(c.IdleSince)
+	l := c.Limits
+	return (l.IdleTimeout > 0 && idle >= l.IdleTimeout) ||
+		(c.IdleLimit > 0 && idle >= c.IdleLimit) ||
+		(l.MaxAge > 0 && now.Sub(c.Created) >= l.MaxAge)
+}
+
+// insert adds c at the front of its key's list and of the LRU; p.mu held.
+func (p *Pool) insert(c *Conn) {
+	head := p.keys[c.Key]
+	c.prev, c.next = nil, head
+	if head != nil {
+		head.prev = c
+	}
+	p.keys[c.Key] = c
+	p.counts[c.Key]++
+
+	c.gprev, c.gnext = nil, p.lru.head
+	if p.lru.head != nil {
+		p.lru.head.gprev = c
+	} else {
+		p.lru.tail = c
+	}
+	p.lru.head = c
+	p.total++
+
+	p.nextID++
+	c.id = p.nextID
+	p.byID[c.id] = c
+	p.w.add(c)
+}
+
+// remove takes c out of the lists and the watcher; p.mu held.
+func (p *Pool) remove(c *Conn) {
+	p.w.remove(c)
+	delete(p.byID, c.id)
+	c.id = 0
+
+	if c.prev != nil {
+		c.prev.next = c.next
+	} else if c.next != nil {
+		p.keys[c.Key] = c.next
+	} else {
+		delete(p.keys, c.Key)
+	}
+	if c.next != nil {
+		c.next.prev = c.prev
+	}
+	c.prev, c.next = nil, nil
+	if p.counts[c.Key]--; p.counts[c.Key] <= 0 {
+		delete(p.counts, c.Key)
+	}
+
+	if c.gprev != nil {
+		c.gprev.gnext = c.gnext
+	} else {
+		p.lru.head = c.gnext
+	}
+	if c.gnext != nil {
+		c.gnext.gprev = c.gprev
+	} else {
+		p.lru.tail = c.gprev
+	}
+	c.gprev, c.gnext = nil, nil
+	p.total--
+}
+
+// run watches idle connections and sweeps expired ones until Close.
+func (p *Pool) run() {
+	defer p.wg.Done()
+	var ids []uint64
+	for {
+		ids = p.w.wait(ids[:0], time.Second)
+		select {
+		case <-p.done:
+			return
+		default:
+		}
+		if len(ids) > 0 {
+			p.closeWatched(ids)
+		}
+		p.sweep()
+	}
+}
+
+// closeWatched removes the connections whose peers closed them while idle.
+func (p *Pool) closeWatched(ids []uint64) {
+	var dead []*Conn
+	p.mu.Lock()
+	for _, id := range ids {
+		if c := p.byID[id]; c != nil {
+			p.remove(c)
+			dead = append(dead, c)
+		}
+	}
+	p.mu.Unlock()
+	for _, c := range dead {
+		p.watched.Add(1)
+		c.Close()
+	}
+}
+
+// sweep closes idle connections past their limits, oldest first.
+func (p *Pool) sweep() {
+	now := p.now()
+	var old []*Conn
+	p.mu.Lock()
+	for c := p.lru.tail; c != nil; {
+		prev := c.gprev
+		if expired(c, now) {
+			p.remove(c)
+			old = append(old, c)
+		}
+		c = prev
+	}
+	p.mu.Unlock()
+	for _, c := range old {
+		p.expired.Add(1)
+		c.Close()
+	}
+}

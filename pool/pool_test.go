@@ -1,0 +1,198 @@
+package pool
+
+import (
+	"net"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// pair returns a client connection to a loopback listener and the server's
+// end of it.
+func pair(t *testing.T, ln net.Listener) (client, server net.Conn) {
+	t.Helper()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c, s
+}
+
+func listen(t *testing.T) net.Listener {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func TestGetReturnsMostRecentFirst(t *testing.T) {
+	ln := listen(t)
+	p := New(0, nil)
+	defer p.Close()
+	l := &Limits{MaxIdle: 4, IdleTimeout: time.Minute}
+	var conns []*Conn
+	for i := 0; i < 3; i++ {
+		c, _ := pair(t, ln)
+		pc := NewConn(c, "a", l, time.Now())
+		conns = append(conns, pc)
+		if !p.Put(pc) {
+			t.Fatal("not pooled")
+		}
+	}
+	for i := 2; i >= 0; i-- {
+		if got := p.Get("a", 0); got != conns[i] {
+			t.Fatalf("Get #%d returned the wrong connection", 3-i)
+		}
+	}
+	if p.Get("a", 0) != nil || p.Get("b", 0) != nil {
+		t.Fatal("empty pool returned a connection")
+	}
+	if s := p.Stats(); s.Hits != 3 || s.Misses != 2 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestPeerCloseWhileIdle(t *testing.T) {
+	for _, reset := range []bool{false, true} {
+		ln := listen(t)
+		p := New(0, nil)
+		c, s := pair(t, ln)
+		p.Put(NewConn(c, "a", &Limits{MaxIdle: 1}, time.Now()))
+		if reset {
+			s.(*net.TCPConn).SetLinger(0)
+		}
+		s.Close()
+		// The watcher removes it without anyone asking; the check before
+		// use catches it if the watcher has not run yet. Either way Get
+		// never hands it out.
+		deadline := time.Now().Add(5 * time.Second)
+		for p.Stats().Watched == 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if got := p.Get("a", 0); got != nil {
+			t.Fatalf("reset=%v: a connection closed by its peer was handed out", reset)
+		}
+		st := p.Stats()
+		if st.Watched+st.Stale != 1 || st.Idle != 0 {
+			t.Fatalf("reset=%v: stats %+v", reset, st)
+		}
+		if runtime.GOOS == "linux" && st.Watched != 1 {
+			t.Fatalf("reset=%v: the idle watcher did not remove the connection: %+v", reset, st)
+		}
+		p.Close()
+	}
+}
+
+func TestCheckBeforeUse(t *testing.T) {
+	ln := listen(t)
+	c, s := pair(t, ln)
+	pc := NewConn(c, "a", &Limits{MaxIdle: 1}, time.Now())
+	if !pc.sys.alive() {
+		t.Fatal("open connection reported dead")
+	}
+	s.Write([]byte("HTTP/1.1 408 Request Timeout\r\n\r\n"))
+	time.Sleep(20 * time.Millisecond)
+	if pc.sys.alive() {
+		t.Fatal("connection with unsolicited bytes reported alive")
+	}
+	c2, s2 := pair(t, ln)
+	pc2 := NewConn(c2, "a", &Limits{MaxIdle: 1}, time.Now())
+	s2.Close()
+	time.Sleep(20 * time.Millisecond)
+	if pc2.sys.alive() {
+		t.Fatal("connection closed by peer reported alive")
+	}
+}
+
+func TestLimits(t *testing.T) {
+	ln := listen(t)
+	clk := &clock{now: time.Unix(1000, 0)}
+	p := New(3, clk.Now)
+	defer p.Close()
+	l := &Limits{MaxIdle: 2, IdleTimeout: 10 * time.Second, MaxRequests: 5, MaxAge: time.Hour}
+	put := func(key string, served int) *Conn {
+		c, _ := pair(t, ln)
+		pc := NewConn(c, key, l, clk.Now())
+		pc.Served = served
+		p.Put(pc)
+		return pc
+	}
+	// Per-key limit: the third connection for "a" pushes out the oldest.
+	a1 := put("a", 1)
+	put("a", 1)
+	put("a", 1)
+	if s := p.Stats(); s.Idle != 2 || s.Evicted != 1 {
+		t.Fatalf("per-key limit: %+v", s)
+	}
+	// Overall limit: 3 in all.
+	put("b", 1)
+	put("b", 1)
+	if s := p.Stats(); s.Idle != 3 || s.Evicted != 2 {
+		t.Fatalf("overall limit: %+v", s)
+	}
+	_ = a1
+	// max_requests retires.
+	if put("c", 5); p.Stats().Retired != 1 {
+		t.Fatal("connection at max_requests was pooled")
+	}
+	// A learned Keep-Alive max retires too.
+	c, _ := pair(t, ln)
+	pc := NewConn(c, "d", l, clk.Now())
+	pc.Served, pc.MaxServed = 2, 2
+	if p.Put(pc) {
+		t.Fatal("connection at its learned max was pooled")
+	}
+	// Idle timeout, at Get time.
+	clk.Add(11 * time.Second)
+	if p.Get("a", 0) != nil {
+		t.Fatal("expired connection handed out")
+	}
+	// A non-idempotent request refuses a connection idle too long.
+	fresh := put("e", 1)
+	clk.Add(3 * time.Second)
+	if p.Get("e", 2*time.Second) != nil {
+		t.Fatal("connection idle 3s given to a request that allows 2s")
+	}
+	if p.Get("e", 5*time.Second) != fresh {
+		t.Fatal("connection idle 3s refused to a request that allows 5s")
+	}
+	// A learned idle limit expires a connection sooner than idle_timeout.
+	c, _ = pair(t, ln)
+	pc = NewConn(c, "f", l, clk.Now())
+	pc.IdleLimit = time.Second
+	p.Put(pc)
+	clk.Add(1500 * time.Millisecond)
+	if p.Get("f", 0) != nil {
+		t.Fatal("connection past its learned idle limit handed out")
+	}
+}
+
+func TestNoPooling(t *testing.T) {
+	ln := listen(t)
+	p := New(0, nil)
+	defer p.Close()
+	c, _ := pair(t, ln)
+	if p.Put(NewConn(c, "a", &Limits{MaxIdle: 0}, time.Now())) {
+		t.Fatal("max_idle 0 pooled a connection")
+	}
+}
