@@ -1,0 +1,371 @@
+package config
+
+import "time"
+
+// Config is a validated sluice configuration. Every field holds either
+// the value from the file or its documented default; a *Config returned
+// by Parse or Load never needs further checking.
+//
+// The YAML key of each field is given in its doc comment, with the
+// default and the accepted range.
+type Config struct {
+	// File is the name given to Parse, or the path given to Load.
+	File string
+
+	// Listen (key "listen", required, at least one) lists the addresses
+	// sluice accepts client connections on. No two may be equal, unless
+	// their port is 0.
+	Listen []Listener
+
+	// Timeouts (key "timeouts") bounds the downstream (client) side.
+	Timeouts Timeouts
+
+	// Limits (key "limits") bounds request heads and the upstream
+	// connection pool.
+	Limits Limits
+
+	// AccessLog (key "access_log") configures the one-line-per-request log.
+	AccessLog AccessLog
+
+	// Log (key "log") configures the error and event log, which is
+	// separate from the access log.
+	Log Log
+
+	// Forwarded (key "forwarded") says which headers sluice adds to
+	// requests it sends upstream.
+	Forwarded Forwarded
+
+	// Metrics (key "metrics") configures the Prometheus endpoint.
+	Metrics Metrics
+
+	// Routes (key "routes", required, at least one) maps requests to
+	// upstreams. The first route that matches a request wins; a request
+	// no route matches is answered with 404.
+	Routes []Route
+
+	// Upstreams (key "upstreams", required, at least one) is a mapping
+	// from upstream name to upstream, kept here in file order. An
+	// upstream no route refers to is allowed.
+	Upstreams []*Upstream
+}
+
+// Listener is one address sluice accepts client connections on.
+type Listener struct {
+	// Address (key "address", required) is a host:port to listen on, as
+	// for net.Listen. The host may be empty (all interfaces); the port
+	// is a number in 0..65535, 0 meaning any free port.
+	Address string
+}
+
+// Timeouts bounds the downstream (client) side of sluice.
+type Timeouts struct {
+	// Header (key "header", default 10s, > 0) is the time allowed to read
+	// each request head, counted from its first byte.
+	Header time.Duration
+	// Idle (key "idle", default 60s, > 0) is how long a keep-alive client
+	// connection may sit idle between requests before it is closed.
+	Idle time.Duration
+	// Drain (key "drain", default 30s, >= 0) is how long in-flight
+	// requests may take to finish after SIGTERM; 0 means they are cut
+	// off at once.
+	Drain time.Duration
+}
+
+// Limits bounds request heads and the upstream connection pool.
+type Limits struct {
+	// MaxHeaderBytes (key "max_header_bytes", default 64KiB, 1KiB..1MiB)
+	// is the largest request head accepted, request line included; a
+	// larger one is answered with 431.
+	MaxHeaderBytes int64
+	// MaxHeaders (key "max_headers", default 100, 1..10000) is the most
+	// header fields a request may carry; more are answered with 431.
+	MaxHeaders int
+	// MaxIdleUpstreamConns (key "max_idle_upstream_conns", default 1024,
+	// >= 0) caps the idle pooled upstream connections of all upstreams
+	// together; 0 keeps none.
+	MaxIdleUpstreamConns int
+}
+
+// AccessLog configures the access log: one line per request.
+type AccessLog struct {
+	// Enabled (key "enabled", default true) turns the access log on.
+	Enabled bool
+	// Format (key "format", default "text") is "text" or "json".
+	Format string
+	// Path (key "path", default "") is the file the log is appended to;
+	// "" means standard error.
+	Path string
+}
+
+// Log configures the error and event log.
+type Log struct {
+	// Level (key "level", default "info") is the least severe level
+	// written: "debug", "info", "warn" or "error".
+	Level string
+	// Format (key "format", default "text") is "text" or "json".
+	Format string
+}
+
+// Forwarded says which headers sluice adds to requests it sends
+// upstream. Each defaults to true.
+type Forwarded struct {
+	// XForwardedFor (key "x_forwarded_for", default true) appends the
+	// client's address to X-Forwarded-For.
+	XForwardedFor bool
+	// XForwardedProto (key "x_forwarded_proto", default true) sets
+	// X-Forwarded-Proto to the scheme the client used.
+	XForwardedProto bool
+	// XForwardedHost (key "x_forwarded_host", default true) sets
+	// X-Forwarded-Host to the Host the client sent.
+	XForwardedHost bool
+	// Via (key "via", default true) appends sluice to the Via header.
+	Via bool
+}
+
+// Metrics configures the Prometheus metrics endpoint.
+type Metrics struct {
+	// Address (key "address", default "") is the host:port serving
+	// Prometheus metrics at /metrics; "" turns the endpoint off. It may
+	// not equal a listen address.
+	Address string
+}
+
+// Route sends the requests it matches to an upstream. A route matches
+// a request when both Host and PathPrefix match; an empty one matches
+// anything.
+type Route struct {
+	// Host (key "host", default "" = any host) matches the request's
+	// host exactly, ignoring case and the port. "*.example.com" matches
+	// any host with one or more labels in front of example.com, but not
+	// example.com itself. Host is stored in lower case.
+	Host string
+	// PathPrefix (key "path_prefix", default "" = any path) matches
+	// requests whose path starts with it. It must start with "/" and
+	// hold only printable ASCII other than space, "?" and "#", as a path
+	// does on the wire; other characters must be percent-encoded.
+	PathPrefix string
+	// Upstream (key "upstream", required) names the upstream that
+	// serves the route; it must be defined under "upstreams".
+	Upstream string
+	// Line is the line of the route in the file, for messages.
+	Line int
+}
+
+// Upstream is a named group of servers that serve the same content,
+// with the timeouts, pooling and retry policy that apply to them.
+type Upstream struct {
+	// Name is the upstream's key under "upstreams"; it matches
+	// [A-Za-z0-9_.-]+.
+	Name string
+	// Line is the line of the upstream's name in the file, for messages.
+	Line int
+	// Servers (key "servers", required, at least one).
+	Servers []Server
+	// Timeouts (key "timeouts"); see DefaultUpstreamTimeouts.
+	Timeouts UpstreamTimeouts
+	// Pool (key "pool"); see DefaultPool.
+	Pool Pool
+	// Retry (key "retry"); see DefaultRetry.
+	Retry Retry
+}
+
+// Server is one server of an upstream.
+type Server struct {
+	// Address (key "address", required) is the host:port to dial. The
+	// host may be a DNS name and may not be empty; the port is in
+	// 1..65535.
+	Address string
+	// Weight (key "weight", default 1, 1..1000) is the server's share of
+	// requests relative to the other servers of its upstream.
+	Weight int
+	// Line is the line of the server in the file, for messages.
+	Line int
+}
+
+// UpstreamTimeouts bounds the exchanges with an upstream's servers.
+// DefaultUpstreamTimeouts returns the defaults.
+type UpstreamTimeouts struct {
+	// Connect (key "connect", default 2s, > 0) bounds dialing a server.
+	Connect time.Duration
+	// ResponseHeader (key "response_header", default 30s, > 0) is the
+	// time from the request being fully written (or from a 100 Continue)
+	// to the end of the response head.
+	ResponseHeader time.Duration
+	// Read (key "read", default 60s, > 0) is the longest the response
+	// body may go without a byte arriving.
+	Read time.Duration
+	// Write (key "write", default 60s, > 0) is the longest a single
+	// write to the server may block.
+	Write time.Duration
+}
+
+// DefaultUpstreamTimeouts returns the timeouts an upstream gets when the
+// file does not set them: connect 2s, response_header 30s, read 60s,
+// write 60s.
+func DefaultUpstreamTimeouts() UpstreamTimeouts {
+	return UpstreamTimeouts{
+		Connect:        2 * time.Second,
+		ResponseHeader: 30 * time.Second,
+		Read:           60 * time.Second,
+		Write:          60 * time.Second,
+	}
+}
+
+// Pool configures the idle connections kept to an upstream's servers.
+// DefaultPool returns the defaults.
+type Pool struct {
+	// MaxIdle (key "max_idle", default 32, >= 0) is the number of idle
+	// connections kept per server; 0 turns pooling off.
+	MaxIdle int
+	// IdleTimeout (key "idle_timeout", default 60s, > 0) is how long a
+	// pooled connection may stay idle before it is closed.
+	IdleTimeout time.Duration
+	// MaxRequests (key "max_requests", default 0, >= 0) retires a
+	// connection after it has carried this many requests; 0 means no
+	// limit besides what the server announces.
+	MaxRequests int
+	// MaxAge (key "max_age", default 0s, >= 0) retires a connection this
+	// long after it was opened; 0 means no limit.
+	MaxAge time.Duration
+	// NonIdempotentMaxIdle (key "non_idempotent_max_idle", default 2s,
+	// >= 0): a non-idempotent request (POST, PATCH, ...) is never sent
+	// on a pooled connection that has been idle longer than this; a
+	// fresh connection is dialed instead. 0 means such requests always
+	// get a fresh connection.
+	NonIdempotentMaxIdle time.Duration
+}
+
+// DefaultPool returns the pool settings an upstream gets when the file
+// does not set them: max_idle 32, idle_timeout 60s, max_requests 0,
+// max_age 0s, non_idempotent_max_idle 2s.
+func DefaultPool() Pool {
+	return Pool{
+		MaxIdle:              32,
+		IdleTimeout:          60 * time.Second,
+		NonIdempotentMaxIdle: 2 * time.Second,
+	}
+}
+
+// Retry conditions, the values Retry.On may hold.
+var retryConditions = []string{
+	"error", "timeout", "invalid_header",
+	"http_500", "http_502", "http_503", "http_504",
+	"http_403", "http_404", "http_429",
+}
+
+// Retry is an upstream's retry policy. DefaultRetry returns the
+// defaults.
+type Retry struct {
+	// Tries (key "tries", default 3, 1..20) is the total number of
+	// attempts, the first included; 1 means no retries. It is forced to
+	// 1 when On is empty.
+	Tries int
+	// On (key "on", default [error, timeout]) lists what makes an
+	// attempt worth retrying: "error" (the connection failed or broke),
+	// "timeout" (an upstream timeout fired), "invalid_header" (the
+	// response head was malformed), or a response status "http_500",
+	// "http_502", "http_503", "http_504", "http_403", "http_404",
+	// "http_429". Values are matched case-insensitively and stored in
+	// lower case, deduplicated, in the order given. [] or [off] means no
+	// retries ("off" may not be combined with other values); On is then
+	// empty and Tries is 1.
+	On []string
+	// NonIdempotent (key "non_idempotent", default "keyed") says when a
+	// non-idempotent request (POST, PATCH, ...) may be retried: "never";
+	// "keyed", only if it carries the IdempotencyHeader; or "always".
+	NonIdempotent string
+	// IdempotencyHeader (key "idempotency_header", default
+	// "Idempotency-Key") is the request header that makes a
+	// non-idempotent request retryable under "keyed". It must be a valid
+	// HTTP field name (RFC 9110, section 5.1).
+	IdempotencyHeader string
+	// Timeout (key "timeout", default 0s, >= 0) bounds the whole
+	// retrying, all attempts and backoff together; 0 means no bound
+	// besides Tries.
+	Timeout time.Duration
+	// Backoff (key "backoff") is the pause before retrying on the same
+	// server.
+	Backoff Backoff
+	// Budget (key "budget") caps retries relative to requests.
+	Budget Budget
+	// BodyBuffer (key "body_buffer", default 64KiB, 0..64MiB) is the
+	// largest request body kept so that it can be sent again; a request
+	// with a larger body is not retried once its body has been sent.
+	BodyBuffer int64
+}
+
+// Backoff is the pause before retrying on the same server: a random
+// duration ("full jitter") between 0 and min(Max, Base·2^(retry-1)).
+type Backoff struct {
+	// Base (key "base", default 0s, >= 0) is the backoff ceiling of the
+	// first retry; 0 means retries to the same server start at once.
+	Base time.Duration
+	// Max (key "max", default 1s, >= Base) is the largest backoff ceiling.
+	Max time.Duration
+}
+
+// Budget caps retries so that they cannot multiply the load on a
+// failing upstream: retries are allowed while they stay within
+// Ratio of requests, plus MinPerSecond.
+type Budget struct {
+	// Ratio (key "ratio", default 0.2, 0..1) is the share of requests
+	// that may be retried.
+	Ratio float64
+	// MinPerSecond (key "min_per_second", default 10, >= 0) is the number
+	// of retries per second allowed regardless of Ratio, so that a
+	// quiet upstream can still be retried.
+	MinPerSecond float64
+}
+
+// DefaultRetry returns the retry policy an upstream gets when the file
+// does not set one: tries 3, on [error, timeout], non_idempotent keyed,
+// idempotency_header Idempotency-Key, timeout 0s, backoff {base: 0s,
+// max: 1s}, budget {ratio: 0.2, min_per_second: 10}, body_buffer 64KiB.
+// Each call returns a new On slice.
+func DefaultRetry() Retry {
+	return Retry{
+		Tries:             3,
+		On:                []string{"error", "timeout"},
+		NonIdempotent:     "keyed",
+		IdempotencyHeader: "Idempotency-Key",
+		Backoff:           Backoff{Max: time.Second},
+		Budget:            Budget{Ratio: 0.2, MinPerSecond: 10},
+		BodyBuffer:        64 << 10,
+	}
+}
+
+// defaults returns a Config holding every default; Listen, Routes and
+// Upstreams, which have none, are nil.
+func defaults() *Config {
+	return &Config{
+		Timeouts: Timeouts{
+			Header: 10 * time.Second,
+			Idle:   60 * time.Second,
+			Drain:  30 * time.Second,
+		},
+		Limits: Limits{
+			MaxHeaderBytes:       64 << 10,
+			MaxHeaders:           100,
+			MaxIdleUpstreamConns: 1024,
+		},
+		AccessLog: AccessLog{Enabled: true, Format: "text"},
+		Log:       Log{Level: "info", Format: "text"},
+		Forwarded: Forwarded{
+			XForwardedFor:   true,
+			XForwardedProto: true,
+			XForwardedHost:  true,
+			Via:             true,
+		},
+	}
+}
+
+// defaultUpstream returns an upstream holding every default.
+func defaultUpstream(name string, line int) *Upstream {
+	return &Upstream{
+		Name:     name,
+		Line:     line,
+		Timeouts: DefaultUpstreamTimeouts(),
+		Pool:     DefaultPool(),
+		Retry:    DefaultRetry(),
+	}
+}

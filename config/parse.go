@@ -1,0 +1,646 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Load reads the file at path and parses it with Parse, using path as
+// the file name in messages. If the file cannot be read, Load returns
+// the error from os.ReadFile; otherwise it returns what Parse returns.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, data)
+}
+
+// Parse parses and validates a sluice config file held in data; name is
+// used in messages and stored in Config.File. Keys not given get their
+// documented defaults.
+//
+// The file must hold a single YAML document. Anchors, aliases and merge
+// keys ("<<") are allowed. A key given with no value (null) is an error,
+// except for a section such as "timeouts:", which then keeps its
+// defaults.
+//
+// If anything is wrong, Parse returns a nil *Config and an *Error that
+// lists every problem found.
+func Parse(name string, data []byte) (*Config, error) {
+	d := &decoder{file: name}
+	return d.parse(data)
+}
+
+// maxProblems caps the problems listed for one file, so that a
+// pathological file gives a report of bounded size.
+const maxProblems = 100
+
+// A decoder walks the yaml.Node tree of one file, filling a Config and
+// collecting problems. Walking the nodes ourselves, rather than
+// decoding into structs, gives every problem its line and column, lets
+// one pass report all of them, and catches duplicate keys, which
+// yaml.Node decoding does not.
+type decoder struct {
+	file     string
+	problems []Problem
+	// schema, when not nil, records the path of every key the schema
+	// knows of in each mapping walked, with sequence indexes written
+	// as "[]" and upstream names as "*". Tests use it to check that
+	// testdata/full.yaml uses every key.
+	schema map[string]bool
+	// upstream is the key path of the upstream being walked, for schemaKey.
+	upstream string
+	// truncated is set when a problem was dropped for maxProblems.
+	truncated bool
+}
+
+// addf records a problem at n.
+func (d *decoder) addf(n *yaml.Node, path, format string, args ...any) {
+	if d.full() {
+		d.truncated = true
+		return
+	}
+	p := Problem{File: d.file, Path: path, Msg: fmt.Sprintf(format, args...)}
+	if n != nil {
+		p.Line, p.Column = n.Line, n.Column
+	}
+	d.problems = append(d.problems, p)
+}
+
+// full reports whether the decoder has collected all the problems it
+// will list.
+func (d *decoder) full() bool { return len(d.problems) >= maxProblems }
+
+// stop reports whether a walk should stop early because the decoder is
+// full, and if so notes that the report is truncated.
+func (d *decoder) stop() bool {
+	if d.full() {
+		d.truncated = true
+	}
+	return d.truncated
+}
+
+// yamlErrorLine matches the position prefix of yaml's syntax errors.
+// yaml.v3 reports them as plain strings, so the line number can only be
+// had from the text.
+var yamlErrorLine = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// syntaxProblem turns an error from the YAML parser into a problem.
+func (d *decoder) syntaxProblem(err error) {
+	msg := err.Error()
+	line := 0
+	if m := yamlErrorLine.FindStringSubmatch(msg); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		msg = msg[len(m[0]):]
+	} else {
+		msg = strings.TrimPrefix(msg, "yaml: ")
+	}
+	d.problems = append(d.problems, Problem{File: d.file, Line: line, Msg: "invalid YAML: " + msg})
+}
+
+func (d *decoder) parse(data []byte) (*Config, error) {
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	switch err := dec.Decode(&doc); {
+	case errors.Is(err, io.EOF):
+		// No document at all: empty, or only comments.
+	case err != nil:
+		d.syntaxProblem(err)
+		return nil, d.err()
+	default:
+		var next yaml.Node
+		switch err := dec.Decode(&next); {
+		case errors.Is(err, io.EOF):
+		case err != nil:
+			d.syntaxProblem(err)
+		default:
+			d.addf(&next, "", "a config file holds one YAML document; found another one here")
+		}
+	}
+
+	c := defaults()
+	c.File = d.file
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	root = resolve(root)
+	if root.Kind == 0 || root.Kind == yaml.DocumentNode || isNull(root) {
+		d.problems = append(d.problems, Problem{File: d.file,
+			Msg: "the file is empty; a config needs at least listen, routes and upstreams"})
+		return nil, d.err()
+	}
+	d.root(root, c)
+	if err := d.err(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// err returns the problems collected as an *Error, sorted by position,
+// or nil if there are none.
+func (d *decoder) err() error {
+	if len(d.problems) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(d.problems, func(a, b Problem) int {
+		if a.Line != b.Line {
+			return a.Line - b.Line
+		}
+		return a.Column - b.Column
+	})
+	if d.truncated {
+		d.problems = append(d.problems, Problem{File: d.file,
+			Msg: fmt.Sprintf("too many problems; stopped after %d", maxProblems)})
+	}
+	return &Error{Problems: d.problems}
+}
+
+// join appends key to the key path.
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// index appends a sequence index to the key path.
+func index(path string, i int) string {
+	return path + "[" + strconv.Itoa(i) + "]"
+}
+
+// resolve follows aliases to the node they stand for.
+func resolve(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+// isNull reports whether n is a YAML null: "~", "null" or nothing.
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+// isList reports whether n is a sequence or null, which stands for an
+// empty sequence.
+func isList(n *yaml.Node) bool {
+	return n.Kind == yaml.SequenceNode || isNull(n)
+}
+
+// A field is one key the schema knows in a mapping, with the function
+// that parses its value. path is the value's key path.
+type field struct {
+	key   string
+	parse func(n *yaml.Node, path string)
+}
+
+// A pair is one key and value of a mapping, aliases resolved.
+type pair struct {
+	key, value *yaml.Node
+}
+
+// pairs returns the key-value pairs of the mapping n in file order,
+// expanding merge keys ("<<"): a merged key is added only if the
+// mapping does not set it itself, and an earlier merged mapping wins
+// over a later one. It reports duplicate and non-scalar keys.
+func (d *decoder) pairs(n *yaml.Node, path string, merging map[*yaml.Node]bool) []pair {
+	var own, merged []pair
+	var merges []*yaml.Node
+	first := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
+		if k.Kind != yaml.ScalarNode {
+			d.addf(k, path, "a key must be a plain string")
+			continue
+		}
+		if k.ShortTag() == "!!merge" {
+			merges = append(merges, v)
+			continue
+		}
+		if f, dup := first[k.Value]; dup {
+			d.addf(k, join(path, k.Value), "duplicate key (first given at line %d)", f.Line)
+			continue
+		}
+		first[k.Value] = k
+		own = append(own, pair{k, v})
+	}
+	if len(merges) == 0 {
+		return own
+	}
+	if merging == nil {
+		merging = map[*yaml.Node]bool{}
+	}
+	merging[n] = true
+	for _, m := range merges {
+		srcs := []*yaml.Node{m}
+		if m.Kind == yaml.SequenceNode {
+			srcs = srcs[:0]
+			for _, s := range m.Content {
+				srcs = append(srcs, resolve(s))
+			}
+		}
+		for _, s := range srcs {
+			if s.Kind != yaml.MappingNode {
+				d.addf(s, path, "a merge key (<<) must refer to a mapping or a list of mappings")
+				continue
+			}
+			if merging[s] {
+				continue // merged already, or a mapping merging itself
+			}
+			for _, p := range d.pairs(s, path, merging) {
+				if _, set := first[p.key.Value]; !set {
+					first[p.key.Value] = p.key
+					merged = append(merged, p)
+				}
+			}
+		}
+	}
+	return append(own, merged...)
+}
+
+// mapping walks the mapping n: it calls the parse function of each
+// field given, and reports keys not in fields, suggesting the closest
+// known one. A null n stands for an empty mapping. It returns the keys
+// present, so the caller can check for required ones; a key reported
+// as a likely typo of a known one counts as present.
+func (d *decoder) mapping(n *yaml.Node, path string, fields []field) map[string]bool {
+	if d.schema != nil {
+		for _, f := range fields {
+			d.schema[d.schemaKey(join(path, f.key))] = true
+		}
+	}
+	present := map[string]bool{}
+	if isNull(n) {
+		return present
+	}
+	if n.Kind != yaml.MappingNode {
+		d.addf(n, path, "must be a mapping of keys to values, not %s", describe(n))
+		return present
+	}
+	for _, p := range d.pairs(n, path, nil) {
+		if d.stop() {
+			break
+		}
+		key := p.key.Value
+		i := slices.IndexFunc(fields, func(f field) bool { return f.key == key })
+		if i < 0 {
+			known := make([]string, len(fields))
+			for j, f := range fields {
+				known[j] = f.key
+			}
+			hint := suggest(key, known)
+			d.addf(p.key, join(path, key), "unknown key%s", hint)
+			if hint != "" {
+				// Most likely a typo of a required key: do not also
+				// report that key missing.
+				present[suggestion(key, known)] = true
+			}
+			continue
+		}
+		present[key] = true
+		fields[i].parse(p.value, join(path, key))
+	}
+	return present
+}
+
+// required reports each key in keys that is not in present, at the
+// mapping n that lacks it.
+func (d *decoder) required(n *yaml.Node, path string, present map[string]bool, keys ...string) {
+	for _, k := range keys {
+		if !present[k] {
+			d.addf(n, join(path, k), "missing; it is required")
+		}
+	}
+}
+
+// sequence walks the sequence n, calling item for each element. A null
+// n stands for an empty sequence. It returns the number of elements.
+func (d *decoder) sequence(n *yaml.Node, path string, item func(i int, n *yaml.Node, path string)) int {
+	if isNull(n) {
+		return 0
+	}
+	if n.Kind != yaml.SequenceNode {
+		d.addf(n, path, "must be a list, not %s", describe(n))
+		return 0
+	}
+	for i, e := range n.Content {
+		if d.stop() {
+			break
+		}
+		item(i, resolve(e), index(path, i))
+	}
+	return len(n.Content)
+}
+
+// schemaKey rewrites a key path for decoder.schema: "listen[0].address"
+// becomes "listen[].address" and "upstreams.api.pool" "upstreams.*.pool".
+func (d *decoder) schemaKey(path string) string {
+	if u := d.upstream; u != "" && strings.HasPrefix(path, u+".") {
+		path = "upstreams.*" + path[len(u):]
+	}
+	return sequenceIndex.ReplaceAllString(path, "[]")
+}
+
+var sequenceIndex = regexp.MustCompile(`\[\d+\]`)
+
+// root walks the top-level mapping into c.
+func (d *decoder) root(n *yaml.Node, c *Config) {
+	if n.Kind != yaml.MappingNode {
+		d.addf(n, "", "the file must hold a mapping with listen, routes and upstreams, not %s", describe(n))
+		return
+	}
+	var (
+		routeUpstreams []located // each route's upstream value
+		listenAddrs    []located // each listen address
+		metricsAddr    *yaml.Node
+	)
+	present := d.mapping(n, "", []field{
+		{"listen", func(n *yaml.Node, path string) {
+			count := d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
+				var l Listener
+				present := d.mapping(n, path, []field{
+					{"address", func(n *yaml.Node, path string) {
+						if d.address(&l.Address, n, path, true) {
+							listenAddrs = append(listenAddrs, located{n, path})
+						}
+					}},
+				})
+				d.required(n, path, present, "address")
+				c.Listen = append(c.Listen, l)
+			})
+			if count == 0 && isList(n) {
+				d.addf(n, path, "at least one listener is required, such as [{address: 127.0.0.1:8080}]")
+			}
+		}},
+		{"timeouts", func(n *yaml.Node, path string) {
+			d.mapping(n, path, []field{
+				{"header", d.duration(&c.Timeouts.Header, true)},
+				{"idle", d.duration(&c.Timeouts.Idle, true)},
+				{"drain", d.duration(&c.Timeouts.Drain, false)},
+			})
+		}},
+		{"limits", func(n *yaml.Node, path string) {
+			d.mapping(n, path, []field{
+				{"max_header_bytes", d.size(&c.Limits.MaxHeaderBytes, 1<<10, 1<<20)},
+				{"max_headers", d.integer(&c.Limits.MaxHeaders, between(1, 10000))},
+				{"max_idle_upstream_conns", d.integer(&c.Limits.MaxIdleUpstreamConns, atLeast(0))},
+			})
+		}},
+		{"access_log", func(n *yaml.Node, path string) {
+			d.mapping(n, path, []field{
+				{"enabled", d.boolean(&c.AccessLog.Enabled)},
+				{"format", d.enum(&c.AccessLog.Format, "text", "json")},
+				{"path", d.str(&c.AccessLog.Path, nil)},
+			})
+		}},
+		{"log", func(n *yaml.Node, path string) {
+			d.mapping(n, path, []field{
+				{"level", d.enum(&c.Log.Level, "debug", "info", "warn", "error")},
+				{"format", d.enum(&c.Log.Format, "text", "json")},
+			})
+		}},
+		{"forwarded", func(n *yaml.Node, path string) {
+			d.mapping(n, path, []field{
+				{"x_forwarded_for", d.boolean(&c.Forwarded.XForwardedFor)},
+				{"x_forwarded_proto", d.boolean(&c.Forwarded.XForwardedProto)},
+				{"x_forwarded_host", d.boolean(&c.Forwarded.XForwardedHost)},
+				{"via", d.boolean(&c.Forwarded.Via)},
+			})
+		}},
+		{"metrics", func(n *yaml.Node, path string) {
+			d.mapping(n, path, []field{
+				{"address", func(n *yaml.Node, path string) {
+					if d.str(&c.Metrics.Address, nil)(n, path); c.Metrics.Address != "" {
+						if d.address(&c.Metrics.Address, n, path, true) {
+							metricsAddr = n
+						}
+					}
+				}},
+			})
+		}},
+		{"routes", func(n *yaml.Node, path string) {
+			count := d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
+				r := Route{Line: n.Line}
+				present := d.mapping(n, path, []field{
+					{"host", d.str(&r.Host, checkHost)},
+					{"path_prefix", d.str(&r.PathPrefix, checkPathPrefix)},
+					{"upstream", func(n *yaml.Node, path string) {
+						if d.str(&r.Upstream, checkNotEmpty)(n, path); r.Upstream != "" {
+							routeUpstreams = append(routeUpstreams, located{n, path})
+						}
+					}},
+				})
+				d.required(n, path, present, "upstream")
+				c.Routes = append(c.Routes, r)
+			})
+			if count == 0 && isList(n) {
+				d.addf(n, path, "at least one route is required, such as [{upstream: web}]")
+			}
+		}},
+		{"upstreams", func(n *yaml.Node, path string) {
+			d.upstreams(n, path, c)
+			if len(c.Upstreams) == 0 && (isNull(n) || n.Kind == yaml.MappingNode) {
+				d.addf(n, path, "at least one upstream is required, such as {web: {servers: [{address: 127.0.0.1:9001}]}}")
+			}
+		}},
+	})
+	d.required(n, "", present, "listen", "routes", "upstreams")
+
+	// Cross-field checks.
+	seen := map[string]*yaml.Node{}
+	for _, a := range listenAddrs {
+		if hasPort0(a.n.Value) {
+			continue // each gets a port of its own
+		}
+		if f, dup := seen[a.n.Value]; dup {
+			d.addf(a.n, a.path, "address %s is listed twice (first at line %d)", a.n.Value, f.Line)
+			continue
+		}
+		seen[a.n.Value] = a.n
+	}
+	if metricsAddr != nil {
+		if f, dup := seen[metricsAddr.Value]; dup {
+			d.addf(metricsAddr, "metrics.address", "same address as the listener at line %d; metrics need an address of their own", f.Line)
+		}
+	}
+	if len(c.Upstreams) > 0 { // else "upstreams" has been reported
+		names := make([]string, len(c.Upstreams))
+		for i, u := range c.Upstreams {
+			names[i] = u.Name
+		}
+		for _, r := range routeUpstreams {
+			if !slices.Contains(names, r.n.Value) {
+				d.addf(r.n, r.path, "no upstream named %q%s (defined: %s)",
+					r.n.Value, suggest(r.n.Value, names), strings.Join(names, ", "))
+			}
+		}
+	}
+}
+
+// located is a value node with its key path, kept for checks that
+// need the whole file.
+type located struct {
+	n    *yaml.Node
+	path string
+}
+
+// upstreamName is what an upstream name may look like.
+var upstreamName = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+
+// upstreams walks the "upstreams" mapping into c.Upstreams.
+func (d *decoder) upstreams(n *yaml.Node, path string, c *Config) {
+	if isNull(n) {
+		return
+	}
+	if n.Kind != yaml.MappingNode {
+		d.addf(n, path, "must be a mapping from upstream name to upstream, not %s", describe(n))
+		return
+	}
+	for _, p := range d.pairs(n, path, nil) {
+		if d.stop() {
+			return
+		}
+		name := p.key.Value
+		upath := join(path, name)
+		if !upstreamName.MatchString(name) {
+			d.addf(p.key, upath, "an upstream name may only hold letters, digits, '_', '.' and '-'")
+		}
+		u := defaultUpstream(name, p.key.Line)
+		d.upstream = upath
+		d.walkUpstream(p.key, p.value, upath, u)
+		d.upstream = ""
+		c.Upstreams = append(c.Upstreams, u)
+	}
+}
+
+// walkUpstream walks one upstream; key is its name's node, which
+// missing servers are reported at.
+func (d *decoder) walkUpstream(key, n *yaml.Node, path string, u *Upstream) {
+	present := d.mapping(n, path, []field{
+		{"servers", func(n *yaml.Node, path string) {
+			count := d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
+				s := Server{Weight: 1, Line: n.Line}
+				present := d.mapping(n, path, []field{
+					{"address", func(n *yaml.Node, path string) { d.address(&s.Address, n, path, false) }},
+					{"weight", d.integer(&s.Weight, between(1, 1000))},
+				})
+				d.required(n, path, present, "address")
+				u.Servers = append(u.Servers, s)
+			})
+			if count == 0 && isList(n) {
+				d.addf(n, path, "at least one server is required, such as [{address: 127.0.0.1:9001}]")
+			}
+		}},
+		{"timeouts", func(n *yaml.Node, path string) {
+			t := &u.Timeouts
+			d.mapping(n, path, []field{
+				{"connect", d.duration(&t.Connect, true)},
+				{"response_header", d.duration(&t.ResponseHeader, true)},
+				{"read", d.duration(&t.Read, true)},
+				{"write", d.duration(&t.Write, true)},
+			})
+		}},
+		{"pool", func(n *yaml.Node, path string) {
+			p := &u.Pool
+			d.mapping(n, path, []field{
+				{"max_idle", d.integer(&p.MaxIdle, atLeast(0))},
+				{"idle_timeout", d.duration(&p.IdleTimeout, true)},
+				{"max_requests", d.integer(&p.MaxRequests, atLeast(0))},
+				{"max_age", d.duration(&p.MaxAge, false)},
+				{"non_idempotent_max_idle", d.duration(&p.NonIdempotentMaxIdle, false)},
+			})
+		}},
+		{"retry", func(n *yaml.Node, path string) { d.retry(n, path, &u.Retry) }},
+	})
+	if !present["servers"] {
+		d.addf(key, join(path, "servers"), "missing; an upstream needs at least one server")
+	}
+}
+
+// retry walks an upstream's "retry" mapping into r.
+func (d *decoder) retry(n *yaml.Node, path string, r *Retry) {
+	var baseNode, maxNode *yaml.Node
+	d.mapping(n, path, []field{
+		{"tries", d.integer(&r.Tries, checkTries)},
+		{"on", func(n *yaml.Node, path string) { d.retryOn(n, path, r) }},
+		{"non_idempotent", d.enum(&r.NonIdempotent, "never", "keyed", "always")},
+		{"idempotency_header", d.str(&r.IdempotencyHeader, checkFieldName)},
+		{"timeout", d.duration(&r.Timeout, false)},
+		{"backoff", func(n *yaml.Node, path string) {
+			d.mapping(n, path, []field{
+				{"base", func(n *yaml.Node, path string) {
+					baseNode = n
+					d.duration(&r.Backoff.Base, false)(n, path)
+				}},
+				{"max", func(n *yaml.Node, path string) {
+					maxNode = n
+					d.duration(&r.Backoff.Max, false)(n, path)
+				}},
+			})
+		}},
+		{"budget", func(n *yaml.Node, path string) {
+			d.mapping(n, path, []field{
+				{"ratio", d.float(&r.Budget.Ratio, 0, 1)},
+				{"min_per_second", d.float(&r.Budget.MinPerSecond, 0, -1)},
+			})
+		}},
+		{"body_buffer", d.size(&r.BodyBuffer, 0, 64<<20)},
+	})
+	if r.Backoff.Max < r.Backoff.Base {
+		if maxNode != nil {
+			d.addf(maxNode, join(path, "backoff.max"), "must be >= backoff.base (%s)", r.Backoff.Base)
+		} else {
+			d.addf(baseNode, join(path, "backoff.base"), "must be <= backoff.max (%s by default)", r.Backoff.Max)
+		}
+	}
+	if len(r.On) == 0 {
+		r.Tries = 1
+	}
+}
+
+// retryOn walks the "on" list of a retry policy into r.On.
+func (d *decoder) retryOn(n *yaml.Node, path string, r *Retry) {
+	if n.Kind == yaml.ScalarNode && !isNull(n) {
+		d.addf(n, path, "must be a list, such as [%s]", n.Value)
+		return
+	}
+	on := []string{}
+	var off *located
+	d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
+		var v string
+		if !d.scalarString(&v, n, path) {
+			return
+		}
+		v = strings.ToLower(v)
+		if v == "off" {
+			off = &located{n, path}
+			return
+		}
+		if !slices.Contains(retryConditions, v) {
+			d.addf(n, path, "unknown retry condition %q; want one of %s, or off", n.Value, strings.Join(retryConditions, ", "))
+			return
+		}
+		if !slices.Contains(on, v) {
+			on = append(on, v)
+		}
+	})
+	if isNull(n) {
+		d.addf(n, path, "no value; write [] or [off] for no retries")
+		return
+	}
+	if off != nil && len(on) > 0 {
+		d.addf(off.n, off.path, "off may not be combined with retry conditions; write [off] alone for no retries")
+	}
+	r.On = on
+}
