@@ -55,13 +55,18 @@ func (b *Body) Done() bool { return b.err == io.EOF }
 // Next returns the next segment of the body. The slice aliases the Reader's
 // buffer and is valid until the next call on b or on the Reader. At the end
 // of the body it returns io.EOF. A connection that closes before the framing
-// says the body ends gives ErrTruncated; other read errors come back as is.
+// says the body ends gives ErrTruncated; other read errors come back as is,
+// and after one (a deadline passing, say) Next may be called again to go on
+// where it stopped.
 func (b *Body) Next() ([]byte, error) {
 	if b.err != nil {
 		return nil, b.err
 	}
 	seg, err := b.next()
-	if err != nil {
+	if err == io.EOF || StatusOf(err) != 0 || err == ErrTruncated {
+		// The end, or bytes that can never be framed: final. An I/O error
+		// (a timeout, say) leaves the state as it was, so the caller may
+		// try again.
 		b.err = err
 	}
 	return seg, err

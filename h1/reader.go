@@ -46,6 +46,15 @@ func (b *Reader) Reset(src io.Reader) {
 // Buffered reports how many bytes are buffered and not yet consumed.
 func (b *Reader) Buffered() int { return b.w - b.r }
 
+// Peek returns the buffered, unconsumed bytes without consuming them.
+func (b *Reader) Peek() []byte { return b.buf[b.r:b.w] }
+
+// Discard consumes n buffered bytes; n must not exceed Buffered.
+func (b *Reader) Discard(n int) {
+	b.r += n
+	b.scan = 0
+}
+
 // Release gives the buffer back to the pool when nothing is buffered. It is
 // cheap to call; the next read takes a buffer again.
 func (b *Reader) Release() {

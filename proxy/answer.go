@@ -1,0 +1,202 @@
+package proxy
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-proxy/sluice/fault"
+	"github.com/sluice-proxy/sluice/h1"
+)
+
+// answer writes a response sluice makes itself. keep says whether the
+// connection may carry another request afterwards.
+func (s *Session) answer(r *Response, keep bool) {
+	s.keepAlive = keep && s.keepAlive
+	status := r.Status
+	if status < 100 || status > 999 {
+		status = 500
+	}
+	b := s.c.wbuf[:0]
+	b = append(b, "HTTP/1.1 "...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, ' ')
+	b = append(b, h1.StatusText(status)...)
+	b = append(b, "\r\n"...)
+	// Content-Length and Connection are sluice's to set.
+	for i := 0; i < r.Header.Len(); i++ {
+		n := r.Header.Name(i)
+		if h1.EqualFold(n, "Content-Length") || h1.EqualFold(n, "Connection") || h1.EqualFold(n, "Transfer-Encoding") {
+			continue
+		}
+		b = append(b, n...)
+		b = append(b, ": "...)
+		b = append(b, r.Header.Value(i)...)
+		b = append(b, "\r\n"...)
+	}
+	b = append(b, "Content-Length: "...)
+	b = strconv.AppendInt(b, int64(len(r.Body)), 10)
+	b = append(b, "\r\n"...)
+	if !s.keepAlive {
+		b = append(b, "Connection: close\r\n"...)
+	} else if s.Request.Minor == 0 {
+		b = append(b, "Connection: keep-alive\r\n"...)
+	}
+	b = append(b, "\r\n"...)
+	if s.Request.Method() != "HEAD" {
+		b = append(b, r.Body...)
+	}
+	s.c.wbuf = b[:0]
+	s.Status = status
+	if err := s.c.write(b); err != nil {
+		s.keepAlive = false
+	}
+	if !s.keepAlive {
+		s.c.linger = true
+	}
+}
+
+// answerError answers a request that failed for good, through the
+// FailToProxy hook when there is one. A client that is gone gets nothing.
+func (s *Session) answerError(e *fault.Error) {
+	s.Err = e
+	if e.Kind == fault.ClientClosed {
+		s.keepAlive = false
+		return
+	}
+	var r *Response
+	if h := s.hooks; h != nil && h.failToProxy != nil {
+		r = h.failToProxy.FailToProxy(s, e)
+	}
+	if r == nil {
+		r = s.errorResponse(e)
+	}
+	// After an error the request body may be unread: only a request
+	// that was read whole leaves the connection usable.
+	keep := e.Source != fault.Downstream && s.body.complete()
+	s.answer(r, keep)
+	if e.Source == fault.Downstream || len(s.Attempts) == 0 {
+		s.logf(slog.LevelInfo, "request not proxied", e, nil)
+	}
+}
+
+// answerBadRequest answers a request that broke HTTP/1.1: with the status
+// the violation calls for, then the connection closes, because the bytes
+// after a malformed request cannot be trusted to start the next one.
+func (s *Session) answerBadRequest(err error) {
+	status := h1.StatusOf(err)
+	if status == 0 {
+		status = 400
+	}
+	e := &fault.Error{Kind: fault.BadRequest, Source: fault.Downstream, Status: status,
+		Context: "reading the request", Cause: err}
+	s.Err = e
+	s.keepAlive = false
+	s.answer(s.errorResponse(e), false)
+	s.logf(slog.LevelInfo, "bad request", e, nil)
+	s.finish()
+}
+
+// errorResponse is the default answer for e: its status, a Proxy-Status
+// field (RFC 9209) naming the error and the tries made, and a short body.
+func (s *Session) errorResponse(e *fault.Error) *Response {
+	status := e.Answer()
+	r := &Response{Status: status}
+	var ps strings.Builder
+	ps.WriteString("sluice; error=")
+	ps.WriteString(e.ProxyStatus())
+	if n := len(s.Attempts); n > 0 {
+		ps.WriteString(`; details="`)
+		ps.WriteString(strconv.Itoa(n))
+		if n == 1 {
+			ps.WriteString(" try: ")
+		} else {
+			ps.WriteString(" tries: ")
+		}
+		ps.WriteString(upstreamList(s.Attempts, attemptStatus))
+		ps.WriteString(`"`)
+	}
+	r.Header.Add("Content-Type", "text/plain; charset=utf-8")
+	r.Header.Add("Cache-Control", "no-store")
+	r.Header.Add("Proxy-Status", ps.String())
+	body := strconv.Itoa(status) + " " + h1.StatusText(status) + " (" + e.ProxyStatus() + ")\n"
+	r.Body = []byte(body)
+	return r
+}
+
+// logTry writes the line for a failed try: a warning when another try
+// follows, an error when it was the last.
+func (s *Session) logTry(a *Attempt, final bool) {
+	level := slog.LevelWarn
+	msg := "upstream try failed; retrying"
+	if final {
+		level = slog.LevelError
+		msg = "upstream try failed; giving up"
+	}
+	s.logf(level, msg, a.Err, a)
+}
+
+func (s *Session) logf(level slog.Level, msg string, e *fault.Error, a *Attempt) {
+	l := s.srv.ErrorLog
+	if !l.Enabled(context.Background(), level) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("client", s.Client),
+		slog.String("method", s.Request.Method()),
+		slog.String("target", string(s.Request.Target())),
+	}
+	if a != nil {
+		attrs = append(attrs,
+			slog.Int("try", len(s.Attempts)),
+			slog.String("peer", attemptAddr(a)),
+			slog.Bool("reused", a.Reused),
+			slog.Duration("idle", a.IdleAge),
+			slog.Int("served", a.Served),
+			slog.Bool("stale_resend", a.StaleResend),
+			slog.Int64("wrote", a.Wrote),
+			slog.Int64("read", a.Read),
+		)
+	}
+	if e != nil {
+		attrs = append(attrs, slog.String("error", e.Error()))
+		if e.Why != "" {
+			attrs = append(attrs, slog.String("decision", e.Why))
+		}
+	}
+	l.LogAttrs(context.Background(), level, msg, attrs...)
+}
+
+// logAccess writes the default access log line.
+func (s *Session) logAccess() {
+	l := s.srv.AccessLog
+	if !l.Enabled(context.Background(), slog.LevelInfo) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("client", s.Client),
+		slog.String("method", s.Request.Method()),
+		slog.String("target", string(s.Request.Target())),
+		slog.Int("status", s.Status),
+		slog.Int64("bytes_in", s.BytesIn),
+		slog.Int64("bytes_out", s.BytesOut),
+		slog.Duration("duration", time.Since(s.Start)),
+	}
+	if n := len(s.Attempts); n > 0 {
+		attrs = append(attrs,
+			slog.String("upstream", upstreamList(s.Attempts, attemptAddr)),
+			slog.String("upstream_status", upstreamList(s.Attempts, attemptStatus)),
+			slog.Bool("reused", s.Attempts[n-1].Reused),
+			slog.Int("tries", n),
+		)
+	}
+	if s.Err != nil {
+		attrs = append(attrs, slog.String("error", s.Err.Kind.String()))
+	}
+	if s.Aborted {
+		attrs = append(attrs, slog.Bool("aborted", true))
+	}
+	l.LogAttrs(context.Background(), slog.LevelInfo, "request", attrs...)
+}

@@ -1,0 +1,167 @@
+package proxy
+
+import (
+	"net"
+	"time"
+
+	"github.com/sluice-proxy/sluice/fault"
+	"github.com/sluice-proxy/sluice/h1"
+	"github.com/sluice-proxy/sluice/pool"
+	"github.com/sluice-proxy/sluice/retry"
+)
+
+// maxResponseHead bounds an upstream response head.
+const maxResponseHead = 64 << 10
+
+// try makes one try of the request on peer. It returns true when the
+// request is finished: the response was relayed (or cut after it started,
+// or the connection became a tunnel). It returns false with a.Err set when
+// the try failed before anything of the final response went to the client;
+// then s.up may still hold the connection (and s.held a response whose
+// status the policy retries) for the caller to relay or drop.
+func (s *Session) try(peer *Peer, a *Attempt) bool {
+	opts := peer.Options
+	if !s.connect(peer, a) {
+		return false
+	}
+	up := s.up
+
+	s.buildUpstreamRequest(peer)
+	wbuf := h1.AppendRequest(s.c.wbuf[:0], &s.upReq)
+	// A retry resends what the client already sent of the body; a small
+	// body that arrived with the head goes in the same write.
+	syncBody := s.body.prepare(opts.policy())
+	wbuf = append(wbuf, s.body.replay...)
+	s.c.wbuf = wbuf[:0]
+	up.SetWriteDeadline(time.Now().Add(opts.writeTimeout()))
+	n, err := up.Write(wbuf)
+	a.Wrote += int64(n)
+	if err != nil {
+		a.Err = fault.FromIO(err, fault.PhaseWrite)
+		a.Err.Context = "writing the request to " + peer.Addr
+		return false
+	}
+	if !syncBody {
+		s.body.start(up, opts)
+	} else {
+		up.SetReadDeadline(time.Now().Add(opts.responseHeaderTimeout()))
+	}
+	return s.readResponse(peer, a)
+}
+
+// connect takes a pooled connection to peer or dials one, into s.up.
+func (s *Session) connect(peer *Peer, a *Attempt) bool {
+	opts := peer.Options
+	now := time.Now()
+	if opts.limits().MaxIdle > 0 {
+		var maxIdle time.Duration
+		usePool := true
+		if !retry.Idempotent(s.Request.Method()) {
+			// A request that must not be sent twice goes only on a
+			// connection fresh enough that the upstream has surely not
+			// closed it (issue: gunicorn worker recycling, idle races).
+			maxIdle = opts.NonIdempotentMaxIdle
+			usePool = maxIdle > 0
+		}
+		if usePool {
+			if pc := s.srv.Pool.Get(peer.Addr, maxIdle); pc != nil {
+				a.Reused = true
+				a.IdleAge = now.Sub(pc.IdleSince)
+				a.Served = pc.Served
+				s.up = pc
+				pc.Reader.SetReadTimeout(0)
+				return true
+			}
+		}
+	}
+	d := net.Dialer{Timeout: opts.connectTimeout()}
+	nc, err := d.Dial("tcp", peer.Addr)
+	if err != nil {
+		a.Err = fault.FromIO(err, fault.PhaseConnect)
+		a.Err.Context = "connecting to " + peer.Addr
+		return false
+	}
+	s.up = pool.NewConn(nc, peer.Addr, opts.limits(), now)
+	return true
+}
+
+// readResponse reads response heads until the final one, relaying interim
+// (1xx) responses, and then either relays the response or, when its status
+// is one the policy retries, holds it for the caller's decision.
+func (s *Session) readResponse(peer *Peer, a *Attempt) bool {
+	up := s.up
+	readStart := up.Reader.N
+	s.readStart = readStart
+	method := s.Request.Method()
+	for {
+		head, err := up.Reader.ReadHead(maxResponseHead, false)
+		a.Read = up.Reader.N - readStart
+		if err != nil {
+			if be := s.body.failure(up); be != nil {
+				// The client's side failed while the upstream was
+				// waiting for the body: that is the error to answer.
+				a.Err = be
+				return false
+			}
+			a.Err = fault.FromIO(err, fault.PhaseReadHead)
+			a.Err.Context = "reading the response head from " + peer.Addr
+			return false
+		}
+		if err := h1.ParseResponse(&s.resp, head, s.srv.maxHeaders()); err != nil {
+			a.Err = &fault.Error{Kind: fault.InvalidResponse, Source: fault.Upstream,
+				Context: "parsing the response head from " + peer.Addr, Cause: err}
+			return false
+		}
+		a.Status = s.resp.Status
+		if s.resp.Status >= 200 {
+			break
+		}
+		if s.resp.Status == 101 {
+			if !s.upgrade {
+				a.Err = &fault.Error{Kind: fault.InvalidResponse, Source: fault.Upstream,
+					Context: "101 Switching Protocols to a request that asked for no upgrade from " + peer.Addr}
+				return false
+			}
+			s.tunnel(peer, a)
+			return true
+		}
+		// RFC 9110 §15.2: a proxy forwards 1xx responses, except to an
+		// HTTP/1.0 client, which cannot read them.
+		if s.Request.Minor >= 1 {
+			if err := s.writeInterim(); err != nil {
+				s.Err = clientErr(err, "writing an interim response to the client")
+				s.Aborted = true
+				s.dropUpstream()
+				return true
+			}
+		}
+	}
+	f, reusable, err := h1.ResponseFraming(method, &s.resp)
+	if err != nil {
+		a.Err = &fault.Error{Kind: fault.InvalidResponse, Source: fault.Upstream,
+			Context: "framing the response from " + peer.Addr, Cause: err}
+		return false
+	}
+	s.respFrame, s.respReuse = f, reusable
+	if c := retry.Status(s.resp.Status); c != 0 && peer.Options.policy().Conditions()&c != 0 {
+		s.held = true
+		a.Err = &fault.Error{Kind: fault.UpstreamStatus, Source: fault.Upstream, Status: s.resp.Status,
+			Context: "response from " + peer.Addr}
+		return false
+	}
+	s.relay(peer, a)
+	return true
+}
+
+// dropUpstream ends the current try's use of its connection: stop sending
+// the body and close the connection, which can no longer be trusted to be
+// at a message boundary.
+func (s *Session) dropUpstream() {
+	if s.up == nil {
+		return
+	}
+	s.body.stop(s.up)
+	s.up.Close()
+	s.up = nil
+	s.held = false
+}

@@ -1,0 +1,178 @@
+package proxy
+
+import (
+	"io"
+	"sync"
+	"time"
+
+	"github.com/sluice-proxy/sluice/fault"
+	"github.com/sluice-proxy/sluice/h1"
+	"github.com/sluice-proxy/sluice/pool"
+	"github.com/sluice-proxy/sluice/retry"
+)
+
+// reqBody moves the request body from the client to the upstream while the
+// response comes back (full duplex: an upstream may answer before the body
+// has ended), keeping what it sent for a resend as long as it fits the
+// policy's body buffer.
+//
+// A body that arrived whole with its head is sent in the same write as the
+// head. Any other body is sent by a goroutine per try (the pump), which the
+// session stops before the next try or once the response is relayed. A
+// stopped pump leaves the body reader where it was, so the next try's pump
+// resumes after resending the kept bytes.
+type reqBody struct {
+	s      *Session
+	b      h1.Body
+	f      h1.Framing
+	limit  int64  // bytes that may be kept for a resend
+	replay []byte // every byte consumed so far, while not truncated
+	// consumed counts body bytes taken from the client; truncated is set
+	// once replay no longer holds them all; finished once the body ended.
+	consumed  int64
+	truncated bool
+	finished  bool
+	prepared  bool
+
+	running bool
+	done    chan struct{} // one signal per pump run
+	mu      sync.Mutex    // orders stop against the pump's deadline setting
+	stopped bool
+	err     *fault.Error // the client side's failure, from the pump
+}
+
+func (rb *reqBody) init(s *Session, f h1.Framing) {
+	rb.s = s
+	rb.f = f
+	rb.replay = rb.replay[:0]
+	rb.b.Init(&s.c.r, f, false, s.srv.maxHeaderBytes())
+	rb.finished = f.Empty()
+}
+
+// prepare readies the body for a try and reports whether all of it is now
+// in replay, to go out in the same write as the head (no pump needed).
+func (rb *reqBody) prepare(pol *retry.Policy) bool {
+	if !rb.prepared {
+		rb.prepared = true
+		rb.limit = pol.BufferSize()
+		if pol.MaxTries() == 1 {
+			rb.limit = 0
+		}
+	}
+	if rb.finished {
+		return true
+	}
+	r := &rb.s.c.r
+	if rb.consumed == 0 && rb.f.Kind == h1.Length && rb.f.Length <= rb.limit && int64(r.Buffered()) >= rb.f.Length {
+		for {
+			seg, err := rb.b.Next()
+			rb.keep(seg)
+			if err != nil {
+				break
+			}
+		}
+		rb.finished = rb.b.Done()
+		return rb.finished
+	}
+	return false
+}
+
+// keep records consumed bytes in replay while they fit.
+func (rb *reqBody) keep(seg []byte) {
+	rb.consumed += int64(len(seg))
+	rb.s.BytesIn = rb.consumed
+	if rb.truncated {
+		return
+	}
+	if int64(len(rb.replay)+len(seg)) > rb.limit {
+		rb.truncated = true
+		rb.replay = rb.replay[:0]
+		return
+	}
+	rb.replay = append(rb.replay, seg...)
+}
+
+// start runs the pump for a try on up.
+func (rb *reqBody) start(up *pool.Conn, opts *PeerOptions) {
+	if rb.finished {
+		return
+	}
+	rb.running = true
+	rb.stopped = false
+	rb.err = nil
+	go rb.pump(up, opts.writeTimeout(), opts.responseHeaderTimeout())
+}
+
+func (rb *reqBody) pump(up *pool.Conn, writeTimeout, headerTimeout time.Duration) {
+	defer func() { rb.done <- struct{}{} }()
+	client := rb.s.c.nc
+	bodyTimeout := rb.s.srv.bodyTimeout()
+	for {
+		rb.mu.Lock()
+		if rb.stopped {
+			rb.mu.Unlock()
+			return
+		}
+		client.SetReadDeadline(time.Now().Add(bodyTimeout))
+		rb.mu.Unlock()
+
+		seg, err := rb.b.Next()
+		if len(seg) > 0 {
+			rb.keep(seg)
+			up.SetWriteDeadline(time.Now().Add(writeTimeout))
+			if _, werr := up.Write(seg); werr != nil {
+				// The upstream stopped reading; what it said, if
+				// anything, is for the response side to find.
+				return
+			}
+		}
+		switch {
+		case err == io.EOF:
+			rb.finished = true
+			// The response-header timeout runs from the end of the
+			// request.
+			up.SetReadDeadline(time.Now().Add(headerTimeout))
+			return
+		case err != nil:
+			rb.mu.Lock()
+			stopped := rb.stopped
+			rb.mu.Unlock()
+			if stopped {
+				return
+			}
+			// The client failed mid-body (gone, too slow, or bad chunked
+			// framing): the upstream exchange is aborted, never
+			// completed, and closing it wakes the response side.
+			rb.err = clientErr(err, "reading the request body")
+			up.Close()
+			return
+		}
+	}
+}
+
+// stop ends the pump, if running, and waits for it.
+func (rb *reqBody) stop(up *pool.Conn) {
+	if !rb.running {
+		return
+	}
+	rb.mu.Lock()
+	rb.stopped = true
+	rb.s.c.nc.SetReadDeadline(time.Now())
+	rb.mu.Unlock()
+	up.SetWriteDeadline(time.Now())
+	<-rb.done
+	rb.running = false
+}
+
+// failure stops the pump and returns the client side's failure, if any.
+func (rb *reqBody) failure(up *pool.Conn) *fault.Error {
+	rb.stop(up)
+	return rb.err
+}
+
+// replayable reports whether every body byte consumed so far is kept.
+func (rb *reqBody) replayable() bool { return !rb.truncated }
+
+// complete reports whether the whole body was read from the client, so that
+// the connection is at the start of the next request.
+func (rb *reqBody) complete() bool { return rb.finished }

@@ -1,0 +1,234 @@
+package proxy
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/sluice-proxy/sluice/fault"
+	"github.com/sluice-proxy/sluice/h1"
+	"github.com/sluice-proxy/sluice/pool"
+	"github.com/sluice-proxy/sluice/retry"
+)
+
+// Handler is the one decision a proxy must make: where a request goes.
+//
+// UpstreamPeer is called before every try of a request, the first and each
+// retry; the session's Attempts say which peers were tried and how they
+// failed, so a handler can pick another. Returning an error answers the
+// client with it: a *fault.Error keeps its kind (NoUpstream gives 503), any
+// other error is a 502 bad_gateway with the error in the log.
+//
+// A Handler may also implement any of the optional hook interfaces below
+// (RequestFilter, UpstreamRequestFilter, ResponseFilter, FailToConnect,
+// ErrorWhileProxy, FailToProxy, Logger); the Server checks once, at start.
+// Hooks are called from the connection's goroutine; a Handler serves many
+// connections at once and must be safe for concurrent use.
+type Handler interface {
+	UpstreamPeer(s *Session) (*Peer, error)
+}
+
+// RequestFilter runs once the request head is read and validated, before any
+// upstream is chosen. Returning a non-nil Response answers the request with
+// it and skips the upstream: an answer must be handed back, so "answered
+// but wrote nothing" cannot happen.
+type RequestFilter interface {
+	RequestFilter(s *Session) *Response
+}
+
+// UpstreamRequestFilter may change the head sent upstream, on each try.
+// req is a copy of the client's request with hop-by-hop fields removed and
+// forwarding fields added.
+type UpstreamRequestFilter interface {
+	UpstreamRequestFilter(s *Session, peer *Peer, req *h1.Request)
+}
+
+// ResponseFilter may change the upstream's response head before it goes to
+// the client. Changing the framing fields (Content-Length,
+// Transfer-Encoding) does not change how the body is forwarded.
+type ResponseFilter interface {
+	ResponseFilter(s *Session, resp *h1.Response)
+}
+
+// FailToConnect sees a failure to connect to peer, with the engine's retry
+// decision already in e.Retry and e.Why, and returns the error to act on (nil
+// keeps e). Nothing of the request reached the peer, so retrying is safe for
+// any method.
+type FailToConnect interface {
+	FailToConnect(s *Session, peer *Peer, e *fault.Error) *fault.Error
+}
+
+// ErrorWhileProxy sees a failure after the connection was made, before any
+// response byte went to the client, with the engine's decision in e.Retry
+// and e.Why (never undecided), and returns the error to act on (nil keeps
+// e). reused says whether the connection came from the pool. Setting Retry
+// on a request that may have been processed risks a duplicate: the hook
+// takes that responsibility. Tries and the retry budget still apply.
+type ErrorWhileProxy interface {
+	ErrorWhileProxy(s *Session, peer *Peer, e *fault.Error, reused bool) *fault.Error
+}
+
+// FailToProxy chooses the answer for a request that failed for good. A nil
+// Response gives the default answer: e.Answer() with a Proxy-Status header.
+// It is not called when the response had already started; then the client
+// connection is aborted.
+type FailToProxy interface {
+	FailToProxy(s *Session, e *fault.Error) *Response
+}
+
+// Logger runs once per request, after the response went out or failed. The
+// session is valid until Logging returns.
+type Logger interface {
+	Logging(s *Session)
+}
+
+// Response is an answer the proxy writes itself.
+type Response struct {
+	Status int
+	Header h1.Header // Content-Length is set from Body
+	Body   []byte
+}
+
+// Text returns a plain-text Response.
+func Text(status int, body string) *Response {
+	r := &Response{Status: status, Body: []byte(body)}
+	r.Header.Add("Content-Type", "text/plain; charset=utf-8")
+	return r
+}
+
+// Peer is an upstream server a request can be sent to. Handlers keep their
+// Peers for as long as they serve, so that choosing one allocates nothing.
+type Peer struct {
+	// Addr is the server's host:port.
+	Addr string
+	// Options governs connections to the server; nil means the defaults of
+	// a zero PeerOptions. It is shared, not copied.
+	Options *PeerOptions
+	// Tag is free for the handler, e.g. the balancer's server record.
+	Tag any
+}
+
+// PeerOptions are the connection and retry settings of a group of peers.
+// The zero value has the documented defaults. Options are read-only once
+// in use.
+type PeerOptions struct {
+	// ConnectTimeout bounds dialing; 0 means 2s.
+	ConnectTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for the response head once the
+	// request is written; 0 means 30s.
+	ResponseHeaderTimeout time.Duration
+	// ReadTimeout bounds each wait for response body bytes; 0 means 60s.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds each write to the upstream; 0 means 60s.
+	WriteTimeout time.Duration
+	// Pool limits the idle connections kept for each peer. The zero value
+	// keeps none; DefaultPoolLimits is what the config file defaults to.
+	Pool pool.Limits
+	// NonIdempotentMaxIdle keeps non-idempotent requests off pooled
+	// connections idle longer than this (they dial instead); 0 means they
+	// always dial. Connections to a server that just announced it is
+	// closing are avoided for them too.
+	NonIdempotentMaxIdle time.Duration
+	// Retry is the retry policy; nil means retry's defaults.
+	Retry *retry.Policy
+	// Host, when set, replaces the Host header sent upstream.
+	Host string
+}
+
+// DefaultPoolLimits are the pool limits sluice's config defaults to.
+var DefaultPoolLimits = pool.Limits{MaxIdle: 32, IdleTimeout: 60 * time.Second}
+
+func (o *PeerOptions) connectTimeout() time.Duration {
+	if o == nil || o.ConnectTimeout <= 0 {
+		return 2 * time.Second
+	}
+	return o.ConnectTimeout
+}
+
+func (o *PeerOptions) responseHeaderTimeout() time.Duration {
+	if o == nil || o.ResponseHeaderTimeout <= 0 {
+		return 30 * time.Second
+	}
+	return o.ResponseHeaderTimeout
+}
+
+func (o *PeerOptions) readTimeout() time.Duration {
+	if o == nil || o.ReadTimeout <= 0 {
+		return 60 * time.Second
+	}
+	return o.ReadTimeout
+}
+
+func (o *PeerOptions) writeTimeout() time.Duration {
+	if o == nil || o.WriteTimeout <= 0 {
+		return 60 * time.Second
+	}
+	return o.WriteTimeout
+}
+
+func (o *PeerOptions) policy() *retry.Policy {
+	if o == nil {
+		return nil
+	}
+	return o.Retry
+}
+
+var zeroLimits pool.Limits
+
+func (o *PeerOptions) limits() *pool.Limits {
+	if o == nil {
+		return &zeroLimits
+	}
+	return &o.Pool
+}
+
+// Attempt records one try of a request: where it went, on what connection,
+// how far it got, and what was decided after it.
+type Attempt struct {
+	Peer *Peer
+	// Reused is set when the try ran on a pooled connection; IdleAge is how
+	// long it had been idle and Served how many requests it had carried.
+	Reused  bool
+	IdleAge time.Duration
+	Served  int
+	// StaleResend marks a try that followed a stale pooled connection: the
+	// previous try failed on a reused connection before any response byte.
+	StaleResend bool
+	// Wrote and Read count the request and response bytes of this try.
+	Wrote, Read int64
+	// Status is the upstream's response status, 0 if none was read.
+	Status int
+	// Err is the failure, nil for the try that answered. Err.Retry and
+	// Err.Why hold the decision taken after it.
+	Err      *fault.Error
+	Start    time.Time
+	Duration time.Duration
+}
+
+// Upstreams formats the attempts the way nginx's $upstream_addr does.
+func upstreamList(as []Attempt, field func(*Attempt) string) string {
+	var b []byte
+	for i := range as {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, field(&as[i])...)
+	}
+	return string(b)
+}
+
+func attemptStatus(a *Attempt) string {
+	if a.Status != 0 {
+		return strconv.Itoa(a.Status)
+	}
+	if a.Err != nil {
+		return a.Err.Kind.String()
+	}
+	return "-"
+}
+
+func attemptAddr(a *Attempt) string {
+	if a.Peer == nil {
+		return "-"
+	}
+	return a.Peer.Addr
+}

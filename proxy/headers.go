@@ -1,0 +1,107 @@
+package proxy
+
+import (
+	"bytes"
+
+	"github.com/sluice-proxy/sluice/h1"
+)
+
+// hopByHop are the fields that describe one connection and never pass a
+// proxy (RFC 9110 §7.6.1), besides those the Connection field names.
+// Transfer-Encoding is hop-by-hop too, but bodies pass through with their
+// framing intact, so it stays with them; TE stays when it only asks for
+// trailers, which sluice passes through.
+var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Upgrade"}
+
+// stripHopByHop removes the hop-by-hop fields from h. With keepUpgrade, the
+// Upgrade field stays (a protocol switch being relayed).
+func stripHopByHop(h *h1.Header, keepUpgrade bool) {
+	// Fields named in Connection go first, while Connection is still there.
+	for i := 0; i < h.Len(); i++ {
+		if !h1.EqualFold(h.Name(i), "Connection") {
+			continue
+		}
+		v := h.Value(i)
+		for len(v) > 0 {
+			var tok []byte
+			if j := bytes.IndexByte(v, ','); j >= 0 {
+				tok, v = v[:j], v[j+1:]
+			} else {
+				tok, v = v, nil
+			}
+			tok = bytes.TrimSpace(tok)
+			if len(tok) == 0 || h1.EqualFold(tok, "Transfer-Encoding") ||
+				(keepUpgrade && h1.EqualFold(tok, "Upgrade")) || h1.EqualFold(tok, "Connection") {
+				continue
+			}
+			delNamed(h, tok, i)
+		}
+	}
+	for _, name := range hopByHop {
+		if keepUpgrade && name == "Upgrade" {
+			continue
+		}
+		if h.Has(name) {
+			h.Del(name)
+		}
+	}
+	if te := h.Get("TE"); te != nil && !h1.EqualFold(bytes.TrimSpace(te), "trailers") {
+		h.Del("TE")
+	}
+}
+
+// delNamed removes the fields called name except the one at keep (the
+// Connection field being read).
+func delNamed(h *h1.Header, name []byte, keep int) {
+	for j := h.Len() - 1; j >= 0; j-- {
+		if j != keep && bytes.EqualFold(h.Name(j), name) {
+			h.DelAt(j)
+		}
+	}
+}
+
+var xForwardedHost = []byte("X-Forwarded-Host")
+
+// buildUpstreamRequest makes s.upReq, the head sent to peer: the client's
+// request with hop-by-hop fields removed, forwarding fields added, an
+// upgrade kept when one was asked for, then the UpstreamRequestFilter hook.
+func (s *Session) buildUpstreamRequest(peer *Peer) {
+	r := &s.upReq
+	r.CopyFrom(&s.Request)
+	stripHopByHop(&r.Header, s.upgrade)
+	if s.upgrade {
+		r.Header.Add("Connection", "Upgrade")
+	}
+	if peer.Options != nil && peer.Options.Host != "" {
+		r.Header.Set("Host", peer.Options.Host)
+	}
+	fw := &s.srv.Forwarding
+	if !fw.NoXForwardedFor {
+		if i := r.Header.Index("X-Forwarded-For"); i >= 0 {
+			// Append to the list the client sent, as nginx's
+			// $proxy_add_x_forwarded_for does.
+			v := append(append(append([]byte(nil), r.Header.Value(i)...), ", "...), s.Client...)
+			r.Header.Set("X-Forwarded-For", string(v))
+		} else {
+			r.Header.Add("X-Forwarded-For", s.Client)
+		}
+	}
+	if !fw.NoXForwardedProto {
+		r.Header.Set("X-Forwarded-Proto", "http")
+	}
+	if !fw.NoXForwardedHost {
+		if host := s.Request.Header.Get("Host"); host != nil {
+			if r.Header.Has("X-Forwarded-Host") {
+				r.Header.Set("X-Forwarded-Host", string(host))
+			} else {
+				r.Header.AddBytes(xForwardedHost, host)
+			}
+		}
+	}
+	if !fw.NoVia {
+		r.Header.Add("Via", "1.1 sluice")
+	}
+	if f := s.hooks.upstreamRequestFilter; f != nil {
+		f.UpstreamRequestFilter(s, peer, r)
+	}
+}

@@ -1,0 +1,250 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sluice-proxy/sluice/fault"
+	"github.com/sluice-proxy/sluice/h1"
+)
+
+// relay sends the response whose head is in s.resp to the client and
+// streams its body, then returns the upstream connection to the pool if
+// the exchange ended cleanly on both sides.
+func (s *Session) relay(peer *Peer, a *Attempt) {
+	up := s.up
+	resp := &s.resp
+	s.held = false
+	if a.Err != nil && a.Err.Kind == fault.UpstreamStatus {
+		// Kept for the log; the client gets the upstream's answer.
+		a.Err = nil
+	}
+	if rf := s.hooks.responseFilter; rf != nil {
+		rf.ResponseFilter(s, resp)
+	}
+	upKeep := s.respReuse && h1.KeepAlive(resp.Minor, &resp.Header)
+	learnKeepAlive(s, up.Served+1, &resp.Header)
+	closing := resp.Header.HasToken("Connection", "close")
+	if closing {
+		// The upstream is closing this connection, often because the
+		// process behind it is going away (gunicorn's max_requests);
+		// its other pooled connections may follow.
+		s.srv.Pool.MarkClosing(peer.Addr)
+	}
+	stripHopByHop(&resp.Header, false)
+
+	frame := s.respFrame
+	decode := frame.Kind == h1.Chunked && s.Request.Minor == 0
+	if decode {
+		// An HTTP/1.0 client cannot read chunked: decode, and let the
+		// close of the connection end the body.
+		resp.Header.Del("Transfer-Encoding")
+	}
+	down := s.keepAlive && frame.Kind != h1.UntilClose && !decode
+	switch {
+	case !down:
+		resp.Header.Set("Connection", "close")
+	case s.Request.Minor == 0:
+		resp.Header.Set("Connection", "keep-alive")
+	}
+	s.keepAlive = down
+
+	var body h1.Body
+	up.Reader.SetReadTimeout(peer.Options.readTimeout())
+	body.Init(&up.Reader, frame, decode, maxResponseHead)
+
+	// The head and whatever of the body is already buffered go out in one
+	// write; a body still on its way is not waited for, so streamed
+	// responses start at once.
+	wbuf := h1.AppendResponse(s.c.wbuf[:0], resp)
+	if up.Reader.Buffered() > 0 || body.Done() {
+		seg, err := body.Next()
+		wbuf = append(wbuf, seg...)
+		if err != nil && err != io.EOF {
+			s.c.wbuf = wbuf[:0]
+			s.failBody(peer, a, wbuf, err)
+			return
+		}
+	}
+	s.c.wbuf = wbuf[:0]
+	s.Status = resp.Status
+	if err := s.c.write(wbuf); err != nil {
+		s.clientGone(err)
+		return
+	}
+	for !body.Done() {
+		seg, err := body.Next()
+		if len(seg) > 0 {
+			if werr := s.c.write(seg); werr != nil {
+				s.clientGone(werr)
+				return
+			}
+		}
+		if err != nil && err != io.EOF {
+			s.failBody(peer, a, nil, err)
+			return
+		}
+	}
+	a.Read = up.Reader.N - s.readStart
+	s.body.stop(up)
+	if !s.body.complete() {
+		// The upstream answered before the request body ended; the rest
+		// of it cannot be trusted to be read, so neither connection is
+		// at a message boundary.
+		s.keepAlive = false
+		upKeep = false
+	}
+	s.up = nil
+	up.Served++
+	if upKeep {
+		s.srv.Pool.Put(up)
+	} else {
+		up.Close()
+	}
+}
+
+// failBody handles an upstream failure after the response head was read:
+// whatever was sent, the client connection is cut rather than finished
+// with a response that looks complete (invariant 4).
+func (s *Session) failBody(peer *Peer, a *Attempt, pending []byte, err error) {
+	e := fault.FromIO(err, fault.PhaseReadBody)
+	if be := s.body.failure(s.up); be != nil {
+		e = be
+	}
+	e.Context = "reading the response body from " + peer.Addr
+	e.Why = "not retried: the response had started going to the client"
+	a.Err = e
+	s.Err = e
+	if len(pending) > 0 {
+		s.c.write(pending) // the head and what arrived: then the cut
+		s.Status = s.resp.Status
+	}
+	s.Aborted = true
+	s.keepAlive = false
+	s.dropUpstream()
+	s.logTry(a, true)
+}
+
+// clientGone handles a failed write to the client during the response.
+func (s *Session) clientGone(err error) {
+	s.Err = clientErr(err, "writing the response to the client")
+	s.Aborted = true
+	s.keepAlive = false
+	s.dropUpstream()
+}
+
+// writeInterim relays a 1xx response head (100 Continue, 103 Early Hints).
+func (s *Session) writeInterim() error {
+	stripHopByHop(&s.resp.Header, false)
+	wbuf := h1.AppendResponse(s.c.wbuf[:0], &s.resp)
+	s.c.wbuf = wbuf[:0]
+	return s.c.write(wbuf)
+}
+
+// tunnel relays a 101 Switching Protocols and then copies bytes both ways
+// until both sides have finished. The upstream connection is never reused.
+func (s *Session) tunnel(peer *Peer, a *Attempt) {
+	up := s.up
+	s.body.stop(up)
+	stripHopByHop(&s.resp.Header, true)
+	s.resp.Header.Set("Connection", "Upgrade")
+	wbuf := h1.AppendResponse(s.c.wbuf[:0], &s.resp)
+	s.c.wbuf = wbuf[:0]
+	s.Status = 101
+	if err := s.c.write(wbuf); err != nil {
+		s.clientGone(err)
+		return
+	}
+	s.Upgraded = true
+	s.keepAlive = false
+	client := s.c.nc
+	client.SetDeadline(time.Time{})
+	up.SetDeadline(time.Time{})
+
+	// Bytes that arrived behind the heads belong to the new protocol.
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if b := up.Reader.Peek(); len(b) > 0 {
+			n, _ := client.Write(b)
+			s.BytesOut += int64(n)
+			up.Reader.Discard(len(b))
+		}
+		n, _ := io.Copy(client, up.Conn)
+		s.BytesOut += n
+		closeWrite(client)
+	}()
+	if b := s.c.r.Peek(); len(b) > 0 {
+		up.Write(b)
+		s.BytesIn += int64(len(b))
+		s.c.r.Discard(len(b))
+	}
+	n, _ := io.Copy(up.Conn, client)
+	s.BytesIn += n
+	closeWrite(up.Conn)
+	wg.Wait()
+	up.Close()
+	s.up = nil
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+		return
+	}
+	c.Close()
+}
+
+// learnKeepAlive reads the limits an upstream announces for its connection
+// (Keep-Alive: timeout=N, max=M) so the pool retires the connection before
+// the upstream would close it. served is the request count including the
+// current one. A connection is treated as expired a safety margin before
+// the announced timeout: one second, or half the timeout when that is two
+// seconds or less, so a request never leaves on a connection the upstream
+// is closing at the same moment.
+func learnKeepAlive(s *Session, served int, h *h1.Header) {
+	v := h.Get("Keep-Alive")
+	if v == nil {
+		return
+	}
+	up := s.up
+	for len(v) > 0 {
+		var item []byte
+		if i := bytes.IndexByte(v, ','); i >= 0 {
+			item, v = v[:i], v[i+1:]
+		} else {
+			item, v = v, nil
+		}
+		item = bytes.TrimSpace(item)
+		eq := bytes.IndexByte(item, '=')
+		if eq < 0 {
+			continue
+		}
+		name, val := bytes.TrimSpace(item[:eq]), bytes.TrimSpace(bytes.Trim(item[eq+1:], `"`))
+		n, err := strconv.Atoi(string(val))
+		if err != nil || n < 0 {
+			continue
+		}
+		switch {
+		case h1.EqualFold(name, "timeout"):
+			t := time.Duration(n) * time.Second
+			margin := time.Second
+			if t <= 2*time.Second {
+				margin = t / 2
+			}
+			up.IdleLimit = t - margin
+			if up.IdleLimit <= 0 {
+				up.IdleLimit = time.Millisecond
+			}
+		case h1.EqualFold(name, "max"):
+			// max counts the requests the upstream will still take on
+			// this connection after this one (Apache's convention).
+			up.MaxServed = served + n
+		}
+	}
+}

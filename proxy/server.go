@@ -1,0 +1,291 @@
+// Package proxy is sluice's request main line: it accepts client
+// connections, reads requests with sluice's own HTTP/1.1 wire code, asks a
+// Handler where each request goes, tries upstreams until one answers or the
+// retry policy says stop, and streams the answer back.
+//
+// The main line, from accept to log, reads top to bottom in conn.go
+// (connection loop), session.go (one request), attempt.go (one try),
+// relay.go (the response), and answer.go (answers sluice writes itself).
+package proxy
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-proxy/sluice/pool"
+)
+
+// Server serves HTTP/1.1 clients on its listeners and proxies their requests
+// as its Handler decides. Set the fields before the first Serve and do not
+// change them afterwards; the Handler alone can be swapped while serving
+// (SetHandler). The zero value of every field but Handler has the
+// documented default.
+type Server struct {
+	// Handler decides where requests go; its optional hook interfaces are
+	// discovered when it is set.
+	Handler Handler
+
+	// HeaderTimeout bounds reading each request head, counted from its
+	// first byte; 0 means 10s.
+	HeaderTimeout time.Duration
+	// IdleTimeout bounds the wait for the next request on a kept-alive
+	// connection; 0 means 60s.
+	IdleTimeout time.Duration
+	// BodyTimeout bounds each wait for request body bytes; 0 means 60s.
+	BodyTimeout time.Duration
+	// SendTimeout bounds each write to the client; 0 means 60s.
+	SendTimeout time.Duration
+	// MaxHeaderBytes bounds a request head (431 above it); 0 means 64 KiB.
+	MaxHeaderBytes int
+	// MaxHeaders bounds the number of request header fields (431 above
+	// it); 0 means 100.
+	MaxHeaders int
+	// Forwarding turns off the fields added to requests sent upstream.
+	Forwarding Forwarding
+
+	// Pool holds idle upstream connections; nil means a pool of at most
+	// 1024 idle connections, created by the first Serve and closed by
+	// Shutdown.
+	Pool *pool.Pool
+	// ErrorLog receives one line per failed try and per proxy-made error;
+	// nil means slog.Default().
+	ErrorLog *slog.Logger
+	// AccessLog, when set, receives one line per request unless the
+	// Handler implements Logger.
+	AccessLog *slog.Logger
+	// Observer, when set, is told about every try and request (metrics).
+	Observer Observer
+
+	hooks atomic.Pointer[hooks]
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*conn]struct{}
+	draining  bool
+	ownPool   bool
+	inited    bool
+	wg        sync.WaitGroup
+}
+
+// Forwarding lists the request fields sluice adds; each is on unless
+// turned off here.
+type Forwarding struct {
+	NoXForwardedFor   bool // X-Forwarded-For: the client address, appended
+	NoXForwardedProto bool // X-Forwarded-Proto: http or https, replaced
+	NoXForwardedHost  bool // X-Forwarded-Host: the Host the client sent, replaced
+	NoVia             bool // Via: "1.1 sluice", appended (RFC 9110 §7.6.3)
+}
+
+// Observer is told what the proxy does, for metrics. Its methods are called
+// from connection goroutines concurrently and must not block.
+type Observer interface {
+	// Try is called after each try of a request.
+	Try(s *Session, a *Attempt)
+	// Done is called once per request, before logging.
+	Done(s *Session)
+	// BudgetDenied is called when the retry budget refused a retry.
+	BudgetDenied(s *Session, peer *Peer)
+}
+
+// ErrServerClosed is returned by Serve after Shutdown.
+var ErrServerClosed = errors.New("proxy: server closed")
+
+// hooks caches the Handler's optional interfaces.
+type hooks struct {
+	h                     Handler
+	requestFilter         RequestFilter
+	upstreamRequestFilter UpstreamRequestFilter
+	responseFilter        ResponseFilter
+	failToConnect         FailToConnect
+	errorWhileProxy       ErrorWhileProxy
+	failToProxy           FailToProxy
+	logger                Logger
+}
+
+// SetHandler replaces the Handler; requests that have started keep the one
+// they started with. It is safe to call while serving.
+func (srv *Server) SetHandler(h Handler) {
+	hk := &hooks{h: h}
+	hk.requestFilter, _ = h.(RequestFilter)
+	hk.upstreamRequestFilter, _ = h.(UpstreamRequestFilter)
+	hk.responseFilter, _ = h.(ResponseFilter)
+	hk.failToConnect, _ = h.(FailToConnect)
+	hk.errorWhileProxy, _ = h.(ErrorWhileProxy)
+	hk.failToProxy, _ = h.(FailToProxy)
+	hk.logger, _ = h.(Logger)
+	srv.hooks.Store(hk)
+}
+
+func (srv *Server) init() {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if srv.inited {
+		return
+	}
+	srv.inited = true
+	if srv.hooks.Load() == nil && srv.Handler != nil {
+		srv.SetHandler(srv.Handler)
+	}
+	if srv.Pool == nil {
+		srv.Pool = pool.New(1024, nil)
+		srv.ownPool = true
+	}
+	if srv.ErrorLog == nil {
+		srv.ErrorLog = slog.Default()
+	}
+	srv.listeners = make(map[net.Listener]struct{})
+	srv.conns = make(map[*conn]struct{})
+}
+
+func (srv *Server) headerTimeout() time.Duration { return orDefault(srv.HeaderTimeout, 10*time.Second) }
+func (srv *Server) idleTimeout() time.Duration   { return orDefault(srv.IdleTimeout, 60*time.Second) }
+func (srv *Server) bodyTimeout() time.Duration   { return orDefault(srv.BodyTimeout, 60*time.Second) }
+func (srv *Server) sendTimeout() time.Duration   { return orDefault(srv.SendTimeout, 60*time.Second) }
+
+func (srv *Server) maxHeaderBytes() int {
+	if srv.MaxHeaderBytes <= 0 {
+		return 64 << 10
+	}
+	return srv.MaxHeaderBytes
+}
+
+func (srv *Server) maxHeaders() int {
+	if srv.MaxHeaders <= 0 {
+		return 100
+	}
+	return srv.MaxHeaders
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// Serve accepts connections on ln and serves each on its own goroutine
+// until Shutdown, when it returns ErrServerClosed. It closes ln on return.
+func (srv *Server) Serve(ln net.Listener) error {
+	srv.init()
+	if srv.hooks.Load() == nil {
+		return errors.New("proxy: Server has no Handler")
+	}
+	srv.mu.Lock()
+	if srv.draining {
+		srv.mu.Unlock()
+		ln.Close()
+		return ErrServerClosed
+	}
+	srv.listeners[ln] = struct{}{}
+	srv.wg.Add(1)
+	srv.mu.Unlock()
+	defer srv.wg.Done()
+	defer func() {
+		srv.mu.Lock()
+		delete(srv.listeners, ln)
+		srv.mu.Unlock()
+		ln.Close()
+	}()
+
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			srv.mu.Lock()
+			draining := srv.draining
+			srv.mu.Unlock()
+			if draining {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTooManyFiles) {
+				// Out of file descriptors and the like: wait and go on,
+				// as net/http does.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				srv.ErrorLog.Warn("accept failed; retrying", "error", err, "delay", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		c := newConn(srv, nc)
+		srv.mu.Lock()
+		if srv.draining {
+			srv.mu.Unlock()
+			nc.Close()
+			continue
+		}
+		srv.conns[c] = struct{}{}
+		srv.wg.Add(1)
+		srv.mu.Unlock()
+		go c.serve()
+	}
+}
+
+// ListenAndServe listens on the TCP address addr and calls Serve.
+func (srv *Server) ListenAndServe(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return srv.Serve(ln)
+}
+
+// Shutdown stops accepting, closes idle client connections, lets requests
+// in flight finish, and closes each connection once its response is out.
+// When ctx ends first, it closes every remaining connection and returns
+// ctx's error. It then closes the Server's own pool.
+func (srv *Server) Shutdown(ctx context.Context) error {
+	srv.init()
+	srv.mu.Lock()
+	srv.draining = true
+	for ln := range srv.listeners {
+		ln.Close()
+	}
+	for c := range srv.conns {
+		c.wakeIfIdle()
+	}
+	srv.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() {
+		srv.wg.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		srv.mu.Lock()
+		for c := range srv.conns {
+			c.nc.Close()
+		}
+		srv.mu.Unlock()
+		<-done
+	}
+	if srv.ownPool {
+		srv.Pool.Close()
+	}
+	return err
+}
+
+// Draining reports whether Shutdown has begun.
+func (srv *Server) Draining() bool {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	return srv.draining
+}
+
+func (srv *Server) forget(c *conn) {
+	srv.mu.Lock()
+	delete(srv.conns, c)
+	srv.mu.Unlock()
+	srv.wg.Done()
+}

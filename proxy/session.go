@@ -1,0 +1,326 @@
+package proxy
+
+import (
+	"bytes"
+	"time"
+
+	"github.com/sluice-proxy/sluice/fault"
+	"github.com/sluice-proxy/sluice/h1"
+	"github.com/sluice-proxy/sluice/pool"
+	"github.com/sluice-proxy/sluice/retry"
+)
+
+// Session is one request passing through the proxy, from its head being
+// read to its last log line. Hooks receive it; it is valid until the
+// Logging hook returns, after which sluice reuses it for the connection's
+// next request.
+type Session struct {
+	// Request is the client's request head. Hooks may change it before the
+	// upstream is chosen; the upstream gets a copy with hop-by-hop fields
+	// removed and forwarding fields added.
+	Request h1.Request
+	// Client is the client's IP address.
+	Client string
+	// Ctx is the Handler's own per-request state; nil at the start of
+	// every request.
+	Ctx any
+	// Attempts lists the tries made so far, the failed ones with their
+	// error and retry decision.
+	Attempts []Attempt
+	// Start is when the request head had been read.
+	Start time.Time
+	// Status is the status sent to the client, 0 if none was.
+	Status int
+	// BytesIn counts request body bytes read from the client; BytesOut
+	// counts every byte written to the client.
+	BytesIn, BytesOut int64
+	// Err is the failure that ended the request, nil when it was answered
+	// by an upstream (whatever the status) or by a hook.
+	Err *fault.Error
+	// Upgraded is set when the connection became a tunnel (101).
+	Upgraded bool
+	// Aborted is set when the response had started and could not be
+	// finished: the client connection was cut.
+	Aborted bool
+
+	srv       *Server
+	c         *conn
+	hooks     *hooks
+	framing   h1.Framing // of the request body
+	keepAlive bool       // the client allows another request afterwards
+	upgrade   bool       // the client asked for a protocol upgrade
+	body      reqBody
+	upReq     h1.Request
+	resp      h1.Response
+	up        *pool.Conn // the upstream connection of the current try
+	held      bool       // a response head was read and awaits relay or retry
+	respFrame h1.Framing
+	respReuse bool
+	tries     int
+	readStart int64 // the upstream reader's count when this try began reading
+}
+
+// reset prepares the session for the connection's next request, keeping
+// its buffers.
+func (s *Session) reset() {
+	attempts := s.Attempts[:cap(s.Attempts)]
+	clear(attempts)
+	done := s.body.done
+	if done == nil {
+		done = make(chan struct{}, 1)
+	}
+	*s = Session{
+		Request:  s.Request,
+		Attempts: attempts[:0],
+		srv:      s.srv,
+		c:        s.c,
+		upReq:    s.upReq,
+		resp:     s.resp,
+		body:     reqBody{replay: s.body.replay[:0], done: done},
+	}
+	s.Request.Reset()
+	s.Client = s.c.client
+	s.hooks = s.srv.hooks.Load()
+}
+
+// Server returns the server the session belongs to.
+func (s *Session) Server() *Server { return s.srv }
+
+// serve handles the request whose head is in s.Request and reports whether
+// the connection may carry another.
+func (s *Session) serve() bool {
+	s.Start = time.Now()
+	req := &s.Request
+	f, err := h1.ValidateRequest(req)
+	if err != nil {
+		s.answerBadRequest(err)
+		return false
+	}
+	s.framing = f
+	s.keepAlive = h1.KeepAlive(req.Minor, &req.Header)
+	if s.srv.Draining() {
+		s.keepAlive = false
+	}
+	if req.Method() == "CONNECT" {
+		// sluice is a reverse proxy, not a tunnel for clients.
+		s.answer(Text(405, "405 Method Not Allowed: CONNECT is not supported\n"), false)
+		s.finish()
+		return false
+	}
+	if err := s.normalizeTarget(); err != nil {
+		s.answerBadRequest(err)
+		return false
+	}
+	if exp := req.Header.Get("Expect"); exp != nil {
+		switch {
+		case !h1.EqualFold(exp, "100-continue"):
+			// RFC 9110 §10.1.1: 417 for an expectation not met.
+			s.answer(Text(417, "417 Expectation Failed\n"), false)
+			s.finish()
+			return false
+		case req.Minor == 0:
+			// RFC 9110 §10.1.1: ignore 100-continue from HTTP/1.0.
+			req.Header.Del("Expect")
+		}
+	}
+	s.upgrade = req.Header.Has("Upgrade") && req.Header.HasToken("Connection", "upgrade")
+	s.body.init(s, f)
+
+	if rf := s.hooks.requestFilter; rf != nil {
+		if resp := rf.RequestFilter(s); resp != nil {
+			s.answer(resp, s.keepAlive && s.framing.Empty())
+			s.finish()
+			return s.keepAlive && s.framing.Empty()
+		}
+	}
+	s.proxy()
+	s.finish()
+	return s.keepAlive && !s.Aborted && !s.Upgraded && s.body.complete()
+}
+
+// normalizeTarget turns an absolute-form target into origin-form with the
+// target's authority as Host (RFC 9112 §3.2.2), and rejects the forms a
+// reverse proxy cannot route.
+func (s *Session) normalizeTarget() error {
+	req := &s.Request
+	t := req.Target()
+	switch {
+	case len(t) > 0 && t[0] == '/':
+		return nil
+	case len(t) == 1 && t[0] == '*' && req.Method() == "OPTIONS":
+		return nil
+	}
+	i := bytes.Index(t, []byte("://"))
+	if i <= 0 || !(h1.EqualFold(t[:i], "http") || h1.EqualFold(t[:i], "https")) {
+		return &h1.Error{Status: 400, Msg: "request target is not origin-form or absolute-form"}
+	}
+	rest := t[i+3:]
+	end := bytes.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	authority := string(rest[:end])
+	if bytes.IndexByte(rest[:end], '@') >= 0 || authority == "" {
+		return &h1.Error{Status: 400, Msg: "invalid authority in absolute-form target"}
+	}
+	path := string(rest[end:])
+	if path == "" || path[0] != '/' {
+		path = "/" + path
+	}
+	req.Header.Set("Host", authority)
+	req.SetTarget(path)
+	return nil
+}
+
+// proxy runs the attempt loop: pick a peer, try it, and on failure decide
+// from the facts whether to try again.
+func (s *Session) proxy() {
+	first := time.Time{}
+	for {
+		peer, err := s.hooks.h.UpstreamPeer(s)
+		if err != nil || peer == nil {
+			s.answerError(noPeer(err))
+			return
+		}
+		pol := peer.Options.policy()
+		if first.IsZero() {
+			first = time.Now()
+			if pol != nil && pol.Budget != nil {
+				pol.Budget.Request()
+			}
+		}
+		s.tries++
+		s.Attempts = append(s.Attempts, Attempt{Peer: peer, Start: time.Now()})
+		a := &s.Attempts[len(s.Attempts)-1]
+		if n := len(s.Attempts); n > 1 {
+			prev := &s.Attempts[n-2]
+			a.StaleResend = prev.Reused && prev.Read == 0 && prev.Err != nil &&
+				(prev.Err.Kind == fault.ConnectionClosed || prev.Err.Kind == fault.ConnectionReset)
+		}
+
+		done := s.try(peer, a)
+		a.Duration = time.Since(a.Start)
+		if done {
+			s.observeTry(a)
+			return
+		}
+		e := a.Err
+		e.Retry, e.Why = retry.Decide(pol, retry.Facts{
+			Method:     s.Request.Method(),
+			Keyed:      s.Request.Header.Has(pol.Header()),
+			Err:        e,
+			Reused:     a.Reused,
+			Wrote:      a.Wrote > 0,
+			Replayable: s.body.replayable(),
+			Try:        s.tries,
+			Elapsed:    time.Since(first),
+		})
+		e = s.hook(peer, a)
+		a.Err = e
+		if e.Retry && s.tries >= pol.MaxTries() {
+			e.Retry, e.Why = false, "not retried: tries exhausted"
+		}
+		if e.Retry && e.Source != fault.Upstream {
+			e.Retry, e.Why = false, "not retried: the client side failed"
+		}
+		if e.Retry && pol != nil && pol.Budget != nil && !pol.Budget.Withdraw() {
+			e.Retry, e.Why = false, "not retried: retry budget exhausted"
+			if o := s.srv.Observer; o != nil {
+				o.BudgetDenied(s, peer)
+			}
+		}
+		s.observeTry(a)
+		s.logTry(a, !e.Retry)
+		if !e.Retry {
+			if s.held {
+				// The policy retries this status, but not this time: the
+				// upstream's own response goes to the client as it came.
+				e.Retry = false
+				s.relay(peer, a)
+				return
+			}
+			s.dropUpstream()
+			s.answerError(e)
+			return
+		}
+		s.dropUpstream()
+		if d := s.backoff(pol, peer); d > 0 {
+			time.Sleep(d)
+		}
+	}
+}
+
+// hook lets the Handler adjust the decision after a failed try.
+func (s *Session) hook(peer *Peer, a *Attempt) *fault.Error {
+	e := a.Err
+	if e.Kind.Connect() {
+		if h := s.hooks.failToConnect; h != nil {
+			if e2 := h.FailToConnect(s, peer, e); e2 != nil {
+				e = e2
+			}
+		}
+		return e
+	}
+	if h := s.hooks.errorWhileProxy; h != nil {
+		if e2 := h.ErrorWhileProxy(s, peer, e, a.Reused); e2 != nil {
+			e = e2
+		}
+	}
+	return e
+}
+
+// backoff returns the wait before the next try when the peer that just
+// failed has failed this request before (there is no wait before a try on
+// another server, which is what a balancer offers first).
+func (s *Session) backoff(pol *retry.Policy, peer *Peer) time.Duration {
+	if pol == nil || pol.Backoff.Base <= 0 {
+		return 0
+	}
+	n := 0
+	for i := range s.Attempts {
+		if s.Attempts[i].Peer != nil && s.Attempts[i].Peer.Addr == peer.Addr {
+			n++
+		}
+	}
+	return pol.Backoff.Delay(n, nil)
+}
+
+// Tried reports whether peer has already been tried for this request and
+// failed.
+func (s *Session) Tried(addr string) bool {
+	for i := range s.Attempts {
+		if a := &s.Attempts[i]; a.Err != nil && a.Peer != nil && a.Peer.Addr == addr {
+			return true
+		}
+	}
+	return false
+}
+
+// noPeer turns a Handler's refusal into the error to answer with.
+func noPeer(err error) *fault.Error {
+	if fe, ok := err.(*fault.Error); ok {
+		return fe
+	}
+	if err == nil {
+		return &fault.Error{Kind: fault.NoUpstream, Source: fault.Internally, Context: "no upstream peer chosen"}
+	}
+	return &fault.Error{Kind: fault.Internal, Source: fault.Internally, Context: "choosing an upstream", Cause: err}
+}
+
+// finish logs the request and tells the observer.
+func (s *Session) finish() {
+	if o := s.srv.Observer; o != nil {
+		o.Done(s)
+	}
+	if l := s.hooks.logger; l != nil {
+		l.Logging(s)
+	} else if s.srv.AccessLog != nil {
+		s.logAccess()
+	}
+}
+
+func (s *Session) observeTry(a *Attempt) {
+	if o := s.srv.Observer; o != nil {
+		o.Try(s, a)
+	}
+}

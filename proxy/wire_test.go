@@ -1,0 +1,419 @@
+package proxy
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+)
+
+func TestSimpleGet(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("hello"))
+	hs := start(t, peers(testOptions(), up.Addr()))
+	status, body := hs.get(t, "/x")
+	if status != 200 || body != "hello" {
+		t.Fatalf("got %d %q", status, body)
+	}
+	r := up.Requests()[0]
+	for _, f := range []string{"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Via"} {
+		if r.Get(f) == "" {
+			t.Errorf("upstream request lacks %s: %q", f, r.RawHead)
+		}
+	}
+	if !strings.Contains(hs.access.String(), "status=200") {
+		t.Errorf("no access log line: %q", hs.access)
+	}
+}
+
+func TestPipelinedRequestsAnsweredInOrder(t *testing.T) {
+	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+		c.Respond(200, "you asked for "+r.Target)
+	})
+	hs := start(t, peers(testOptions(), up.Addr()))
+	c := hs.dial(t)
+	c.send("GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n")
+	for _, want := range []string{"you asked for /1", "you asked for /2"} {
+		resp, body := c.response("GET")
+		if resp.StatusCode != 200 || body != want {
+			t.Fatalf("got %d %q, want %q", resp.StatusCode, body, want)
+		}
+	}
+}
+
+func TestChunkedByteExactBothWays(t *testing.T) {
+	reqBody := "5;foo=bar\r\nhello\r\n0\r\nX-Req-Trailer: 1\r\n\r\n"
+	respBody := "3;up-ext=1\r\nabc\r\n0\r\nX-Up-Trailer: 2\r\n\r\n"
+	up := upstreamtest.Start(t, upstreamtest.Raw("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"+respBody))
+	hs := start(t, peers(testOptions(), up.Addr()))
+	c := hs.dial(t)
+	c.send("POST /c HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n" + reqBody)
+	// Read the response raw: head, then exactly the body bytes.
+	head := readRawHead(t, c)
+	if !strings.Contains(head, "Transfer-Encoding: chunked") {
+		t.Fatalf("response head %q", head)
+	}
+	got := make([]byte, len(respBody))
+	if _, err := io.ReadFull(c.br, got); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != respBody {
+		t.Fatalf("response body %q, want %q", got, respBody)
+	}
+	if !up.WaitRequests(1, 2*time.Second) {
+		t.Fatal("upstream saw no request")
+	}
+	if raw := string(up.Requests()[0].RawBody); raw != reqBody {
+		t.Fatalf("upstream got body %q, want %q", raw, reqBody)
+	}
+}
+
+// readRawHead reads a response head byte for byte up to the empty line.
+func readRawHead(t *testing.T, c *client) string {
+	t.Helper()
+	var b strings.Builder
+	for !strings.HasSuffix(b.String(), "\r\n\r\n") {
+		ch, err := c.br.ReadByte()
+		if err != nil {
+			t.Fatalf("reading head: %v (so far %q)", err, b.String())
+		}
+		b.WriteByte(ch)
+	}
+	return b.String()
+}
+
+func TestHeaderCaseKeptBothWays(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.Raw("HTTP/1.1 200 OK\r\ncontent-LENGTH: 2\r\nX-UpStream-Case: yes\r\n\r\nok"))
+	hs := start(t, peers(testOptions(), up.Addr()))
+	c := hs.dial(t)
+	c.send("GET / HTTP/1.1\r\nhost: Example.COM\r\nX-MiXeD-Case: 1\r\nConnection: keep-alive, X-Drop\r\nX-Drop: 1\r\n\r\n")
+	head := readRawHead(t, c)
+	if !strings.Contains(head, "\r\ncontent-LENGTH: 2\r\nX-UpStream-Case: yes\r\n") {
+		t.Fatalf("response head lost its case: %q", head)
+	}
+	up.WaitRequests(1, 2*time.Second)
+	raw := string(up.Requests()[0].RawHead)
+	if !strings.Contains(raw, "\r\nhost: Example.COM\r\nX-MiXeD-Case: 1\r\n") {
+		t.Fatalf("request head lost its case or order: %q", raw)
+	}
+	if strings.Contains(raw, "X-Drop") || strings.Contains(raw, "Connection") {
+		t.Fatalf("hop-by-hop fields forwarded: %q", raw)
+	}
+}
+
+func TestBadRequestsNeverReachUpstream(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("must not be seen"))
+	hs := start(t, peers(testOptions(), up.Addr()))
+	tests := []struct {
+		name, req string
+		status    int
+	}{
+		{"CL and TE", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+		{"TE and CL", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n", 400},
+		{"TE not chunked", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\nxx", 400},
+		{"TE chunked then identity", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, identity\r\n\r\n", 400},
+		{"TE gzip, chunked", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 501},
+		{"TE on HTTP/1.0", "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+		{"two lengths", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 400},
+		{"length with sign", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\nhello", 400},
+		{"obs-fold", "GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n 2\r\n\r\n", 400},
+		{"space before colon", "GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding : chunked\r\n\r\n", 400},
+		{"bare CR", "GET / HTTP/1.1\r\nHost: a\r\nX: a\rb\r\n\r\n", 400},
+		{"NUL", "GET / HTTP/1.1\r\nHost: a\r\nX: a\x00b\r\n\r\n", 400},
+		{"no host", "GET / HTTP/1.1\r\n\r\n", 400},
+		{"two hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400},
+		{"header without colon", "GET / HTTP/1.1\r\nHost: a\r\nNoColon\r\n\r\n", 400},
+		{"bad version", "GET / HTTP/1.x\r\nHost: a\r\n\r\n", 400},
+		{"too many headers", "GET / HTTP/1.1\r\nHost: a\r\n" + strings.Repeat("X: 1\r\n", 101) + "\r\n", 431},
+		{"head too large", "GET / HTTP/1.1\r\nHost: a\r\nX: " + strings.Repeat("a", 70<<10) + "\r\n\r\n", 431},
+		{"CONNECT", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", 405},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := hs.dial(t)
+			c.send(tt.req)
+			resp, _ := c.response("GET")
+			if resp.StatusCode != tt.status {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tt.status)
+			}
+			if tt.status != 405 && resp.Header.Get("Proxy-Status") == "" {
+				t.Errorf("no Proxy-Status on a %d", tt.status)
+			}
+			if !c.closed(2 * time.Second) {
+				t.Fatal("connection left open after a malformed request")
+			}
+		})
+	}
+	if n := up.Accepts(); n != 0 {
+		t.Fatalf("upstream saw %d connections", n)
+	}
+}
+
+func TestBadChunkAfterHeadWentUpstream(t *testing.T) {
+	// The head and a good chunk go upstream; then a malformed chunk size:
+	// the client gets 400 and the upstream never sees a complete request.
+	up := upstreamtest.Start(t, upstreamtest.OK("done"))
+	hs := start(t, peers(testOptions(), up.Addr()))
+	c := hs.dial(t)
+	c.send("POST /p HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+	time.Sleep(50 * time.Millisecond) // let the head go upstream first
+	c.send("zz\r\nbad\r\n0\r\n\r\n")
+	resp, _ := c.response("POST")
+	if resp.StatusCode != 400 {
+		t.Fatalf("status %d, want 400", resp.StatusCode)
+	}
+	if !c.closed(2 * time.Second) {
+		t.Fatal("connection left open")
+	}
+	for _, r := range up.Requests() {
+		if r.Complete {
+			t.Fatalf("upstream completed a request with a malformed body: %q", r.RawBody)
+		}
+	}
+}
+
+func TestHeadResponseHasNoBody(t *testing.T) {
+	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+		if r.Method == "HEAD" {
+			c.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n")
+			return
+		}
+		c.Respond(200, "hello")
+	})
+	hs := start(t, peers(testOptions(), up.Addr()))
+	c := hs.dial(t)
+	resp, body := c.roundTrip("HEAD / HTTP/1.1\r\nHost: a\r\n\r\n")
+	if resp.StatusCode != 200 || body != "" || resp.ContentLength != 5 {
+		t.Fatalf("HEAD: %d %q len %d", resp.StatusCode, body, resp.ContentLength)
+	}
+	resp, body = c.roundTrip("GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	if resp.StatusCode != 200 || body != "hello" {
+		t.Fatalf("GET after HEAD: %d %q", resp.StatusCode, body)
+	}
+}
+
+func TestDuplexBodyAndResponse(t *testing.T) {
+	// The upstream answers after half the body; the client sends the rest
+	// only once it has seen that answer.
+	up := upstreamtest.StartStreaming(t, func(c *upstreamtest.Conn, r *upstreamtest.Request, body io.Reader) {
+		half := make([]byte, 5)
+		if _, err := io.ReadFull(body, half); err != nil {
+			return
+		}
+		c.WriteString("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nearly\r\n")
+		rest, _ := io.ReadAll(body)
+		c.WriteString(fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(rest)+5, "later"+string(rest)))
+	})
+	hs := start(t, peers(testOptions(), up.Addr()))
+	c := hs.dial(t)
+	c.send("POST /d HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nhello")
+	head := readRawHead(t, c)
+	if !strings.HasPrefix(head, "HTTP/1.1 200") {
+		t.Fatalf("head %q", head)
+	}
+	early := make([]byte, len("5\r\nearly\r\n"))
+	if _, err := io.ReadFull(c.br, early); err != nil || string(early) != "5\r\nearly\r\n" {
+		t.Fatalf("early part %q %v", early, err)
+	}
+	c.send("world")
+	rest := "a\r\nlaterworld\r\n0\r\n\r\n"
+	got := make([]byte, len(rest))
+	if _, err := io.ReadFull(c.br, got); err != nil || string(got) != rest {
+		t.Fatalf("rest %q %v", got, err)
+	}
+	// The connection is still good for another request.
+	c.send("POST /d HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nhello")
+	readRawHead(t, c)
+}
+
+func TestStaleIdleConnectionsNeverUsed(t *testing.T) {
+	// The upstream closes idle connections after 100ms; requests 300ms
+	// apart must never land on a closed one.
+	up := upstreamtest.Start(t, upstreamtest.CloseIdleAfter(100*time.Millisecond, upstreamtest.OK("ok")))
+	hs := start(t, peers(testOptions(), up.Addr()))
+	for i := 0; i < 4; i++ {
+		if i > 0 {
+			time.Sleep(300 * time.Millisecond)
+		}
+		if status, _ := hs.get(t, "/"); status != 200 {
+			t.Fatalf("request %d: status %d", i, status)
+		}
+	}
+	if n := up.Accepts(); n != 4 {
+		t.Errorf("upstream accepted %d connections, want 4 (one per request)", n)
+	}
+	if s := hs.srv.Pool.Stats(); s.Watched+s.Stale+s.Expired < 3 {
+		t.Errorf("pool did not notice the closed connections: %+v", s)
+	}
+	if strings.Contains(hs.errors.String(), "retrying") {
+		t.Errorf("a request was retried, so a stale connection was used:\n%s", hs.errors)
+	}
+}
+
+func TestHeaderTimeoutOnEveryRequest(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	hs := start(t, peers(testOptions(), up.Addr()), func(s *Server) {
+		s.HeaderTimeout = 200 * time.Millisecond
+		s.IdleTimeout = 5 * time.Second
+	})
+	// First request of a connection: half a head, then silence.
+	c := hs.dial(t)
+	c.send("GET / HTTP/1.1\r\nHo")
+	start := time.Now()
+	resp, _ := c.response("GET")
+	if resp.StatusCode != 408 {
+		t.Fatalf("status %d, want 408", resp.StatusCode)
+	}
+	if !c.closed(3 * time.Second) {
+		t.Fatal("not closed after the header timeout")
+	}
+	// Second request of a connection: same.
+	c = hs.dial(t)
+	if resp, _ := c.roundTrip("GET / HTTP/1.1\r\nHost: a\r\n\r\n"); resp.StatusCode != 200 {
+		t.Fatalf("first request: %d", resp.StatusCode)
+	}
+	c.send("GET / HTTP/1.1\r\nHo")
+	resp, _ = c.response("GET")
+	if resp.StatusCode != 408 || !c.closed(3*time.Second) {
+		t.Fatalf("second request: status %d", resp.StatusCode)
+	}
+	_ = start
+}
+
+func TestIdleTimeoutBetweenRequests(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	hs := start(t, peers(testOptions(), up.Addr()), func(s *Server) {
+		s.IdleTimeout = 150 * time.Millisecond
+	})
+	c := hs.dial(t)
+	if resp, _ := c.roundTrip("GET / HTTP/1.1\r\nHost: a\r\n\r\n"); resp.StatusCode != 200 {
+		t.Fatal(resp.Status)
+	}
+	// No request begins: the connection closes without any answer.
+	if !c.closed(3 * time.Second) {
+		t.Fatal("idle connection not closed")
+	}
+}
+
+func TestExpectContinue(t *testing.T) {
+	up := upstreamtest.StartStreaming(t, upstreamtest.Continue(upstreamtest.Echo()))
+	hs := start(t, peers(testOptions(), up.Addr()))
+	c := hs.dial(t)
+	c.send("POST /e HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n")
+	head := readRawHead(t, c)
+	if !strings.HasPrefix(head, "HTTP/1.1 100") {
+		t.Fatalf("wanted 100 Continue before sending the body, got %q", head)
+	}
+	c.send("hello")
+	resp, body := c.response("POST")
+	if resp.StatusCode != 200 || body != "hello" {
+		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+}
+
+func TestUpgradeTunnel(t *testing.T) {
+	// A raw upstream: answer the upgrade, then echo bytes until EOF.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		br := newReader(nc)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil || line == "\r\n" {
+				break
+			}
+		}
+		io.WriteString(nc, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		io.Copy(nc, br)
+	}()
+	hs := start(t, peers(testOptions(), ln.Addr().String()))
+	c := hs.dial(t)
+	c.send("GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	head := readRawHead(t, c)
+	if !strings.HasPrefix(head, "HTTP/1.1 101") || !strings.Contains(head, "Upgrade: echo") {
+		t.Fatalf("head %q", head)
+	}
+	for _, msg := range []string{"ping", "pong and more"} {
+		c.send(msg)
+		got := make([]byte, len(msg))
+		if _, err := io.ReadFull(c.br, got); err != nil || string(got) != msg {
+			t.Fatalf("echo %q: got %q %v", msg, got, err)
+		}
+	}
+	c.nc.(*net.TCPConn).CloseWrite()
+	if !c.closed(3 * time.Second) {
+		t.Fatal("tunnel not closed after the client finished")
+	}
+}
+
+func TestHTTP10ClientGetsDecodedChunked(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.Raw("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;x=1\r\nhello\r\n6\r\n world\r\n0\r\nX-T: 1\r\n\r\n"))
+	hs := start(t, peers(testOptions(), up.Addr()))
+	c := hs.dial(t)
+	c.send("GET / HTTP/1.0\r\n\r\n")
+	head := readRawHead(t, c)
+	if strings.Contains(head, "Transfer-Encoding") || !strings.Contains(head, "Connection: close") {
+		t.Fatalf("head %q", head)
+	}
+	body, err := io.ReadAll(c.br)
+	if err != nil || string(body) != "hello world" {
+		t.Fatalf("body %q %v", body, err)
+	}
+}
+
+func TestManyKeepAliveClients(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	hs := start(t, peers(testOptions(), up.Addr()))
+	const clients, requests = 64, 100
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for i := 0; i < clients; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc, err := net.Dial("tcp", hs.addr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer nc.Close()
+			nc.SetDeadline(time.Now().Add(30 * time.Second))
+			c := &client{t: t, nc: nc}
+			c.br = newReader(nc)
+			for j := 0; j < requests; j++ {
+				if _, err := io.WriteString(nc, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"); err != nil {
+					errs <- err
+					return
+				}
+				resp, err := readResponse(c.br, "GET")
+				if err != nil || resp != 200 {
+					errs <- fmt.Errorf("status %d err %v", resp, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := len(up.Requests()); n != clients*requests {
+		t.Fatalf("upstream saw %d requests", n)
+	}
+	if n := up.Accepts(); n > clients {
+		t.Fatalf("upstream accepted %d connections for %d concurrent clients", n, clients)
+	}
+}
