@@ -1,0 +1,169 @@
+// Command sluice is a reverse proxy whose retries are right: it retries
+// every request that can safely be retried, and never sends a request twice
+// unless that is safe.
+//
+//	sluice run -c sluice.yaml       serve as the file says
+//	sluice validate -c sluice.yaml  check the file; exit 1 with every problem
+//	sluice demo                     a proxy and built-in upstreams to try
+//	sluice version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sluice-proxy/sluice/config"
+	"github.com/sluice-proxy/sluice/proxy"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "run":
+		return cmdRun(args[1:], stderr)
+	case "validate":
+		return cmdValidate(args[1:], stdout, stderr)
+	case "demo":
+		return cmdDemo(args[1:], stdout, stderr)
+	case "version":
+		fmt.Fprintf(stdout, "sluice %s (%s)\n", version, runtime.Version())
+		return 0
+	case "help", "-h", "--help":
+		usage(stdout)
+		return 0
+	}
+	fmt.Fprintf(stderr, "sluice: unknown command %q\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage:
+  sluice run -c FILE       serve as the config file says
+  sluice validate -c FILE  check a config file
+  sluice demo              run a proxy with built-in upstreams to try
+  sluice version
+`)
+}
+
+func configFlag(name string, args []string, stderr io.Writer) (string, bool) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("c", "sluice.yaml", "config `file`")
+	if err := fs.Parse(args); err != nil {
+		return "", false
+	}
+	return *path, true
+}
+
+func cmdValidate(args []string, stdout, stderr io.Writer) int {
+	path, ok := configFlag("validate", args, stderr)
+	if !ok {
+		return 2
+	}
+	cfg, err := config.Load(path)
+	if err == nil {
+		_, err = config.Build(cfg)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d listeners, %d routes, %d upstreams)\n", path, len(cfg.Listen), len(cfg.Routes), len(cfg.Upstreams))
+	return 0
+}
+
+func cmdRun(args []string, stderr io.Writer) int {
+	path, ok := configFlag("run", args, stderr)
+	if !ok {
+		return 2
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	log := slog.New(config.Handler(stderr, cfg.Log.Format, config.Level(cfg.Log.Level)))
+	gen, err := config.Build(cfg)
+	if err != nil {
+		log.Error("building the proxy", "error", err)
+		return 1
+	}
+	srv, closer, err := config.NewServer(cfg, gen, log)
+	if err != nil {
+		log.Error("starting", "error", err)
+		return 1
+	}
+	defer closer.Close()
+	var lns []net.Listener
+	for _, l := range cfg.Listen {
+		ln, err := net.Listen("tcp", l.Address)
+		if err != nil {
+			log.Error("listening", "address", l.Address, "error", err)
+			for _, ln := range lns {
+				ln.Close()
+			}
+			return 1
+		}
+		lns = append(lns, ln)
+	}
+	return serve(srv, lns, cfg.Timeouts.Drain, log)
+}
+
+// serve runs srv on lns until SIGINT or SIGTERM, then drains: no new
+// connections, in-flight requests get up to drain to finish.
+func serve(srv *proxy.Server, lns []net.Listener, drain time.Duration, log *slog.Logger) int {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+
+	var wg sync.WaitGroup
+	failed := make(chan error, len(lns))
+	for _, ln := range lns {
+		log.Info("listening", "address", ln.Addr().String())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, proxy.ErrServerClosed) {
+				failed <- err
+			}
+		}()
+	}
+	code := 0
+	select {
+	case s := <-sig:
+		log.Info("shutting down", "signal", s.String(), "drain", drain)
+	case err := <-failed:
+		log.Error("serving", "error", err)
+		code = 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		log.Warn("drain timeout passed; remaining connections closed", "error", err)
+	}
+	wg.Wait()
+	log.Info("stopped")
+	return code
+}
