@@ -224,3 +224,8 @@ func readResponse(br *bufio.Reader, method string) (int, error) {
 	resp.Body.Close()
 	return resp.StatusCode, err
 }
+
+// readHTTP reads one response head with net/http's reader.
+func readHTTP(c *client) (*http.Response, error) {
+	return http.ReadResponse(c.br, &http.Request{Method: "GET"})
+}
