@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/pool"
@@ -88,13 +89,13 @@ func buildUpstream(cfg *Config, u *Upstream) (*Upstreamer, error) {
 		ResponseHeaderTimeout: u.Timeouts.ResponseHeader,
 		ReadTimeout:           u.Timeouts.Read,
 		WriteTimeout:          u.Timeouts.Write,
-		Pool: pool.Limits{
+		Pool: &pool.Limits{
 			MaxIdle:     maxIdle,
 			IdleTimeout: u.Pool.IdleTimeout,
 			MaxRequests: u.Pool.MaxRequests,
 			MaxAge:      u.Pool.MaxAge,
 		},
-		NonIdempotentMaxIdle: u.Pool.NonIdempotentMaxIdle,
+		NonIdempotentMaxIdle: nonIdempotentMaxIdle(u.Pool.NonIdempotentMaxIdle),
 		Retry:                pol,
 	}
 	b := &Upstreamer{Name: u.Name, Options: opts}
@@ -106,6 +107,15 @@ func buildUpstream(cfg *Config, u *Upstream) (*Upstreamer, error) {
 		}
 	}
 	return b, nil
+}
+
+// nonIdempotentMaxIdle maps the config's 0 ("always dial") to the proxy's
+// negative value for the same.
+func nonIdempotentMaxIdle(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // Policy turns the retry section of an upstream into a retry.Policy with

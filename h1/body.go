@@ -49,7 +49,8 @@ func (b *Body) Init(r *Reader, f Framing, decode bool, maxTrailer int) {
 	}
 }
 
-// Done reports whether the whole body has been read.
+// Done reports whether the whole body has been read: true as soon as the
+// segment holding its last byte has been returned.
 func (b *Body) Done() bool { return b.err == io.EOF }
 
 // Next returns the next segment of the body. The slice aliases the Reader's
@@ -80,6 +81,9 @@ func (b *Body) next() ([]byte, error) {
 		}
 		seg, err := b.take(b.left)
 		b.left -= int64(len(seg))
+		if b.left == 0 && err == nil {
+			b.err = io.EOF // Done as soon as the last byte is out
+		}
 		return seg, err
 	case UntilClose:
 		seg, err := b.take(1 << 62)

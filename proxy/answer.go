@@ -191,6 +191,18 @@ func (s *Session) logAccess() {
 			slog.Bool("reused", s.Attempts[n-1].Reused),
 			slog.Int("tries", n),
 		)
+		stale := 0
+		for i := range s.Attempts {
+			if s.Attempts[i].StaleResend {
+				stale++
+			}
+		}
+		if stale > 0 {
+			// Resends after a pooled connection turned out dead: they
+			// count as tries (nginx gives those back, and was measured
+			// sending one GET four times).
+			attrs = append(attrs, slog.Int("stale_resends", stale))
+		}
 	}
 	if s.Err != nil {
 		attrs = append(attrs, slog.String("error", s.Err.Kind.String()))

@@ -60,7 +60,7 @@ func (s *Session) connect(peer *Peer, a *Attempt) bool {
 			// A request that must not be sent twice goes only on a
 			// connection fresh enough that the upstream has surely not
 			// closed it (issue: gunicorn worker recycling, idle races).
-			maxIdle = opts.NonIdempotentMaxIdle
+			maxIdle = opts.nonIdempotentMaxIdle()
 			usePool = maxIdle > 0
 		}
 		if usePool {

@@ -120,13 +120,13 @@ type PeerOptions struct {
 	ReadTimeout time.Duration
 	// WriteTimeout bounds each write to the upstream; 0 means 60s.
 	WriteTimeout time.Duration
-	// Pool limits the idle connections kept for each peer. The zero value
-	// keeps none; DefaultPoolLimits is what the config file defaults to.
-	Pool pool.Limits
+	// Pool limits the idle connections kept for each peer; nil means
+	// DefaultPoolLimits, and MaxIdle 0 turns pooling off.
+	Pool *pool.Limits
 	// NonIdempotentMaxIdle keeps non-idempotent requests off pooled
-	// connections idle longer than this (they dial instead); 0 means they
-	// always dial. Connections to a server that just announced it is
-	// closing are avoided for them too.
+	// connections idle longer than this (they dial instead); 0 means 2s,
+	// a negative value makes them always dial. Connections to a server
+	// that just announced it is closing are avoided for them too.
 	NonIdempotentMaxIdle time.Duration
 	// Retry is the retry policy; nil means retry's defaults.
 	Retry *retry.Policy
@@ -134,7 +134,8 @@ type PeerOptions struct {
 	Host string
 }
 
-// DefaultPoolLimits are the pool limits sluice's config defaults to.
+// DefaultPoolLimits are the pool limits of peers that set none: 32 idle
+// connections per peer, closed after 60s idle.
 var DefaultPoolLimits = pool.Limits{MaxIdle: 32, IdleTimeout: 60 * time.Second}
 
 func (o *PeerOptions) connectTimeout() time.Duration {
@@ -172,13 +173,23 @@ func (o *PeerOptions) policy() *retry.Policy {
 	return o.Retry
 }
 
-var zeroLimits pool.Limits
-
 func (o *PeerOptions) limits() *pool.Limits {
-	if o == nil {
-		return &zeroLimits
+	if o == nil || o.Pool == nil {
+		return &DefaultPoolLimits
 	}
-	return &o.Pool
+	return o.Pool
+}
+
+// nonIdempotentMaxIdle returns the idle bound for non-idempotent requests;
+// 0 means they must dial.
+func (o *PeerOptions) nonIdempotentMaxIdle() time.Duration {
+	switch {
+	case o == nil || o.NonIdempotentMaxIdle == 0:
+		return 2 * time.Second
+	case o.NonIdempotentMaxIdle < 0:
+		return 0
+	}
+	return o.NonIdempotentMaxIdle
 }
 
 // Attempt records one try of a request: where it went, on what connection,

@@ -60,7 +60,7 @@ func testOptions() *PeerOptions {
 		ResponseHeaderTimeout: 2 * time.Second,
 		ReadTimeout:           2 * time.Second,
 		WriteTimeout:          2 * time.Second,
-		Pool:                  pool.Limits{MaxIdle: 64, IdleTimeout: time.Minute},
+		Pool:                  &pool.Limits{MaxIdle: 64, IdleTimeout: time.Minute},
 		NonIdempotentMaxIdle:  2 * time.Second,
 		Retry:                 &retry.Policy{},
 	}

@@ -72,23 +72,54 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 	}
 	s.c.wbuf = wbuf[:0]
 	s.Status = resp.Status
+	if body.Done() {
+		// The whole response is in wbuf: the upstream connection goes
+		// back before the client is written to, so that the client's
+		// next request finds it pooled.
+		s.releaseUpstream(a, upKeep)
+	}
 	if err := s.c.write(wbuf); err != nil {
 		s.clientGone(err)
 		return
 	}
 	for !body.Done() {
 		seg, err := body.Next()
+		if err != nil && err != io.EOF {
+			if len(seg) > 0 {
+				s.c.write(seg)
+			}
+			s.failBody(peer, a, nil, err)
+			return
+		}
+		if body.Done() && len(seg) <= maxCopiedTail {
+			// As above; seg aliases the upstream's buffer, which goes
+			// back with the connection, so a small tail is copied.
+			tail := append(s.c.wbuf[:0], seg...)
+			s.c.wbuf = tail[:0]
+			s.releaseUpstream(a, upKeep)
+			seg = tail
+		}
 		if len(seg) > 0 {
 			if werr := s.c.write(seg); werr != nil {
 				s.clientGone(werr)
 				return
 			}
 		}
-		if err != nil && err != io.EOF {
-			s.failBody(peer, a, nil, err)
-			return
-		}
 	}
+	if s.up != nil {
+		s.releaseUpstream(a, upKeep)
+	}
+}
+
+// maxCopiedTail bounds the last body segment copied so that the upstream
+// connection can be released before the client write.
+const maxCopiedTail = 16 << 10
+
+// releaseUpstream ends the try after a complete response: the request body
+// pump is stopped and the connection goes back to the pool when both sides
+// of the exchange ended cleanly.
+func (s *Session) releaseUpstream(a *Attempt, upKeep bool) {
+	up := s.up
 	a.Read = up.Reader.N - s.readStart
 	s.body.stop(up)
 	if !s.body.complete() {

@@ -25,9 +25,7 @@ func TestSimpleGet(t *testing.T) {
 			t.Errorf("upstream request lacks %s: %q", f, r.RawHead)
 		}
 	}
-	if !strings.Contains(hs.access.String(), "status=200") {
-		t.Errorf("no access log line: %q", hs.access)
-	}
+	waitFor(t, "the access log line", func() bool { return strings.Contains(hs.access.String(), "status=200") })
 }
 
 func TestPipelinedRequestsAnsweredInOrder(t *testing.T) {
