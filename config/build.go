@@ -103,7 +103,7 @@ func buildUpstream(cfg *Config, u *Upstream) (*Upstreamer, error) {
 		for i := 0; i < max(1, s.Weight); i++ {
 			// Until weighted balancing lands, a weight repeats the
 			// server in the turn.
-			b.Peers = append(b.Peers, &proxy.Peer{Addr: s.Address, Options: opts})
+			b.Peers = append(b.Peers, &proxy.Peer{Addr: s.Address, Upstream: u.Name, Options: opts})
 		}
 	}
 	return b, nil

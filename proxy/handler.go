@@ -100,6 +100,8 @@ func Text(status int, body string) *Response {
 type Peer struct {
 	// Addr is the server's host:port.
 	Addr string
+	// Upstream names the group the peer belongs to, for logs and metrics.
+	Upstream string
 	// Options governs connections to the server; nil means the defaults of
 	// a zero PeerOptions. It is shared, not copied.
 	Options *PeerOptions

@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/config"
+	"github.com/sluice-proxy/sluice/observe"
 	"github.com/sluice-proxy/sluice/proxy"
 )
 
@@ -116,6 +118,16 @@ func cmdRun(args []string, stderr io.Writer) int {
 		return 1
 	}
 	defer closer.Close()
+	if cfg.Metrics.Address != "" {
+		m := observe.New(srv.Pool)
+		srv.Observer = m
+		stop, err := serveMetrics(cfg.Metrics.Address, m, log)
+		if err != nil {
+			log.Error("metrics", "address", cfg.Metrics.Address, "error", err)
+			return 1
+		}
+		defer stop()
+	}
 	var lns []net.Listener
 	for _, l := range cfg.Listen {
 		ln, err := net.Listen("tcp", l.Address)
@@ -129,6 +141,20 @@ func cmdRun(args []string, stderr io.Writer) int {
 		lns = append(lns, ln)
 	}
 	return serve(srv, lns, cfg.Timeouts.Drain, log)
+}
+
+// serveMetrics serves /metrics on addr until stop is called.
+func serveMetrics(addr string, m *observe.Metrics, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m.Handler())
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(ln)
+	log.Info("metrics", "address", ln.Addr().String(), "path", "/metrics")
+	return func() { hs.Close() }, nil
 }
 
 // serve runs srv on lns until SIGINT or SIGTERM, then drains: no new

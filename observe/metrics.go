@@ -1,0 +1,222 @@
+// Package observe turns what the proxy does into Prometheus metrics. A
+// Metrics value is a proxy.Observer and a collector of pool statistics,
+// registered in its own registry (never the global one).
+package observe
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluice-proxy/sluice/fault"
+	"github.com/sluice-proxy/sluice/pool"
+	"github.com/sluice-proxy/sluice/proxy"
+)
+
+// Metrics counts requests, tries, retries and pool events. Its methods are
+// safe for concurrent use and allocate nothing once an upstream's series
+// exist.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	requests *prometheus.CounterVec   // upstream, code
+	duration *prometheus.HistogramVec // upstream
+	tries    *prometheus.CounterVec   // upstream, outcome
+	retries  *prometheus.CounterVec   // upstream, reason
+	given    *prometheus.CounterVec   // upstream, reason: a failed try not retried
+	denied   *prometheus.CounterVec   // upstream
+	stale    *prometheus.CounterVec   // upstream
+	aborted  *prometheus.CounterVec   // upstream
+
+	mu    sync.Mutex
+	byUp  sync.Map // upstream name -> *series
+	codes [600]string
+}
+
+// series caches one upstream's children so the hot path skips label
+// lookups.
+type series struct {
+	duration prometheus.Observer
+	denied   prometheus.Counter
+	stale    prometheus.Counter
+	aborted  prometheus.Counter
+	requests sync.Map // code string -> prometheus.Counter
+	tries    sync.Map // outcome -> prometheus.Counter
+	retries  sync.Map
+	given    sync.Map
+}
+
+// New returns Metrics that also report the pool's counters.
+func New(p *pool.Pool) *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	for i := range m.codes {
+		m.codes[i] = strconv.Itoa(i)
+	}
+	ups := []string{"upstream"}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_requests_total", Help: "Requests answered, by upstream and status sent to the client (0: none sent).",
+	}, []string{"upstream", "code"})
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "sluice_request_duration_seconds", Help: "Time from the request head to the end of the response.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+	}, ups)
+	m.tries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_upstream_tries_total", Help: "Tries sent to upstreams, by outcome: ok, or the failure kind.",
+	}, []string{"upstream", "outcome"})
+	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_retries_total", Help: "Failed tries followed by another try, by the failure kind.",
+	}, []string{"upstream", "reason"})
+	m.given = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_not_retried_total", Help: "Failed tries not followed by another, by the failure kind.",
+	}, []string{"upstream", "reason"})
+	m.denied = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_retry_budget_denied_total", Help: "Retries refused by the retry budget.",
+	}, ups)
+	m.stale = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_stale_resends_total", Help: "Tries that followed a pooled connection found dead at send time.",
+	}, ups)
+	m.aborted = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_responses_aborted_total", Help: "Responses cut after they had started (upstream or client failed mid-body).",
+	}, ups)
+	m.reg.MustRegister(m.requests, m.duration, m.tries, m.retries, m.given, m.denied, m.stale, m.aborted)
+	if p != nil {
+		m.reg.MustRegister(poolCollector{p})
+	}
+	return m
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// Registry is the registry the metrics live in, for tests and embedding.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+func (m *Metrics) series(up string) *series {
+	if s, ok := m.byUp.Load(up); ok {
+		return s.(*series)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s, ok := m.byUp.Load(up); ok {
+		return s.(*series)
+	}
+	s := &series{
+		duration: m.duration.WithLabelValues(up),
+		denied:   m.denied.WithLabelValues(up),
+		stale:    m.stale.WithLabelValues(up),
+		aborted:  m.aborted.WithLabelValues(up),
+	}
+	m.byUp.Store(up, s)
+	return s
+}
+
+func child(cache *sync.Map, vec *prometheus.CounterVec, up, label string) prometheus.Counter {
+	if c, ok := cache.Load(label); ok {
+		return c.(prometheus.Counter)
+	}
+	c := vec.WithLabelValues(up, label)
+	cache.Store(label, c)
+	return c
+}
+
+func upstreamOf(p *proxy.Peer) string {
+	if p == nil || p.Upstream == "" {
+		return "-"
+	}
+	return p.Upstream
+}
+
+// Try implements proxy.Observer.
+func (m *Metrics) Try(s *proxy.Session, a *proxy.Attempt) {
+	up := upstreamOf(a.Peer)
+	ser := m.series(up)
+	outcome := "ok"
+	if a.Err != nil {
+		outcome = reason(a.Err)
+	}
+	child(&ser.tries, m.tries, up, outcome).Inc()
+	if a.StaleResend {
+		ser.stale.Inc()
+	}
+	if a.Err != nil {
+		if a.Err.Retry {
+			child(&ser.retries, m.retries, up, outcome).Inc()
+		} else {
+			child(&ser.given, m.given, up, outcome).Inc()
+		}
+	}
+}
+
+// reason names a failure for a label: the kind, or the status.
+func reason(e *fault.Error) string {
+	if e.Kind == fault.UpstreamStatus {
+		return "http_" + strconv.Itoa(e.Status)
+	}
+	return e.Kind.String()
+}
+
+// Done implements proxy.Observer.
+func (m *Metrics) Done(s *proxy.Session) {
+	up := "-"
+	if n := len(s.Attempts); n > 0 {
+		up = upstreamOf(s.Attempts[n-1].Peer)
+	}
+	ser := m.series(up)
+	code := "0"
+	if s.Status > 0 && s.Status < len(m.codes) {
+		code = m.codes[s.Status]
+	}
+	child(&ser.requests, m.requests, up, code).Inc()
+	ser.duration.Observe(time.Since(s.Start).Seconds())
+	if s.Aborted {
+		ser.aborted.Inc()
+	}
+}
+
+// BudgetDenied implements proxy.Observer.
+func (m *Metrics) BudgetDenied(s *proxy.Session, p *proxy.Peer) {
+	m.series(upstreamOf(p)).denied.Inc()
+}
+
+// poolCollector reports the pool's counters at scrape time.
+type poolCollector struct{ p *pool.Pool }
+
+var poolDescs = map[string]*prometheus.Desc{
+	"hits":    prometheus.NewDesc("sluice_pool_hits_total", "Requests sent on a pooled connection.", nil, nil),
+	"misses":  prometheus.NewDesc("sluice_pool_misses_total", "Requests that found no usable pooled connection.", nil, nil),
+	"stale":   prometheus.NewDesc("sluice_pool_stale_total", "Pooled connections found closed by the upstream at the check before use.", nil, nil),
+	"watched": prometheus.NewDesc("sluice_pool_closed_while_idle_total", "Idle connections removed by the idle watcher when the upstream closed them.", nil, nil),
+	"expired": prometheus.NewDesc("sluice_pool_expired_total", "Idle connections closed after idle_timeout or a learned Keep-Alive timeout.", nil, nil),
+	"retired": prometheus.NewDesc("sluice_pool_retired_total", "Connections retired by max_requests, max_age or a learned Keep-Alive max.", nil, nil),
+	"evicted": prometheus.NewDesc("sluice_pool_evicted_total", "Idle connections closed to respect max_idle limits.", nil, nil),
+	"tooold":  prometheus.NewDesc("sluice_pool_skipped_for_non_idempotent_total", "Pooled connections passed over by non-idempotent requests (idle too long, or the server just announced a close).", nil, nil),
+	"idle":    prometheus.NewDesc("sluice_pool_idle_connections", "Idle pooled connections now.", nil, nil),
+}
+
+func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range poolDescs {
+		ch <- d
+	}
+}
+
+func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.p.Stats()
+	counter := func(name string, v uint64) {
+		ch <- prometheus.MustNewConstMetric(poolDescs[name], prometheus.CounterValue, float64(v))
+	}
+	counter("hits", s.Hits)
+	counter("misses", s.Misses)
+	counter("stale", s.Stale)
+	counter("watched", s.Watched)
+	counter("expired", s.Expired)
+	counter("retired", s.Retired)
+	counter("evicted", s.Evicted)
+	counter("tooold", s.TooOld)
+	ch <- prometheus.MustNewConstMetric(poolDescs["idle"], prometheus.GaugeValue, float64(s.Idle))
+}

@@ -1,0 +1,49 @@
+package observe
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-proxy/sluice/fault"
+	"github.com/sluice-proxy/sluice/pool"
+	"github.com/sluice-proxy/sluice/proxy"
+)
+
+func TestMetricsCount(t *testing.T) {
+	p := pool.New(10, nil)
+	defer p.Close()
+	m := New(p)
+	peer := &proxy.Peer{Addr: "127.0.0.1:1", Upstream: "api"}
+	s := &proxy.Session{Start: time.Now(), Status: 200}
+	failed := proxy.Attempt{Peer: peer, Reused: true, Err: &fault.Error{Kind: fault.ConnectionClosed, Source: fault.Upstream, Retry: true}}
+	ok := proxy.Attempt{Peer: peer, StaleResend: true}
+	s.Attempts = []proxy.Attempt{failed, ok}
+	m.Try(s, &s.Attempts[0])
+	m.Try(s, &s.Attempts[1])
+	m.BudgetDenied(s, peer)
+	m.Done(s)
+
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	out := rec.Body.String()
+	for _, want := range []string{
+		`sluice_requests_total{code="200",upstream="api"} 1`,
+		`sluice_upstream_tries_total{outcome="connection_closed",upstream="api"} 1`,
+		`sluice_upstream_tries_total{outcome="ok",upstream="api"} 1`,
+		`sluice_retries_total{reason="connection_closed",upstream="api"} 1`,
+		`sluice_stale_resends_total{upstream="api"} 1`,
+		`sluice_retry_budget_denied_total{upstream="api"} 1`,
+		`sluice_pool_idle_connections 0`,
+		`sluice_pool_closed_while_idle_total 0`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Log(out)
+	}
+}
