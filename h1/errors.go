@@ -31,6 +31,12 @@ var (
 // StatusOf returns the status a server should answer for err, or 0 when err
 // is not a syntax or framing error.
 func StatusOf(err error) int {
+	if err == nil {
+		return 0
+	}
+	if e, ok := err.(*Error); ok {
+		return e.Status
+	}
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Status

@@ -229,3 +229,4 @@ func readResponse(br *bufio.Reader, method string) (int, error) {
 func readHTTP(c *client) (*http.Response, error) {
 	return http.ReadResponse(c.br, &http.Request{Method: "GET"})
 }
+

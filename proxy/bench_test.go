@@ -1,0 +1,140 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/sluice-proxy/sluice/pool"
+)
+
+// fastUpstream answers every request head with a fixed response, reading
+// and writing with preallocated buffers, so that it allocates nothing per
+// request and the proxy's allocations can be counted.
+func fastUpstream(tb testing.TB, response []byte) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer nc.Close()
+				buf := make([]byte, 64<<10)
+				n := 0
+				for {
+					m, err := nc.Read(buf[n:])
+					if err != nil {
+						return
+					}
+					n += m
+					for {
+						i := bytes.Index(buf[:n], []byte("\r\n\r\n"))
+						if i < 0 {
+							break
+						}
+						if _, err := nc.Write(response); err != nil {
+							return
+						}
+						n = copy(buf, buf[i+4:n])
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// roundTripper sends one fixed request per call on a kept-alive
+// connection and reads a response of known length.
+type roundTripper struct {
+	nc   net.Conn
+	req  []byte
+	buf  []byte
+	want int
+}
+
+func (r *roundTripper) do() error {
+	if _, err := r.nc.Write(r.req); err != nil {
+		return err
+	}
+	_, err := io.ReadFull(r.nc, r.buf[:r.want])
+	return err
+}
+
+func benchProxy(tb testing.TB, body int) (*roundTripper, func()) {
+	payload := bytes.Repeat([]byte("x"), body)
+	resp := append([]byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "+itoa(body)+"\r\n\r\n"), payload...)
+	up := fastUpstream(tb, resp)
+	opts := &PeerOptions{Pool: &pool.Limits{MaxIdle: 16, IdleTimeout: time.Minute}}
+	srv := &Server{Handler: &ordered{peers: []*Peer{{Addr: up, Options: opts}}}, Forwarding: Forwarding{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	go srv.Serve(ln)
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rt := &roundTripper{nc: nc, req: []byte("GET /bench HTTP/1.1\r\nHost: bench\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n"), buf: make([]byte, len(resp)+512)}
+	// The proxy's response differs from the upstream's only in what it
+	// adds; learn its length from the first response.
+	nc.Write(rt.req)
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n := 0
+	for !bytes.Contains(rt.buf[:n], []byte("\r\n\r\n")) || n-bytes.Index(rt.buf[:n], []byte("\r\n\r\n"))-4 < body {
+		m, err := nc.Read(rt.buf[n:])
+		if err != nil {
+			tb.Fatal(err)
+		}
+		n += m
+	}
+	nc.SetReadDeadline(time.Time{})
+	rt.want = n
+	return rt, func() {
+		nc.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	}
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b []byte
+	for ; n > 0; n /= 10 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+	}
+	return string(b)
+}
+
+// BenchmarkProxyRoundTrip measures one small GET through the proxy on a
+// kept-alive client connection and a pooled upstream connection.
+func BenchmarkProxyRoundTrip(b *testing.B) {
+	for _, size := range []int{64, 16 << 10} {
+		b.Run(itoa(size)+"B", func(b *testing.B) {
+			rt, stop := benchProxy(b, size)
+			defer stop()
+			b.ReportAllocs()
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := rt.do(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
