@@ -229,4 +229,3 @@ func readResponse(br *bufio.Reader, method string) (int, error) {
 func readHTTP(c *client) (*http.Response, error) {
 	return http.ReadResponse(c.br, &http.Request{Method: "GET"})
 }
-
