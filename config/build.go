@@ -156,6 +156,8 @@ func NewServer(cfg *Config, g *Generation, errorLog *slog.Logger) (*proxy.Server
 		Handler:        g.Table,
 		HeaderTimeout:  cfg.Timeouts.Header,
 		IdleTimeout:    cfg.Timeouts.Idle,
+		BodyTimeout:    cfg.Timeouts.Body,
+		SendTimeout:    cfg.Timeouts.Send,
 		MaxHeaderBytes: int(cfg.Limits.MaxHeaderBytes),
 		MaxHeaders:     cfg.Limits.MaxHeaders,
 		Forwarding: proxy.Forwarding{

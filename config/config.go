@@ -69,6 +69,11 @@ type Timeouts struct {
 	// requests may take to finish after SIGTERM; 0 means they are cut
 	// off at once.
 	Drain time.Duration
+	// Body (key "body", default 60s, > 0) bounds each wait for the next
+	// bytes of a request body.
+	Body time.Duration
+	// Send (key "send", default 60s, > 0) bounds each write to a client.
+	Send time.Duration
 }
 
 // Limits bounds request heads and the upstream connection pool.
@@ -342,6 +347,8 @@ func defaults() *Config {
 			Header: 10 * time.Second,
 			Idle:   60 * time.Second,
 			Drain:  30 * time.Second,
+			Body:   60 * time.Second,
+			Send:   60 * time.Second,
 		},
 		Limits: Limits{
 			MaxHeaderBytes:       64 << 10,

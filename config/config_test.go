@@ -37,6 +37,8 @@ func TestParseMinimalGetsDefaults(t *testing.T) {
 			Header: 10 * time.Second,
 			Idle:   60 * time.Second,
 			Drain:  30 * time.Second,
+			Body:   60 * time.Second,
+			Send:   60 * time.Second,
 		},
 		Limits: Limits{
 			MaxHeaderBytes:       64 << 10,
@@ -92,7 +94,7 @@ func TestParseEveryValue(t *testing.T) {
   - address: ":8080"
   - address: "[::1]:0"
   - address: "[::1]:0"
-timeouts: {header: 5s, idle: 2m, drain: 0}
+timeouts: {header: 5s, idle: 2m, drain: 0, body: 3s, send: 4s}
 limits: {max_header_bytes: 1MiB, max_headers: 10000, max_idle_upstream_conns: 0}
 access_log: {enabled: false, format: JSON, path: /var/log/sluice.log}
 log: {level: debug, format: json}
@@ -132,7 +134,7 @@ upstreams:
 	want := &Config{
 		File:      "every.yaml",
 		Listen:    []Listener{{":8080"}, {"[::1]:0"}, {"[::1]:0"}},
-		Timeouts:  Timeouts{Header: 5 * time.Second, Idle: 2 * time.Minute, Drain: 0},
+		Timeouts:  Timeouts{Header: 5 * time.Second, Idle: 2 * time.Minute, Drain: 0, Body: 3 * time.Second, Send: 4 * time.Second},
 		Limits:    Limits{MaxHeaderBytes: 1 << 20, MaxHeaders: 10000, MaxIdleUpstreamConns: 0},
 		AccessLog: AccessLog{Enabled: false, Format: "json", Path: "/var/log/sluice.log"},
 		Log:       Log{Level: "debug", Format: "json"},

@@ -388,6 +388,8 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 				{"header", d.duration(&c.Timeouts.Header, true)},
 				{"idle", d.duration(&c.Timeouts.Idle, true)},
 				{"drain", d.duration(&c.Timeouts.Drain, false)},
+				{"body", d.duration(&c.Timeouts.Body, true)},
+				{"send", d.duration(&c.Timeouts.Send, true)},
 			})
 		}},
 		{"limits", func(n *yaml.Node, path string) {

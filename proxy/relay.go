@@ -44,7 +44,7 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 		// close of the connection end the body.
 		resp.Header.Del("Transfer-Encoding")
 	}
-	down := s.keepAlive && frame.Kind != h1.UntilClose && !decode
+	down := s.keepAlive && frame.Kind != h1.UntilClose && !decode && !s.srv.Draining()
 	switch {
 	case !down:
 		resp.Header.Set("Connection", "close")

@@ -66,7 +66,7 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
-	draining  bool
+	draining  atomic.Bool // read on every request
 	ownPool   bool
 	inited    bool
 	wg        sync.WaitGroup
@@ -176,7 +176,7 @@ func (srv *Server) Serve(ln net.Listener) error {
 		return errors.New("proxy: Server has no Handler")
 	}
 	srv.mu.Lock()
-	if srv.draining {
+	if srv.draining.Load() {
 		srv.mu.Unlock()
 		ln.Close()
 		return ErrServerClosed
@@ -196,10 +196,7 @@ func (srv *Server) Serve(ln net.Listener) error {
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			srv.mu.Lock()
-			draining := srv.draining
-			srv.mu.Unlock()
-			if draining {
+			if srv.draining.Load() {
 				return ErrServerClosed
 			}
 			var ne net.Error
@@ -216,7 +213,7 @@ func (srv *Server) Serve(ln net.Listener) error {
 		backoff = 0
 		c := newConn(srv, nc)
 		srv.mu.Lock()
-		if srv.draining {
+		if srv.draining.Load() {
 			srv.mu.Unlock()
 			nc.Close()
 			continue
@@ -244,7 +241,7 @@ func (srv *Server) ListenAndServe(addr string) error {
 func (srv *Server) Shutdown(ctx context.Context) error {
 	srv.init()
 	srv.mu.Lock()
-	srv.draining = true
+	srv.draining.Store(true)
 	for ln := range srv.listeners {
 		ln.Close()
 	}
@@ -277,11 +274,7 @@ func (srv *Server) Shutdown(ctx context.Context) error {
 }
 
 // Draining reports whether Shutdown has begun.
-func (srv *Server) Draining() bool {
-	srv.mu.Lock()
-	defer srv.mu.Unlock()
-	return srv.draining
-}
+func (srv *Server) Draining() bool { return srv.draining.Load() }
 
 func (srv *Server) forget(c *conn) {
 	srv.mu.Lock()
