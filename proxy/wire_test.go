@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -413,5 +414,54 @@ func TestManyKeepAliveClients(t *testing.T) {
 	}
 	if n := up.Accepts(); n > clients {
 		t.Fatalf("upstream accepted %d connections for %d concurrent clients", n, clients)
+	}
+}
+
+func TestShutdownDrains(t *testing.T) {
+	release := make(chan struct{})
+	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+		if r.Target == "/slow" {
+			select {
+			case <-release:
+			case <-c.Done():
+				return
+			}
+		}
+		c.Respond(200, "done "+r.Target)
+	})
+	hs := start(t, peers(testOptions(), up.Addr()))
+	idle := hs.dial(t)
+	if resp, _ := idle.roundTrip("GET /first HTTP/1.1\r\nHost: a\r\n\r\n"); resp.StatusCode != 200 {
+		t.Fatal(resp.Status)
+	}
+	busy := hs.dial(t)
+	busy.send("GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+	up.WaitRequests(2, 2*time.Second)
+
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		shut <- hs.srv.Shutdown(ctx)
+	}()
+	// The idle connection is closed; no new connection is accepted.
+	if !idle.closed(2 * time.Second) {
+		t.Fatal("idle connection not closed by Shutdown")
+	}
+	waitFor(t, "the listener to close", func() bool {
+		nc, err := net.Dial("tcp", hs.addr)
+		if err == nil {
+			nc.Close()
+		}
+		return err != nil
+	})
+	// The request in flight finishes, with Connection: close.
+	close(release)
+	resp, body := busy.response("GET")
+	if resp.StatusCode != 200 || body != "done /slow" || !resp.Close {
+		t.Fatalf("in-flight request: %d %q close=%v", resp.StatusCode, body, resp.Close)
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
 	}
 }
