@@ -1,0 +1,280 @@
+package balance
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/netip"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// checkTarget is a tiny raw HTTP/1.1 server for health checks: it reads one
+// request head per connection, answers with the current response (or
+// closes at once when that is empty) and closes. It records every request.
+type checkTarget struct {
+	ln       net.Listener
+	response atomic.Value // string
+	conns    atomic.Int64
+
+	mu       sync.Mutex
+	requests []string
+	wg       sync.WaitGroup
+}
+
+func newCheckTarget(t *testing.T, response string) *checkTarget {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct := &checkTarget{ln: ln}
+	ct.response.Store(response)
+	ct.wg.Add(1)
+	go ct.serve()
+	t.Cleanup(func() {
+		ln.Close()
+		ct.wg.Wait()
+	})
+	return ct
+}
+
+func (ct *checkTarget) serve() {
+	defer ct.wg.Done()
+	for {
+		c, err := ct.ln.Accept()
+		if err != nil {
+			return
+		}
+		ct.conns.Add(1)
+		ct.wg.Add(1)
+		go func() {
+			defer ct.wg.Done()
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			resp := ct.response.Load().(string)
+			if resp == "" {
+				return
+			}
+			br := bufio.NewReader(c)
+			var head strings.Builder
+			for {
+				line, err := br.ReadString('\n')
+				head.WriteString(line)
+				if err != nil || line == "\r\n" {
+					break
+				}
+			}
+			io.WriteString(c, resp)
+			// Whatever comes after the head, until the checker closes, would
+			// be a second request on the connection: record it too.
+			rest, _ := io.ReadAll(br)
+			ct.mu.Lock()
+			ct.requests = append(ct.requests, head.String()+string(rest))
+			ct.mu.Unlock()
+		}()
+	}
+}
+
+func (ct *checkTarget) addr() string { return ct.ln.Addr().String() }
+
+func (ct *checkTarget) requestsSeen() []string {
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	return append([]string(nil), ct.requests...)
+}
+
+const (
+	ok200   = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+	err500  = "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n"
+	chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nstatu\r\n4\r\ns:gr\r\n4\r\neen!\r\n0\r\n\r\n"
+)
+
+// failedChecks matches the State of a server out after at least 3 failed
+// checks (checks go on while a test reads the state) for reason, a regular
+// expression; an empty reason matches any.
+func failedChecks(reason string) *regexp.Regexp {
+	if reason == "" {
+		reason = ".*"
+	}
+	return regexp.MustCompile(`^unhealthy \(active: ([3-9]|\d\d+) failed checks: ` + reason + `\)$`)
+}
+
+// fastChecks are active checks quick enough for tests.
+func fastChecks() *ActiveCheck {
+	return &ActiveCheck{Path: "/healthz", Interval: 20 * time.Millisecond, Timeout: time.Second, Rise: 2, Fall: 3}
+}
+
+func TestActiveHTTPCheckFallAndRise(t *testing.T) {
+	ct := newCheckTarget(t, ok200)
+	var rec recorder
+	o := testOptions(newClock())
+	o.Active = fastChecks()
+	o.OnChange = rec.OnChange
+	g := NewGroup("u", []*Server{{Addr: ct.addr()}}, nil, o)
+	g.Start(context.Background())
+	t.Cleanup(g.Close)
+	s := g.Servers()[0]
+
+	waitFor(t, "a few passed checks", func() bool { return ct.conns.Load() >= 3 })
+	if !s.Healthy() {
+		t.Fatalf("unhealthy while passing: %s", s.State())
+	}
+	ct.response.Store(err500)
+	waitFor(t, "the server to be taken out", func() bool { return !s.Healthy() })
+	if st := s.State(); !failedChecks("status 500").MatchString(st) {
+		t.Fatalf("State = %q", st)
+	}
+	ct.response.Store(ok200)
+	waitFor(t, "the server to come back", func() bool { return s.Healthy() })
+	g.Close()
+	if got, want := rec.String(), ct.addr()+"=false "+ct.addr()+"=true"; got != want {
+		t.Fatalf("OnChange calls %q, want %q", got, want)
+	}
+
+	// Every check came on a connection of its own, said so, and was alone
+	// on it.
+	reqs := ct.requestsSeen()
+	if int64(len(reqs)) > ct.conns.Load() {
+		t.Fatalf("%d requests on %d connections", len(reqs), ct.conns.Load())
+	}
+	for _, r := range reqs {
+		want := "GET /healthz HTTP/1.1\r\nHost: " + ct.addr() + "\r\nConnection: close\r\nUser-Agent: sluice-health-check\r\n\r\n"
+		if r != want {
+			t.Fatalf("check request %q, want %q", r, want)
+		}
+	}
+}
+
+func TestActiveHTTPCheckVerdicts(t *testing.T) {
+	tests := []struct {
+		name     string
+		response string
+		check    func(*ActiveCheck)
+		healthy  bool
+		state    string // "healthy", or the reason of the failed checks
+	}{
+		{"200", ok200, nil, true, "healthy"},
+		{"500", err500, nil, false, "status 500"},
+		{"500 expected", err500, func(a *ActiveCheck) { a.Expect = []int{200, 500} }, true, "healthy"},
+		{"closes without answering", "", nil, false, ""}, // EOF or a reset
+		{"garbage", "HTTP/9.9 200 OK\r\n\r\n", nil, false, ""},
+		{"body contains", chunked, func(a *ActiveCheck) { a.BodyContains = "status:green" }, true, "healthy"},
+		{"body lacks", chunked, func(a *ActiveCheck) { a.BodyContains = "status:red" }, false,
+			"body does not contain the expected text"},
+		{"path with CRLF is refused", ok200, func(a *ActiveCheck) { a.Path = "/x HTTP/1.1\r\nX-Evil: 1\r\n\r\nGET /" }, false,
+			"the check's method, path or host cannot go into a request"},
+		{"interim response first", "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n" + ok200, nil, true, "healthy"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ct := newCheckTarget(t, tt.response)
+			o := testOptions(newClock())
+			o.Active = fastChecks()
+			if tt.check != nil {
+				tt.check(o.Active)
+			}
+			g := NewGroup("u", []*Server{{Addr: ct.addr()}}, nil, o)
+			g.Start(context.Background())
+			defer g.Close()
+			s := g.Servers()[0]
+			if tt.healthy {
+				waitFor(t, "checks to run", func() bool { return ct.conns.Load() >= 5 })
+			} else {
+				waitFor(t, "the server to be taken out", func() bool { return !s.Healthy() })
+			}
+			st := s.State()
+			if s.Healthy() != tt.healthy || (tt.healthy && st != tt.state) || (!tt.healthy && !failedChecks(tt.state).MatchString(st)) {
+				t.Fatalf("healthy = %v, State = %q; want %v, %q", s.Healthy(), s.State(), tt.healthy, tt.state)
+			}
+		})
+	}
+}
+
+// deadAddr returns a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func TestActiveTCPCheck(t *testing.T) {
+	live := newCheckTarget(t, "") // accepts and closes
+	dead := deadAddr(t)
+	o := testOptions(newClock())
+	o.Active = fastChecks()
+	o.Active.TCP = true
+	g := NewGroup("u", []*Server{{Addr: live.addr()}, {Addr: dead}}, nil, o)
+	g.Start(context.Background())
+	defer g.Close()
+	ss := g.Servers()
+	waitFor(t, "the dead server to be taken out", func() bool { return !ss[1].Healthy() })
+	waitFor(t, "the live server to be checked a few times", func() bool { return live.conns.Load() >= 4 })
+	if !ss[0].Healthy() {
+		t.Fatalf("live server: %s", ss[0].State())
+	}
+	if st := ss[1].State(); !failedChecks("dial tcp .*refused").MatchString(st) {
+		t.Fatalf("dead server: %s", st)
+	}
+	// The live server gets every pick.
+	for range 20 {
+		s, _ := g.Pick(Request{})
+		if s != ss[0] {
+			t.Fatalf("picked %s", s)
+		}
+		g.Report(s, Result{Status: 200})
+	}
+}
+
+func TestCloseStopsEverything(t *testing.T) {
+	ct := newCheckTarget(t, ok200)
+	var lookups atomic.Int64
+	o := testOptions(newClock())
+	o.Active = fastChecks()
+	o.Resolver = func(ctx context.Context, host string) ([]netip.Addr, error) {
+		lookups.Add(1)
+		return loopback(1, 2), nil
+	}
+	g := NewGroup("u", []*Server{
+		{Addr: ct.addr()},
+		{Name: "app.internal:9", ResolveInterval: 10 * time.Millisecond},
+	}, nil, o)
+	g.Start(context.Background())
+	waitFor(t, "lookups and checks", func() bool { return lookups.Load() >= 2 && ct.conns.Load() >= 2 })
+	if n, _ := goroutinesOf(); n == 0 {
+		t.Fatal("no background goroutines found while running")
+	}
+	g.Close()
+	g.Close() // twice is fine
+	// Close waited for them; give the last ones a moment to leave their
+	// frames after signalling.
+	for i := 0; ; i++ {
+		n, stacks := goroutinesOf()
+		if n == 0 {
+			break
+		}
+		if i == 200 {
+			t.Fatalf("%d goroutines left after Close:\n%s", n, stacks)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	g.Start(context.Background()) // after Close: nothing
+	if n, _ := goroutinesOf(); n != 0 {
+		t.Fatal("Start after Close started goroutines")
+	}
+	before := lookups.Load()
+	time.Sleep(30 * time.Millisecond)
+	if lookups.Load() != before {
+		t.Fatal("lookups went on after Close")
+	}
+}

@@ -1,0 +1,378 @@
+package balance
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrNoServer is the error Pick returns (as a *NoServerError) when the group
+// has no server at all: none configured, or no address resolved yet for its
+// DNS names. A group that has servers never refuses, even when all are
+// down.
+var ErrNoServer = errors.New("no upstream server")
+
+// NoServerError says why a group had no server to pick. It matches
+// ErrNoServer with errors.Is.
+type NoServerError struct {
+	Upstream string
+	Reason   string
+}
+
+func (e *NoServerError) Error() string {
+	return "balance: upstream " + e.Upstream + ": no server: " + e.Reason
+}
+
+// Is reports whether target is ErrNoServer.
+func (e *NoServerError) Is(target error) bool { return target == ErrNoServer }
+
+// Tries reports which servers the request being served has already tried
+// and failed on. The proxy's session implements it.
+type Tries interface {
+	Tried(addr string) bool
+}
+
+// Request is what server selection needs to know about one try of a
+// request. Passing it does not allocate.
+type Request struct {
+	// Tries reports the servers this request already failed on; nil means
+	// none (a first try).
+	Tries Tries
+	// HashKey is the key the Hash policy hashes (see HashKey for extracting
+	// it); other policies ignore it. Empty means no key.
+	HashKey []byte
+}
+
+func (r *Request) tried(s *Server) bool {
+	return r.Tries != nil && r.Tries.Tried(s.Addr)
+}
+
+// Group is the servers of one upstream with its selection policy and health
+// settings. Pick chooses a server for each try of a request, Report feeds
+// back how the try went, and Start runs the background work (active checks,
+// DNS re-resolution) until Close.
+//
+// A Group is safe for concurrent use. Pick loads an atomic snapshot of the
+// server list and takes no group-wide lock (RoundRobin and LeastRequest
+// serialize their own short pick; P2C, Random, First and Hash with a key take
+// no lock at all) and does not allocate.
+type Group struct {
+	name     string
+	policy   Policy
+	opts     Options
+	statuses [10]uint64 // bit set of Options.Statuses below 640
+
+	members atomic.Pointer[members]
+	ejectMu sync.Mutex // one ejection decision at a time (see eject)
+
+	mu      sync.Mutex // guards the following
+	entries []entry    // the configured servers, in order
+	started bool
+	closed  bool
+	ctx     context.Context
+	cancel  context.CancelFunc
+	checks  map[*Server]context.CancelFunc // running active checks
+	wg      sync.WaitGroup                 // every goroutine started
+}
+
+// members is one immutable snapshot of the group's servers.
+type members struct {
+	all, primaries, backups []*Server
+	why                     string // why all is empty
+}
+
+// entry is one configured server: an address, or a DNS name standing for
+// the servers it resolves to.
+type entry struct {
+	static *Server
+	name   *dnsName
+}
+
+// NewGroup returns a group named name (for logs and errors) of servers,
+// choosing with policy (nil means P2C) under opts. It takes ownership of the
+// servers; one that already belongs to another group is copied (its
+// configuration only).
+//
+// A server is an address to dial when the host of its Addr (its Name when
+// Addr is empty) is an IP literal, or has no host:port form (dialing will
+// say what is wrong). Otherwise it is a DNS name: the group
+// resolves it into one server per address, each with the name's Weight and
+// Backup, when Start or Resolve runs, and again every ResolveInterval; until
+// the first answer the name contributes no server. The policy's
+// SetServers, if it has one, is called before NewGroup returns.
+func NewGroup(name string, servers []*Server, policy Policy, opts Options) *Group {
+	if policy == nil {
+		policy = P2C{}
+	}
+	g := &Group{name: name, policy: policy, opts: opts.withDefaults()}
+	for _, st := range g.opts.Statuses {
+		if st >= 0 && st < len(g.statuses)*64 {
+			g.statuses[st/64] |= 1 << (st % 64)
+		}
+	}
+	for _, s := range servers {
+		if s.g != nil {
+			s = s.clone()
+		}
+		if s.Addr == "" {
+			s.Addr = s.Name
+		}
+		if s.Name == "" {
+			s.Name = s.Addr
+		}
+		if host, port, err := net.SplitHostPort(s.Addr); err == nil {
+			if _, err := netip.ParseAddr(host); err != nil {
+				g.entries = append(g.entries, entry{name: &dnsName{proto: s, host: host, port: port}})
+				continue
+			}
+		}
+		s.g = g
+		g.entries = append(g.entries, entry{static: s})
+	}
+	g.mu.Lock()
+	g.publish()
+	g.mu.Unlock()
+	return g
+}
+
+// Name returns the group's name.
+func (g *Group) Name() string { return g.name }
+
+// Servers returns the group's current servers, in configured order (a DNS
+// name's servers in address order). The slice is the caller's.
+func (g *Group) Servers() []*Server {
+	return append([]*Server(nil), g.members.Load().all...)
+}
+
+// Pick chooses the server for one try of req. The rules, the same for
+// every policy, are applied in order, and the policy chooses among the
+// first non-empty set of candidates:
+//
+//  1. available primaries this request has not tried;
+//  2. available backups this request has not tried;
+//  3. available primaries, tried or not (every available server already
+//     failed this request: try one again, as nginx does with a
+//     single-server upstream), then available backups likewise;
+//  4. panic mode, when no server is available (all down or ejected): every
+//     primary (every backup if there are none) as if healthy, untried
+//     ones first. Health that condemns every server is more likely wrong
+//     than the servers, and a try beats a certain error.
+//
+// Available means not down by max_fails, not ejected and not failing its
+// active checks. The chosen server's outstanding count goes up by one until
+// the matching Report. Pick fails, with a *NoServerError matching
+// ErrNoServer, only when the group has no server at all.
+func (g *Group) Pick(req Request) (*Server, error) {
+	m := g.members.Load()
+	if len(m.all) == 0 {
+		return nil, &NoServerError{Upstream: g.name, Reason: m.why}
+	}
+	t := g.opts.Now()
+	now := t.UnixNano()
+	c := candidatesPool.Get().(*Candidates)
+	c.Now, c.Rand = t, g.opts.Rand
+	g.candidates(c, m, &req, now)
+	s := g.policy.Pick(c, req)
+	if s == nil {
+		s = c.Servers[0] // a broken Policy; the first candidate is still right
+	}
+	c.reset()
+	candidatesPool.Put(c)
+	s.outstanding.Add(1)
+	return s, nil
+}
+
+// candidates fills c with the first non-empty candidate set of Pick's rules.
+func (g *Group) candidates(c *Candidates, m *members, req *Request, now int64) {
+	const (
+		available = 1 << iota
+		untried
+	)
+	tiers := [2][]*Server{m.primaries, m.backups}
+	steps := [...]struct {
+		tier int
+		need int
+	}{
+		{0, available | untried},
+		{1, available | untried},
+		{0, available},
+		{1, available},
+	}
+	for _, st := range steps {
+		for _, s := range tiers[st.tier] {
+			if st.need&available != 0 && !g.available(s, now) {
+				continue
+			}
+			if st.need&untried != 0 && req.tried(s) {
+				continue
+			}
+			c.add(s, s.effectiveWeight(now, g.opts.SlowStart))
+		}
+		if len(c.Servers) > 0 {
+			return
+		}
+	}
+	// Panic mode.
+	all := m.primaries
+	if len(all) == 0 {
+		all = m.backups
+	}
+	for _, s := range all {
+		if !req.tried(s) {
+			c.add(s, s.effectiveWeight(now, g.opts.SlowStart))
+		}
+	}
+	if len(c.Servers) == 0 {
+		for _, s := range all {
+			c.add(s, s.effectiveWeight(now, g.opts.SlowStart))
+		}
+	}
+}
+
+// available reports whether s may take requests at now, announcing its
+// return to health if that is news.
+func (g *Group) available(s *Server, now int64) bool {
+	if !s.availableAt(now) {
+		return false
+	}
+	if s.announcedDown.Load() {
+		g.noteHealth(s, now, "down time over")
+	}
+	return true
+}
+
+// publish rebuilds the server snapshot from the entries, hands it to the
+// policy, and starts and stops active checks to match. g.mu is held.
+func (g *Group) publish() {
+	m := &members{}
+	for _, e := range g.entries {
+		if e.static != nil {
+			m.all = append(m.all, e.static)
+			continue
+		}
+		m.all = append(m.all, e.name.servers...)
+		if len(e.name.servers) == 0 && m.why == "" {
+			m.why = e.name.why()
+		}
+	}
+	for _, s := range m.all {
+		if s.Backup {
+			m.backups = append(m.backups, s)
+		} else {
+			m.primaries = append(m.primaries, s)
+		}
+	}
+	if len(g.entries) == 0 {
+		m.why = "no servers configured"
+	}
+	if ss, ok := g.policy.(ServerSetter); ok {
+		ss.SetServers(m.all)
+	}
+	g.members.Store(m)
+	g.syncChecks(m.all)
+}
+
+// Start starts the group's background work under ctx: the lookups of its
+// DNS names (at once for names with no address yet, then every
+// ResolveInterval), active health checks when Options.Active is set, and a
+// once-a-second sweep that announces servers whose down time ended. It does
+// not wait for DNS answers; use Resolve for that. Calling Start again, or
+// after Close, does nothing. Cancelling ctx stops the work too, but only
+// Close waits for it.
+func (g *Group) Start(ctx context.Context) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.started || g.closed {
+		return
+	}
+	g.started = true
+	g.ctx, g.cancel = context.WithCancel(ctx)
+	for _, e := range g.entries {
+		if e.name != nil {
+			g.wg.Add(1)
+			go g.resolveLoop(g.ctx, e.name)
+		}
+	}
+	g.syncChecks(g.members.Load().all)
+	g.wg.Add(1)
+	go g.sweep(g.ctx)
+}
+
+// Close stops every goroutine the group started and waits for them to
+// return. The group still picks afterwards, from the servers it last had.
+// Close may be called more than once, and without Start.
+func (g *Group) Close() {
+	g.mu.Lock()
+	g.closed = true
+	if g.cancel != nil {
+		g.cancel()
+	}
+	g.mu.Unlock()
+	g.wg.Wait()
+}
+
+// running reports whether background work may be started. g.mu is held.
+func (g *Group) running() bool {
+	return g.started && !g.closed && g.ctx.Err() == nil
+}
+
+// sweep announces, once a second, servers whose down time has ended without
+// a Pick looking at them (backups, idle groups).
+func (g *Group) sweep(ctx context.Context) {
+	defer g.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := g.opts.Now().UnixNano()
+		for _, s := range g.members.Load().all {
+			if s.announcedDown.Load() {
+				g.noteHealth(s, now, "down time over")
+			}
+		}
+	}
+}
+
+// Carry takes over the health state of old's servers for g's servers with
+// the same Addr: passive failure counts and down times, ejections, active
+// check state, latency estimate and slow-start ramp. A DNS name of g also
+// takes over the addresses old resolved for the same Name (with g's Weight
+// and Backup), so the new generation has servers from its first Pick
+// instead of waiting for a lookup. Servers of g that old did not have count
+// as added: with SlowStart, they ramp up from now.
+//
+// It is for config reloads: call it after NewGroup and before g is used or
+// started. old may go on serving meanwhile; changes to it after Carry are
+// not carried.
+func (g *Group) Carry(old *Group) {
+	if old == nil {
+		return
+	}
+	prev := make(map[string]*Server)
+	for _, s := range old.members.Load().all {
+		prev[s.Addr] = s
+	}
+	now := g.opts.Now().UnixNano()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, e := range g.entries {
+		if e.name != nil {
+			e.name.carry(g, old, prev)
+			continue
+		}
+		if o := prev[e.static.Addr]; o != nil {
+			e.static.carryFrom(o)
+		} else {
+			e.static.rampFrom.Store(now)
+		}
+	}
+	g.publish()
+}

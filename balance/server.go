@@ -1,0 +1,252 @@
+package balance
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Server is one upstream endpoint (an address) with its weight, role and
+// health. The exported fields are its configuration: set them before the
+// server is given to NewGroup and do not change them afterwards. Its health
+// state is kept inside, safe for concurrent use, and read through Healthy,
+// State, Outstanding and Latency.
+//
+// A Server belongs to one Group. NewGroup copies the configuration of a
+// server that already belongs to another group, and a config reload carries
+// health from one generation's servers to the next with Group.Carry.
+type Server struct {
+	// Addr is the address to dial, host:port. For a server the group
+	// resolved from a DNS name it is an IP:port.
+	Addr string
+	// Name is the configured address the server came from (app.internal:8080
+	// for a resolved server); for an IP-literal server it equals Addr.
+	Name string
+	// Weight (default 1; less than 1 counts as 1) is the server's share of
+	// requests relative to the other servers of its group.
+	Weight int
+	// Backup servers take requests only when no primary is available.
+	Backup bool
+	// ResolveInterval is how often a DNS-named server is looked up again
+	// (default DefaultResolveInterval); a failed lookup is retried sooner.
+	ResolveInterval time.Duration
+
+	g *Group // the owner; set before the server is published
+
+	outstanding atomic.Int64 // tries picked and not yet reported
+
+	// Health, readable without the lock. Times are Unix nanoseconds of the
+	// group's clock.
+	failedUntil   atomic.Int64 // down by max_fails until then
+	ejectedUntil  atomic.Int64 // ejected by consecutive failures until then
+	rampFrom      atomic.Int64 // slow start origin: when it last came back (0: never left)
+	activeDown    atomic.Bool  // failed its active checks
+	failing       atomic.Bool  // a failure counter below is not zero
+	announcedDown atomic.Bool  // the health last announced (log, OnChange) was "unhealthy"
+
+	// Latency: a peak-sensitive EWMA (float64 nanoseconds) and when it was
+	// last updated. Written under latMu, read without it.
+	latMu  sync.Mutex
+	ewma   atomic.Uint64
+	ewmaAt atomic.Int64
+
+	mu          sync.Mutex // guards the rest
+	fails       int        // failures in the current fail_timeout window
+	failsSince  int64      // start of that window
+	failReason  string     // why it is down by max_fails
+	consecutive int        // failures in a row
+	ejections   int        // ejection multiplier
+	ejectionEnd int64      // when the last ejection ended
+	ejectReason string     // why it is ejected
+	checkOK     int        // active checks passed in a row
+	checkFail   int        // active checks failed in a row
+	checkErr    string     // the last failed check's error
+}
+
+// weightScale is what one unit of configured weight counts for in the
+// effective weights the policies see, so that slow start can give a server
+// a fraction of its weight in integers.
+const weightScale = 1000
+
+// clone returns a new server with s's configuration and no state.
+func (s *Server) clone() *Server {
+	return &Server{Addr: s.Addr, Name: s.Name, Weight: s.Weight, Backup: s.Backup, ResolveInterval: s.ResolveInterval}
+}
+
+func (s *Server) weight() int {
+	return max(s.Weight, 1)
+}
+
+// String returns the server's address, and its configured name when that
+// differs.
+func (s *Server) String() string {
+	if s.Name != "" && s.Name != s.Addr {
+		return s.Addr + " (" + s.Name + ")"
+	}
+	return s.Addr
+}
+
+func (s *Server) now() time.Time {
+	if s.g != nil {
+		return s.g.opts.Now()
+	}
+	return time.Now()
+}
+
+// availableAt reports whether the server may take requests at now: it
+// passes its active checks and is neither down by max_fails nor ejected.
+func (s *Server) availableAt(now int64) bool {
+	return !s.activeDown.Load() && now >= s.failedUntil.Load() && now >= s.ejectedUntil.Load()
+}
+
+// Healthy reports whether the server may take requests now by its own
+// health: it passes its active checks (or has none) and is neither down by
+// max_fails nor ejected. A group whose servers are all unhealthy still uses
+// them (panic mode).
+func (s *Server) Healthy() bool {
+	return s.availableAt(s.now().UnixNano())
+}
+
+// Outstanding returns the number of tries the group picked this server for
+// and that were not reported yet.
+func (s *Server) Outstanding() int64 {
+	return s.outstanding.Load()
+}
+
+// release takes back one outstanding try, never going below zero.
+func (s *Server) release() {
+	for {
+		n := s.outstanding.Load()
+		if n <= 0 || s.outstanding.CompareAndSwap(n, n-1) {
+			return
+		}
+	}
+}
+
+// Latency returns the server's latency estimate now: a peak-sensitive
+// moving average of the durations reported for it (a slower try raises it at
+// once, a faster one lowers it by a quarter of the difference) that decays
+// towards zero with a 10s time constant while no report arrives, so that a
+// server once slow is tried again later. It is 0 before the first report.
+func (s *Server) Latency() time.Duration {
+	return time.Duration(s.latencyAt(s.now().UnixNano()))
+}
+
+// latencyDecay is the time constant of the latency estimate: a sample's
+// weight falls to 1/e after this long (Finagle's peak EWMA uses 10s too).
+const latencyDecay = float64(10 * time.Second)
+
+// latencyAt returns the latency estimate at now, in nanoseconds.
+func (s *Server) latencyAt(now int64) float64 {
+	v := math.Float64frombits(s.ewma.Load())
+	if v == 0 {
+		return 0
+	}
+	if dt := now - s.ewmaAt.Load(); dt > 0 {
+		v *= math.Exp(-float64(dt) / latencyDecay)
+	}
+	return v
+}
+
+// latencyAlpha is how far a sample below the estimate moves it down.
+const latencyAlpha = 0.25
+
+// observe adds one latency sample at now: a sample above the (decayed)
+// estimate replaces it, so a server that turns slow is avoided at once (peak
+// sensitivity); one below moves it a quarter of the way down.
+func (s *Server) observe(now int64, d time.Duration) {
+	s.latMu.Lock()
+	defer s.latMu.Unlock()
+	cur, v := s.latencyAt(now), float64(d)
+	if v < cur {
+		v = cur + (v-cur)*latencyAlpha
+	}
+	s.ewma.Store(math.Float64bits(v))
+	s.ewmaAt.Store(now)
+}
+
+// effectiveWeight returns the weight the policies see at now: the
+// configured weight times weightScale, ramped from 10% to 100% over
+// slowStart after the server came back. It is at least 1.
+func (s *Server) effectiveWeight(now int64, slowStart time.Duration) int64 {
+	w := int64(s.weight()) * weightScale
+	if slowStart <= 0 {
+		return w
+	}
+	since := now - s.rampFrom.Load()
+	if since >= int64(slowStart) {
+		return w
+	}
+	since = max(since, 0)
+	f := 0.1 + 0.9*float64(since)/float64(slowStart)
+	return max(int64(float64(w)*f), 1)
+}
+
+// comeBackAt records that the server becomes available again at t, for
+// slow start.
+func (s *Server) comeBackAt(t int64) {
+	for {
+		old := s.rampFrom.Load()
+		if t <= old || s.rampFrom.CompareAndSwap(old, t) {
+			return
+		}
+	}
+}
+
+// State describes the server's health for logs and metrics, e.g. "healthy",
+// "healthy (slow start, 40% weight)", "unhealthy (active: 3 failed checks:
+// connection refused)", "ejected until 2026-01-02T15:04:05Z (5 consecutive
+// failures, ejection 2)" or "down until 2026-01-02T15:04:05Z (3 failures
+// within 10s, last: connect failure)".
+func (s *Server) State() string {
+	t := s.now()
+	now := t.UnixNano()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.activeDown.Load():
+		return fmt.Sprintf("unhealthy (active: %d failed checks: %s)", s.checkFail, s.checkErr)
+	case now < s.ejectedUntil.Load():
+		return fmt.Sprintf("ejected until %s (%s)", stamp(s.ejectedUntil.Load(), t), s.ejectReason)
+	case now < s.failedUntil.Load():
+		return fmt.Sprintf("down until %s (%s)", stamp(s.failedUntil.Load(), t), s.failReason)
+	}
+	if s.g != nil {
+		full := int64(s.weight()) * weightScale
+		if w := s.effectiveWeight(now, s.g.opts.SlowStart); w < full {
+			return fmt.Sprintf("healthy (slow start, %d%% weight)", w*100/full)
+		}
+	}
+	return "healthy"
+}
+
+// stamp formats the Unix-nanosecond time ns in now's location.
+func stamp(ns int64, now time.Time) string {
+	return time.Unix(0, ns).In(now.Location()).Format(time.RFC3339Nano)
+}
+
+// carryFrom copies o's health state into s, which is not yet in use.
+func (s *Server) carryFrom(o *Server) {
+	o.mu.Lock()
+	fails, failsSince, failReason := o.fails, o.failsSince, o.failReason
+	consecutive, ejections, ejectionEnd, ejectReason := o.consecutive, o.ejections, o.ejectionEnd, o.ejectReason
+	checkOK, checkFail, checkErr := o.checkOK, o.checkFail, o.checkErr
+	o.mu.Unlock()
+
+	s.mu.Lock()
+	s.fails, s.failsSince, s.failReason = fails, failsSince, failReason
+	s.consecutive, s.ejections, s.ejectionEnd, s.ejectReason = consecutive, ejections, ejectionEnd, ejectReason
+	s.checkOK, s.checkFail, s.checkErr = checkOK, checkFail, checkErr
+	s.mu.Unlock()
+
+	s.failedUntil.Store(o.failedUntil.Load())
+	s.ejectedUntil.Store(o.ejectedUntil.Load())
+	s.rampFrom.Store(o.rampFrom.Load())
+	s.activeDown.Store(o.activeDown.Load())
+	s.failing.Store(o.failing.Load())
+	s.announcedDown.Store(o.announcedDown.Load())
+	s.ewma.Store(o.ewma.Load())
+	s.ewmaAt.Store(o.ewmaAt.Load())
+}
