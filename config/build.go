@@ -1,13 +1,15 @@
 package config
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"sync/atomic"
+	"sync"
 	"time"
 
+	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/proxy"
@@ -16,48 +18,116 @@ import (
 )
 
 // Generation is the running form of one Config: the routing table with its
-// upstream groups, each with its peers, connection options and retry
-// policy. It is immutable once built, so that a reload can build the next
-// generation beside it and swap the proxy's handler without dropping a
-// connection (proxy.Server.SetHandler).
+// upstream groups, each with its servers, connection options, retry policy
+// and load balancer. It is built whole before it serves, so that a reload
+// can build the next generation beside the running one and swap the proxy's
+// handler (proxy.Server.SetHandler) without dropping a connection.
 type Generation struct {
 	Config    *Config
 	Table     *route.Table
 	Upstreams map[string]*Upstreamer
 }
 
-// Upstreamer is one built upstream: its peers, their shared options and the
-// way a peer is picked for each try.
+// Start starts the background work of every upstream (active health
+// checks, DNS re-resolution) until Close.
+func (g *Generation) Start(ctx context.Context) {
+	for _, u := range g.Upstreams {
+		u.Group.Start(ctx)
+	}
+}
+
+// Close stops the background work and waits for it.
+func (g *Generation) Close() {
+	for _, u := range g.Upstreams {
+		u.Group.Close()
+	}
+}
+
+// Upstreamer is one built upstream: a load-balanced group of servers with
+// their shared connection options. It is a route.Picker.
 type Upstreamer struct {
 	Name    string
 	Options *proxy.PeerOptions
-	Peers   []*proxy.Peer
-	next    atomic.Uint64
+	Group   *balance.Group
+	hashed  bool
+	hashKey balance.HashKey
+	members sync.Map // *balance.Server -> *member
 }
 
-// Pick returns the next peer in turn, skipping peers that already failed
-// this request while one that has not is left; when all have failed, the
-// turn goes on among them (a single-server upstream retries its server).
+// member ties a balanced server to the proxy peer that stands for it; it
+// is the peer's Tag and reports each try back to the group.
+type member struct {
+	group  *balance.Group
+	server *balance.Server
+	peer   proxy.Peer
+}
+
+// TryDone reports the outcome of a try on the member's server to its group
+// (passive health and latency).
+func (m *member) TryDone(_ *proxy.Session, a *proxy.Attempt) {
+	m.group.Report(m.server, Result(a))
+}
+
+// Pick asks the group for a server for this try: one that has not failed
+// this request while one is left, healthy ones first.
 func (u *Upstreamer) Pick(s *proxy.Session) (*proxy.Peer, error) {
-	n := uint64(len(u.Peers))
-	if n == 0 {
-		return nil, &fault.Error{Kind: fault.NoUpstream, Source: fault.Internally, Context: "upstream " + u.Name + " has no servers"}
+	req := balance.Request{Tries: s}
+	if u.hashed {
+		key := u.hashKey.Append(s.Scratch(), s.ClientIP, &s.Request)
+		s.KeepScratch(key)
+		req.HashKey = key
 	}
-	start := u.next.Add(1)
-	for i := uint64(0); i < n; i++ {
-		p := u.Peers[(start+i)%n]
-		if !s.Tried(p.Addr) {
-			return p, nil
-		}
+	srv, err := u.Group.Pick(req)
+	if err != nil {
+		return nil, &fault.Error{Kind: fault.NoUpstream, Source: fault.Internally,
+			Context: "upstream " + u.Name, Cause: err}
 	}
-	return u.Peers[start%n], nil
+	if m, ok := u.members.Load(srv); ok {
+		return &m.(*member).peer, nil
+	}
+	m := &member{group: u.Group, server: srv}
+	m.peer = proxy.Peer{Addr: srv.Addr, Upstream: u.Name, Options: u.Options, Tag: m}
+	actual, _ := u.members.LoadOrStore(srv, m)
+	return &actual.(*member).peer, nil
 }
 
-// Build turns a validated Config into a Generation.
+// Result turns a try into what the balancer's health rules need. A stale
+// pooled connection (reused, closed before any response byte) is the
+// keep-alive race, not the server's failure; a failure on the client's side
+// is nobody's.
+func Result(a *proxy.Attempt) balance.Result {
+	r := balance.Result{Status: a.Status, Duration: a.Wait}
+	e := a.Err
+	if e == nil {
+		return r
+	}
+	switch {
+	case e.Source != fault.Upstream:
+		r.Failure = balance.Canceled
+	case e.Kind == fault.ConnectTimeout:
+		r.Failure = balance.Timeout
+	case e.Kind.Connect():
+		r.Failure = balance.ConnectFailure
+	case e.Kind.Timeout():
+		r.Failure = balance.Timeout
+	case e.Kind == fault.UpstreamStatus:
+		r.Failure = balance.NoFailure // the group counts the status itself
+	case a.Reused && a.Read == 0 && (e.Kind == fault.ConnectionClosed || e.Kind == fault.ConnectionReset || e.Kind == fault.WriteError):
+		r.Failure = balance.Canceled
+	default:
+		r.Failure = balance.InvalidResponse
+	}
+	return r
+}
+
+// Build turns a validated Config into a Generation. The balancers log
+// health changes to slog.Default(). Call Start to run their background
+// work (active health checks, DNS re-resolution).
 func Build(cfg *Config) (*Generation, error) {
+	log := slog.Default()
 	g := &Generation{Config: cfg, Upstreams: make(map[string]*Upstreamer)}
 	for _, u := range cfg.Upstreams {
-		built, err := buildUpstream(cfg, u)
+		built, err := buildUpstream(cfg, u, log)
 		if err != nil {
 			return nil, err
 		}
@@ -75,8 +145,12 @@ func Build(cfg *Config) (*Generation, error) {
 	return g, nil
 }
 
-func buildUpstream(cfg *Config, u *Upstream) (*Upstreamer, error) {
+func buildUpstream(cfg *Config, u *Upstream, log *slog.Logger) (*Upstreamer, error) {
 	pol, err := Policy(u.Retry)
+	if err != nil {
+		return nil, fmt.Errorf("%s:%d: upstream %s: %w", cfg.File, u.Line, u.Name, err)
+	}
+	newPolicy, err := balance.ParsePolicy(u.Balance)
 	if err != nil {
 		return nil, fmt.Errorf("%s:%d: upstream %s: %w", cfg.File, u.Line, u.Name, err)
 	}
@@ -98,15 +172,55 @@ func buildUpstream(cfg *Config, u *Upstream) (*Upstreamer, error) {
 		NonIdempotentMaxIdle: nonIdempotentMaxIdle(u.Pool.NonIdempotentMaxIdle),
 		Retry:                pol,
 	}
-	b := &Upstreamer{Name: u.Name, Options: opts}
+	var servers []*balance.Server
 	for _, s := range u.Servers {
-		for i := 0; i < max(1, s.Weight); i++ {
-			// Until weighted balancing lands, a weight repeats the
-			// server in the turn.
-			b.Peers = append(b.Peers, &proxy.Peer{Addr: s.Address, Upstream: u.Name, Options: opts})
+		servers = append(servers, &balance.Server{
+			Addr: s.Address, Name: s.Address, Weight: s.Weight, Backup: s.Backup, ResolveInterval: s.Resolve,
+		})
+	}
+	b := &Upstreamer{Name: u.Name, Options: opts}
+	if u.Balance == "hash" {
+		b.hashed = true
+		if b.hashKey, err = balance.ParseHashKey(u.HashKey); err != nil {
+			return nil, fmt.Errorf("%s:%d: upstream %s: %w", cfg.File, u.Line, u.Name, err)
 		}
 	}
+	b.Group = balance.NewGroup(u.Name, servers, newPolicy(), groupOptions(u.Health, log))
 	return b, nil
+}
+
+// groupOptions maps the health section onto the balancer's options; the
+// config's 0 for "off" is the balancer's negative value.
+func groupOptions(h Health, log *slog.Logger) balance.Options {
+	p := h.Passive
+	o := balance.Options{
+		MaxFails:            offIfZero(p.MaxFails),
+		FailTimeout:         p.FailTimeout,
+		Statuses:            p.Statuses,
+		ConsecutiveFailures: offIfZero(p.ConsecutiveFailures),
+		BaseEjection:        p.BaseEjection,
+		MaxEjection:         p.MaxEjection,
+		MaxEjectedPercent:   p.MaxEjectedPercent,
+		SlowStart:           h.SlowStart,
+		Log:                 log,
+	}
+	if o.Statuses == nil {
+		o.Statuses = []int{}
+	}
+	if a := h.Active; a != nil {
+		o.Active = &balance.ActiveCheck{
+			Path: a.Path, Method: a.Method, Host: a.Host, Expect: a.Expect, BodyContains: a.Body,
+			TCP: a.TCP, Interval: a.Interval, Timeout: a.Timeout, Rise: a.Rise, Fall: a.Fall,
+		}
+	}
+	return o
+}
+
+func offIfZero(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // nonIdempotentMaxIdle maps the config's 0 ("always dial") to the proxy's

@@ -172,10 +172,26 @@ type Upstream struct {
 	Pool Pool
 	// Retry (key "retry"); see DefaultRetry.
 	Retry Retry
+	// Balance (key "balance", default "p2c") is the selection policy:
+	// round_robin, least_request, p2c, random, first or hash.
+	Balance string
+	// HashKey (key "hash_key", default "client_ip", only with balance:
+	// hash) is what requests are hashed on: client_ip, header:NAME,
+	// cookie:NAME or uri.
+	HashKey string
+	// Health (key "health"); see DefaultHealth.
+	Health Health
 }
 
 // Server is one server of an upstream.
 type Server struct {
+	// Backup (key "backup", default false) servers take requests only
+	// when no other server of the upstream is available.
+	Backup bool
+	// Resolve (key "resolve", default 10s, > 0) is how often a server
+	// named by a DNS name is looked up again; each address becomes an
+	// endpoint. Ignored for IP addresses.
+	Resolve time.Duration
 	// Address (key "address", required) is the host:port to dial. The
 	// host may be a DNS name and may not be empty; the port is in
 	// 1..65535.
@@ -374,5 +390,85 @@ func defaultUpstream(name string, line int) *Upstream {
 		Timeouts: DefaultUpstreamTimeouts(),
 		Pool:     DefaultPool(),
 		Retry:    DefaultRetry(),
+		Balance:  "p2c",
+		HashKey:  "client_ip",
+		Health:   DefaultHealth(),
 	}
+}
+
+// Health is an upstream's health checking.
+type Health struct {
+	// Passive (key "passive") counts the failures of real requests.
+	Passive Passive
+	// Active (key "active", default none) probes each server; nil when
+	// the key is absent.
+	Active *Active
+	// SlowStart (key "slow_start", default 0s: off) ramps the weight of a
+	// server that comes back from 10% to 100% over this time.
+	SlowStart time.Duration
+}
+
+// Passive is passive health checking: nginx's max_fails and Envoy's
+// consecutive-failure ejection.
+type Passive struct {
+	// MaxFails (key "max_fails", default 3, 0 = off) failures within
+	// FailTimeout take a server out for FailTimeout.
+	MaxFails int
+	// FailTimeout (key "fail_timeout", default 10s, > 0).
+	FailTimeout time.Duration
+	// Statuses (key "statuses", default [502, 503, 504]) are the response
+	// statuses that count as failures; connect errors, timeouts and
+	// invalid responses always count.
+	Statuses []int
+	// ConsecutiveFailures (key "consecutive_failures", default 5, 0 = off)
+	// failures in a row eject a server for BaseEjection times the number
+	// of its ejections, at most MaxEjection.
+	ConsecutiveFailures int
+	// BaseEjection (key "base_ejection", default 30s, > 0).
+	BaseEjection time.Duration
+	// MaxEjection (key "max_ejection", default 300s, > 0).
+	MaxEjection time.Duration
+	// MaxEjectedPercent (key "max_ejected_percent", default 50, 1..100)
+	// caps the share of servers ejected at once.
+	MaxEjectedPercent int
+}
+
+// Active is active health checking.
+type Active struct {
+	// Path (key "path", default "/") is the HTTP check's target.
+	Path string
+	// Method (key "method", default GET).
+	Method string
+	// Host (key "host", default the server's address) is the Host header.
+	Host string
+	// Expect (key "expect", default [200]) are the passing statuses.
+	Expect []int
+	// Body (key "body", default "") must occur in the response body.
+	Body string
+	// TCP (key "tcp", default false) makes the check a plain connect.
+	TCP bool
+	// Interval (key "interval", default 5s, > 0), Timeout (key "timeout",
+	// default 1s, > 0).
+	Interval, Timeout time.Duration
+	// Rise (key "rise", default 2, >= 1) passes bring a server back; Fall
+	// (key "fall", default 3, >= 1) failures take it out.
+	Rise, Fall int
+}
+
+// DefaultHealth returns the default health settings: passive on, active
+// off, no slow start.
+func DefaultHealth() Health {
+	return Health{Passive: Passive{
+		MaxFails:            3,
+		FailTimeout:         10 * time.Second,
+		Statuses:            []int{502, 503, 504},
+		ConsecutiveFailures: 5,
+		BaseEjection:        30 * time.Second,
+		MaxEjection:         300 * time.Second,
+		MaxEjectedPercent:   50,
+	}}
+}
+
+func defaultActive() *Active {
+	return &Active{Path: "/", Method: "GET", Expect: []int{200}, Interval: 5 * time.Second, Timeout: time.Second, Rise: 2, Fall: 3}
 }

@@ -53,7 +53,10 @@ func TestParseMinimalGetsDefaults(t *testing.T) {
 		Upstreams: []*Upstream{{
 			Name:    "web",
 			Line:    6,
-			Servers: []Server{{Address: "127.0.0.1:9001", Weight: 1, Line: 8}},
+			Servers: []Server{{Address: "127.0.0.1:9001", Weight: 1, Line: 8, Resolve: 10 * time.Second}},
+			Balance: "p2c",
+			HashKey: "client_ip",
+			Health:  DefaultHealth(),
 			Timeouts: UpstreamTimeouts{
 				Connect:        2 * time.Second,
 				ResponseHeader: 30 * time.Second,
@@ -111,7 +114,14 @@ upstreams:
     servers:
       - address: backend.internal:1
         weight: 1000
-      - {address: "[2001:db8::1]:65535"}
+        resolve: 30s
+      - {address: "[2001:db8::1]:65535", backup: true}
+    balance: hash
+    hash_key: header:X-User
+    health:
+      passive: {max_fails: 0, fail_timeout: 5s, statuses: [500, 503], consecutive_failures: 0, base_ejection: 1s, max_ejection: 2s, max_ejected_percent: 100}
+      active: {path: /healthz, method: head, host: app.internal, expect: [200, 204], body: ok, tcp: false, interval: 2s, timeout: 500ms, rise: 1, fall: 5}
+      slow_start: 30s
     timeouts: {connect: 1ms, response_header: 1h, read: 1.5s, write: 1m30s}
     pool: {max_idle: 0, idle_timeout: 1s, max_requests: 5, max_age: 1h, non_idempotent_max_idle: 0s}
     retry:
@@ -148,8 +158,17 @@ upstreams:
 			Name: "a.b-c_1",
 			Line: 18,
 			Servers: []Server{
-				{Address: "backend.internal:1", Weight: 1000, Line: 20},
-				{Address: "[2001:db8::1]:65535", Weight: 1, Line: 22},
+				{Address: "backend.internal:1", Weight: 1000, Line: 20, Resolve: 30 * time.Second},
+				{Address: "[2001:db8::1]:65535", Weight: 1, Line: 23, Backup: true, Resolve: 10 * time.Second},
+			},
+			Balance: "hash",
+			HashKey: "header:X-User",
+			Health: Health{
+				Passive: Passive{MaxFails: 0, FailTimeout: 5 * time.Second, Statuses: []int{500, 503}, ConsecutiveFailures: 0,
+					BaseEjection: time.Second, MaxEjection: 2 * time.Second, MaxEjectedPercent: 100},
+				Active: &Active{Path: "/healthz", Method: "HEAD", Host: "app.internal", Expect: []int{200, 204}, Body: "ok",
+					Interval: 2 * time.Second, Timeout: 500 * time.Millisecond, Rise: 1, Fall: 5},
+				SlowStart: 30 * time.Second,
 			},
 			Timeouts: UpstreamTimeouts{
 				Connect:        time.Millisecond,
@@ -171,8 +190,11 @@ upstreams:
 			},
 		}, {
 			Name:     "web",
-			Line:     34,
-			Servers:  []Server{{Address: "127.0.0.1:9001", Weight: 1, Line: 35}},
+			Line:     41,
+			Servers:  []Server{{Address: "127.0.0.1:9001", Weight: 1, Line: 42, Resolve: 10 * time.Second}},
+			Balance:  "p2c",
+			HashKey:  "client_ip",
+			Health:   DefaultHealth(),
 			Timeouts: DefaultUpstreamTimeouts(),
 			Pool:     DefaultPool(),
 			Retry: func() Retry {
@@ -271,6 +293,11 @@ func TestParseProblem(t *testing.T) {
 		{"negative duration", minimal + "timeouts: {drain: -5s}\n", 9, 19, "timeouts.drain", "must not be negative"},
 		{"duration without unit", minimal + "timeouts: {drain: 30}\n", 9, 19, "timeouts.drain", "30 has no unit"},
 		{"zero where positive", minimal + "    timeouts: {connect: 0}\n", 9, 25, "upstreams.web.timeouts.connect", "must be > 0"},
+		{"unknown balance", minimal + "    balance: fastest\n", 9, 14, "upstreams.web.balance", "fastest"},
+		{"hash_key without hash", minimal + "    hash_key: uri\n", 9, 15, "upstreams.web.hash_key", "only used with balance: hash"},
+		{"bad hash_key", minimal + "    balance: hash\n    hash_key: body\n", 10, 15, "upstreams.web.hash_key", "client_ip, header:NAME"},
+		{"status out of range", minimal + "    health: {passive: {statuses: [502, 700]}}\n", 9, 40, "upstreams.web.health.passive.statuses[1]", "between 100 and 599"},
+		{"active path", minimal + "    health: {active: {path: healthz}}\n", 9, 29, "upstreams.web.health.active.path", "must start with /"},
 		{"decimal size", minimal + "limits:\n  max_header_bytes: 64kb\n", 10, 21, "limits.max_header_bytes", `decimal unit "kb" is ambiguous (1000 or 1024?); use a binary unit, such as 64KiB`},
 		{"size MB", minimal + "    retry: {body_buffer: 1MB}\n", 9, 26, "upstreams.web.retry.body_buffer", "such as 1MiB"},
 		{"size case", minimal + "    retry: {body_buffer: 1mib}\n", 9, 26, "upstreams.web.retry.body_buffer", "units are case-sensitive: write 1MiB"},

@@ -10,8 +10,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-proxy/sluice/balance"
 )
 
 // Load reads the file at path and parses it with Parse, using path as
@@ -529,13 +532,16 @@ func (d *decoder) upstreams(n *yaml.Node, path string, c *Config) {
 // walkUpstream walks one upstream; key is its name's node, which
 // missing servers are reported at.
 func (d *decoder) walkUpstream(key, n *yaml.Node, path string, u *Upstream) {
+	var hashKeyNode *yaml.Node
 	present := d.mapping(n, path, []field{
 		{"servers", func(n *yaml.Node, path string) {
 			count := d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
-				s := Server{Weight: 1, Line: n.Line}
+				s := Server{Weight: 1, Line: n.Line, Resolve: 10 * time.Second}
 				present := d.mapping(n, path, []field{
 					{"address", func(n *yaml.Node, path string) { d.address(&s.Address, n, path, false) }},
 					{"weight", d.integer(&s.Weight, between(1, 1000))},
+					{"backup", d.boolean(&s.Backup)},
+					{"resolve", d.duration(&s.Resolve, true)},
 				})
 				d.required(n, path, present, "address")
 				u.Servers = append(u.Servers, s)
@@ -564,10 +570,107 @@ func (d *decoder) walkUpstream(key, n *yaml.Node, path string, u *Upstream) {
 			})
 		}},
 		{"retry", func(n *yaml.Node, path string) { d.retry(n, path, &u.Retry) }},
+		{"balance", d.enum(&u.Balance, balance.PolicyNames()...)},
+		{"hash_key", func(n *yaml.Node, path string) {
+			hashKeyNode = n
+			d.str(&u.HashKey, checkHashKey)(n, path)
+		}},
+		{"health", func(n *yaml.Node, path string) { d.health(n, path, &u.Health) }},
 	})
 	if !present["servers"] {
 		d.addf(key, join(path, "servers"), "missing; an upstream needs at least one server")
 	}
+	if hashKeyNode != nil && u.Balance != "hash" {
+		d.addf(hashKeyNode, join(path, "hash_key"), "only used with balance: hash (balance is %s)", u.Balance)
+	}
+}
+
+// checkHashKey validates a hash_key value.
+func checkHashKey(s string) (string, string) {
+	if _, err := balance.ParseHashKey(s); err != nil {
+		return "", "must be client_ip, header:NAME, cookie:NAME or uri"
+	}
+	return s, ""
+}
+
+// health walks an upstream's "health" mapping into h.
+func (d *decoder) health(n *yaml.Node, path string, h *Health) {
+	d.mapping(n, path, []field{
+		{"passive", func(n *yaml.Node, path string) {
+			p := &h.Passive
+			d.mapping(n, path, []field{
+				{"max_fails", d.integer(&p.MaxFails, atLeast(0))},
+				{"fail_timeout", d.duration(&p.FailTimeout, true)},
+				{"statuses", d.statuses(&p.Statuses)},
+				{"consecutive_failures", d.integer(&p.ConsecutiveFailures, atLeast(0))},
+				{"base_ejection", d.duration(&p.BaseEjection, true)},
+				{"max_ejection", d.duration(&p.MaxEjection, true)},
+				{"max_ejected_percent", d.integer(&p.MaxEjectedPercent, between(1, 100))},
+			})
+		}},
+		{"active", func(n *yaml.Node, path string) {
+			a := defaultActive()
+			d.mapping(n, path, []field{
+				{"path", d.str(&a.Path, checkCheckPath)},
+				{"method", d.str(&a.Method, checkToken)},
+				{"host", d.str(&a.Host, checkCheckHost)},
+				{"expect", d.statuses(&a.Expect)},
+				{"body", d.str(&a.Body, func(s string) (string, string) { return s, "" })},
+				{"tcp", d.boolean(&a.TCP)},
+				{"interval", d.duration(&a.Interval, true)},
+				{"timeout", d.duration(&a.Timeout, true)},
+				{"rise", d.integer(&a.Rise, between(1, 100))},
+				{"fall", d.integer(&a.Fall, between(1, 100))},
+			})
+			h.Active = a
+		}},
+		{"slow_start", d.duration(&h.SlowStart, false)},
+	})
+}
+
+// statuses returns a parser of a list of HTTP status codes (100..599).
+func (d *decoder) statuses(dst *[]int) func(*yaml.Node, string) {
+	return func(n *yaml.Node, path string) {
+		if n.Kind != yaml.SequenceNode {
+			d.addf(n, path, "must be a list of status codes, such as [502, 503]")
+			return
+		}
+		list := []int{}
+		d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
+			var v int
+			d.integer(&v, between(100, 599))(n, path)
+			if v != 0 {
+				list = append(list, v)
+			}
+		})
+		*dst = list
+	}
+}
+
+func checkCheckPath(s string) (string, string) {
+	if !strings.HasPrefix(s, "/") || strings.ContainsAny(s, " \t\r\n") {
+		return "", "must start with / and hold no whitespace"
+	}
+	return s, ""
+}
+
+func checkCheckHost(s string) (string, string) {
+	if s == "" || strings.ContainsAny(s, " \t\r\n,/@") {
+		return "", "must be a host name, optionally with :port"
+	}
+	return s, ""
+}
+
+func checkToken(s string) (string, string) {
+	for _, c := range s {
+		if c <= ' ' || c >= 0x7f || strings.ContainsRune("\"(),/:;<=>?@[\\]{}", c) {
+			return "", "must be an HTTP method (a token)"
+		}
+	}
+	if s == "" {
+		return "", "must not be empty"
+	}
+	return strings.ToUpper(s), ""
 }
 
 // retry walks an upstream's "retry" mapping into r.

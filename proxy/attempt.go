@@ -114,6 +114,7 @@ func (s *Session) readResponse(peer *Peer, a *Attempt) bool {
 		}
 		a.Status = s.resp.Status
 		if s.resp.Status >= 200 {
+			a.Wait = time.Since(a.Start)
 			break
 		}
 		if s.resp.Status == 101 {

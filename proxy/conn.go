@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"syscall"
@@ -20,12 +21,13 @@ var errTooManyFiles = syscall.EMFILE
 // connection. Pipelined requests are answered in order because they are
 // served one after the other.
 type conn struct {
-	srv    *Server
-	nc     net.Conn
-	r      h1.Reader
-	client string // the client's IP, for X-Forwarded-For and logs
-	s      Session
-	wbuf   []byte
+	srv      *Server
+	nc       net.Conn
+	r        h1.Reader
+	client   string // the client's IP, for X-Forwarded-For and logs
+	clientIP netip.Addr
+	s        Session
+	wbuf     []byte
 
 	// linger is set when sluice answered and is closing while the client
 	// may still be sending: the close then waits a moment for the client's
@@ -43,7 +45,8 @@ func newConn(srv *Server, nc net.Conn) *conn {
 	c := &conn{srv: srv, nc: nc}
 	c.r.Reset(nc)
 	if ta, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
-		c.client = ta.IP.String()
+		c.clientIP = ta.AddrPort().Addr().Unmap()
+		c.client = c.clientIP.String()
 	} else if a := nc.RemoteAddr(); a != nil {
 		c.client = a.String()
 	}

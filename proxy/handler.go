@@ -75,6 +75,14 @@ type FailToProxy interface {
 	FailToProxy(s *Session, e *fault.Error) *Response
 }
 
+// TryDone is told how each try ended, once the decision about retrying it
+// is taken: for passive health checks and load-aware balancing. It is
+// called exactly once after every successful UpstreamPeer call. A.Err is nil
+// for a try whose response went to the client whole.
+type TryDone interface {
+	TryDone(s *Session, a *Attempt)
+}
+
 // Logger runs once per request, after the response went out or failed. The
 // session is valid until Logging returns.
 type Logger interface {
@@ -208,6 +216,9 @@ type Attempt struct {
 	StaleResend bool
 	// Wrote and Read count the request and response bytes of this try.
 	Wrote, Read int64
+	// Wait is the time from the try's start to its response head (or to
+	// its failure): the upstream's latency as a balancer sees it.
+	Wait time.Duration
 	// Status is the upstream's response status, 0 if none was read.
 	Status int
 	// Err is the failure, nil for the try that answered. Err.Retry and

@@ -104,6 +104,7 @@ type hooks struct {
 	failToConnect         FailToConnect
 	errorWhileProxy       ErrorWhileProxy
 	failToProxy           FailToProxy
+	tryDone               TryDone
 	logger                Logger
 }
 
@@ -117,6 +118,7 @@ func (srv *Server) SetHandler(h Handler) {
 	hk.failToConnect, _ = h.(FailToConnect)
 	hk.errorWhileProxy, _ = h.(ErrorWhileProxy)
 	hk.failToProxy, _ = h.(FailToProxy)
+	hk.tryDone, _ = h.(TryDone)
 	hk.logger, _ = h.(Logger)
 	srv.hooks.Store(hk)
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"net/netip"
 	"time"
 
 	"github.com/sluice-proxy/sluice/fault"
@@ -19,8 +20,9 @@ type Session struct {
 	// upstream is chosen; the upstream gets a copy with hop-by-hop fields
 	// removed and forwarding fields added.
 	Request h1.Request
-	// Client is the client's IP address.
-	Client string
+	// Client is the client's IP address; ClientIP is the same, parsed.
+	Client   string
+	ClientIP netip.Addr
 	// Ctx is the Handler's own per-request state; nil at the start of
 	// every request.
 	Ctx any
@@ -57,6 +59,7 @@ type Session struct {
 	respFrame h1.Framing
 	respReuse bool
 	tries     int
+	scratch   []byte
 	readStart int64 // the upstream reader's count when this try began reading
 }
 
@@ -77,11 +80,20 @@ func (s *Session) reset() {
 		upReq:    s.upReq,
 		resp:     s.resp,
 		body:     reqBody{replay: s.body.replay[:0], done: done},
+		scratch:  s.scratch[:0],
 	}
 	s.Request.Reset()
 	s.Client = s.c.client
+	s.ClientIP = s.c.clientIP
 	s.hooks = s.srv.hooks.Load()
 }
+
+// Scratch returns a buffer the Handler may use for temporary bytes during
+// the request (a hash key, say); it is reused by later requests.
+func (s *Session) Scratch() []byte { return s.scratch[:0] }
+
+// KeepScratch hands back a grown scratch buffer for reuse.
+func (s *Session) KeepScratch(b []byte) { s.scratch = b[:0] }
 
 // Server returns the server the session belongs to.
 func (s *Session) Server() *Server { return s.srv }
@@ -201,7 +213,7 @@ func (s *Session) proxy() {
 		done := s.try(peer, a)
 		a.Duration = time.Since(a.Start)
 		if done {
-			s.observeTry(a)
+			s.tryDone(a)
 			return
 		}
 		e := a.Err
@@ -229,7 +241,7 @@ func (s *Session) proxy() {
 				o.BudgetDenied(s, peer)
 			}
 		}
-		s.observeTry(a)
+		s.tryDone(a)
 		s.logTry(a, !e.Retry)
 		if !e.Retry {
 			if s.held {
@@ -319,7 +331,14 @@ func (s *Session) finish() {
 	}
 }
 
-func (s *Session) observeTry(a *Attempt) {
+// tryDone reports a finished try to the handler and the observer.
+func (s *Session) tryDone(a *Attempt) {
+	if a.Wait == 0 {
+		a.Wait = a.Duration
+	}
+	if h := s.hooks.tryDone; h != nil {
+		h.TryDone(s, a)
+	}
 	if o := s.srv.Observer; o != nil {
 		o.Try(s, a)
 	}

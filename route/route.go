@@ -102,3 +102,14 @@ func hostMatch(pattern string, host []byte) bool {
 	}
 	return h1.EqualFold(host, pattern)
 }
+
+// TryDone passes the outcome of a try to the peer's Tag when the tag wants
+// it (a balancer's record of the server, for passive health and latency).
+func (t *Table) TryDone(s *proxy.Session, a *proxy.Attempt) {
+	if a.Peer == nil {
+		return
+	}
+	if d, ok := a.Peer.Tag.(proxy.TryDone); ok {
+		d.TryDone(s, a)
+	}
+}

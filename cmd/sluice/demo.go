@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -48,17 +49,21 @@ upstreams:
       - address: %s
     timeouts: {connect: 1s, response_header: 5s}
     retry: {tries: 3, on: [error, timeout], non_idempotent: keyed}
+    balance: round_robin
 `, *listen, steady, flaky)
 	cfg, err := config.Parse("demo.yaml", []byte(yaml))
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
+	slog.SetDefault(log)
 	gen, err := config.Build(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
+	gen.Start(context.Background())
+	defer gen.Close()
 	srv, closer, err := config.NewServer(cfg, gen, log)
 	if err != nil {
 		fmt.Fprintln(stderr, err)

@@ -107,11 +107,16 @@ func cmdRun(args []string, stderr io.Writer) int {
 		return 1
 	}
 	log := slog.New(config.Handler(stderr, cfg.Log.Format, config.Level(cfg.Log.Level)))
+	slog.SetDefault(log)
 	gen, err := config.Build(cfg)
 	if err != nil {
 		log.Error("building the proxy", "error", err)
 		return 1
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	gen.Start(ctx)
+	defer gen.Close()
 	srv, closer, err := config.NewServer(cfg, gen, log)
 	if err != nil {
 		log.Error("starting", "error", err)
