@@ -56,10 +56,11 @@ func (s *Session) connect(peer *Peer, a *Attempt) bool {
 	if opts.limits().MaxIdle > 0 {
 		var maxIdle time.Duration
 		usePool := true
-		if !retry.Idempotent(s.Request.Method()) {
+		if !s.resendable(opts.policy()) {
 			// A request that must not be sent twice goes only on a
 			// connection fresh enough that the upstream has surely not
-			// closed it (issue: gunicorn worker recycling, idle races).
+			// closed it, or on a new one (seed 004: a recycled gunicorn
+			// worker abandons its kept-alive connections unseen).
 			maxIdle = opts.nonIdempotentMaxIdle()
 			usePool = maxIdle > 0
 		}
@@ -83,6 +84,23 @@ func (s *Session) connect(peer *Peer, a *Attempt) bool {
 	}
 	s.up = pool.NewConn(nc, peer.Addr, opts.limits(), now)
 	return true
+}
+
+// resendable reports whether the request may be sent again after it may
+// have been processed: idempotent, or allowed by the policy (keyed with the
+// idempotency header, or non_idempotent: always). Only requests that are
+// not need the care of fresh connections.
+func (s *Session) resendable(pol *retry.Policy) bool {
+	if retry.Idempotent(s.Request.Method()) {
+		return true
+	}
+	switch pol.Mode() {
+	case retry.Always:
+		return true
+	case retry.Keyed:
+		return s.Request.Header.Has(pol.Header())
+	}
+	return false
 }
 
 // readResponse reads response heads until the final one, relaying interim

@@ -49,7 +49,7 @@ func Decide(p *Policy, f Facts) (bool, string) {
 		return false, "not retried: the request body was larger than body_buffer and had partly gone out"
 	}
 	if f.Wrote && !Idempotent(f.Method) {
-		switch p.mode() {
+		switch p.Mode() {
 		case Never:
 			return false, fmt.Sprintf("not retried: %s may have been processed and non_idempotent is never", f.Method)
 		case Keyed:

@@ -205,7 +205,8 @@ func (p *Policy) BufferSize() int64 {
 	return p.BodyBuffer
 }
 
-func (p *Policy) mode() NonIdempotent {
+// Mode returns the effective NonIdempotent mode.
+func (p *Policy) Mode() NonIdempotent {
 	if p == nil {
 		return Keyed
 	}
