@@ -195,7 +195,8 @@ var poolDescs = map[string]*prometheus.Desc{
 	"expired": prometheus.NewDesc("sluice_pool_expired_total", "Idle connections closed after idle_timeout or a learned Keep-Alive timeout.", nil, nil),
 	"retired": prometheus.NewDesc("sluice_pool_retired_total", "Connections retired by max_requests, max_age or a learned Keep-Alive max.", nil, nil),
 	"evicted": prometheus.NewDesc("sluice_pool_evicted_total", "Idle connections closed to respect max_idle limits.", nil, nil),
-	"tooold":  prometheus.NewDesc("sluice_pool_skipped_for_non_idempotent_total", "Pooled connections passed over by non-idempotent requests (idle too long, or the server just announced a close).", nil, nil),
+	"tooold":  prometheus.NewDesc("sluice_pool_skipped_idle_total", "Pooled connections passed over by requests that must not be resent, for being idle too long.", nil, nil),
+	"closing": prometheus.NewDesc("sluice_pool_skipped_closing_total", "Pooled connections passed over by requests that must not be resent, for predating their server's announced close.", nil, nil),
 	"idle":    prometheus.NewDesc("sluice_pool_idle_connections", "Idle pooled connections now.", nil, nil),
 }
 
@@ -218,5 +219,6 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 	counter("retired", s.Retired)
 	counter("evicted", s.Evicted)
 	counter("tooold", s.TooOld)
+	counter("closing", s.Closing)
 	ch <- prometheus.MustNewConstMetric(poolDescs["idle"], prometheus.GaugeValue, float64(s.Idle))
 }

@@ -78,7 +78,8 @@ type Stats struct {
 	Expired uint64 // closed after idle_timeout (or a learned Keep-Alive timeout)
 	Retired uint64 // closed by max_requests, max_age or a learned Keep-Alive max
 	Evicted uint64 // closed to respect the overall idle limit
-	TooOld  uint64 // skipped by a non-idempotent request for being idle too long
+	TooOld  uint64 // passed over by a request that must not be resent: idle too long
+	Closing uint64 // passed over by such a request: opened before its server announced a close
 	Idle    int    // connections idle now
 }
 
@@ -88,16 +89,17 @@ type Pool struct {
 	maxTotal int
 	now      func() time.Time
 
-	mu     sync.Mutex
-	keys   map[string]*Conn // head of each key's list, most recently used first
-	counts map[string]int
-	lru    struct{ head, tail *Conn } // all idle conns; head is the most recent
-	byID   map[uint64]*Conn
-	nextID uint64
-	total  int
-	closed bool
+	mu      sync.Mutex
+	keys    map[string]*Conn // head of each key's list, most recently used first
+	counts  map[string]int
+	lru     struct{ head, tail *Conn } // all idle conns; head is the most recent
+	byID    map[uint64]*Conn
+	nextID  uint64
+	closing map[string]time.Time // when each server last announced a close
+	total   int
+	closed  bool
 
-	hits, misses, stale, watched, expired, retired, evicted, tooOld atomic.Uint64
+	hits, misses, stale, watched, expired, retired, evicted, tooOld, closingSkips atomic.Uint64
 
 	w    watcher
 	done chan struct{}
@@ -116,6 +118,7 @@ func New(maxTotal int, now func() time.Time) *Pool {
 		keys:     make(map[string]*Conn),
 		counts:   make(map[string]int),
 		byID:     make(map[uint64]*Conn),
+		closing:  make(map[string]time.Time),
 		done:     make(chan struct{}),
 	}
 	p.w = newWatcher()
@@ -124,41 +127,76 @@ func New(maxTotal int, now func() time.Time) *Pool {
 	return p
 }
 
+// ClosingWindow is how long after a server announced it was closing one
+// connection (Connection: close) that Get keeps non-idempotent requests off
+// the server's older connections: when a worker process recycles (gunicorn's
+// max_requests), its other keep-alive connections die with it moments later.
+const ClosingWindow = 2 * time.Second
+
 // Get returns the most recently used idle connection for key that is still
-// usable, or nil. When maxIdle > 0 it returns nil rather than a connection
-// idle longer than that (a non-idempotent request should not risk one); the
-// connection stays pooled for others.
+// usable, or nil. When maxIdle > 0 the request is one that must not be sent
+// twice: Get returns no connection idle longer than maxIdle, and none opened
+// before the server last announced a close within ClosingWindow. Those stay
+// pooled for others.
 func (p *Pool) Get(key string, maxIdle time.Duration) *Conn {
 	now := p.now()
+	var dead []*Conn
+	defer func() {
+		for _, c := range dead {
+			c.Close()
+		}
+	}()
 	p.mu.Lock()
-	for c := p.keys[key]; c != nil; c = p.keys[key] {
-		if maxIdle > 0 && now.Sub(c.IdleSince) > maxIdle {
-			p.mu.Unlock()
-			p.tooOld.Add(1)
-			p.misses.Add(1)
-			return nil
+	closing, hasClosing := p.closing[key]
+	if hasClosing && now.Sub(closing) >= ClosingWindow {
+		delete(p.closing, key)
+		hasClosing = false
+	}
+	for c := p.keys[key]; c != nil; {
+		next := c.next
+		if expired(c, now) {
+			p.remove(c)
+			dead = append(dead, c)
+			p.expired.Add(1)
+			c = next
+			continue
+		}
+		if maxIdle > 0 {
+			if now.Sub(c.IdleSince) > maxIdle {
+				// The list runs from most to least recently used:
+				// the rest are older still.
+				p.tooOld.Add(1)
+				break
+			}
+			if hasClosing && c.Created.Before(closing) {
+				p.closingSkips.Add(1)
+				c = next
+				continue
+			}
 		}
 		p.remove(c)
-		if expired(c, now) {
-			p.mu.Unlock()
-			p.expired.Add(1)
-			c.Close()
-			p.mu.Lock()
-			continue
-		}
 		p.mu.Unlock()
-		if !c.sys.alive() {
-			p.stale.Add(1)
-			c.Close()
-			p.mu.Lock()
-			continue
+		if c.sys.alive() {
+			p.hits.Add(1)
+			return c
 		}
-		p.hits.Add(1)
-		return c
+		p.stale.Add(1)
+		dead = append(dead, c)
+		p.mu.Lock()
+		c = p.keys[key] // the list may have changed while unlocked
 	}
 	p.mu.Unlock()
 	p.misses.Add(1)
 	return nil
+}
+
+// MarkClosing records that the server behind key just announced it was
+// closing a connection (see ClosingWindow).
+func (p *Pool) MarkClosing(key string) {
+	now := p.now()
+	p.mu.Lock()
+	p.closing[key] = now
+	p.mu.Unlock()
 }
 
 // Put offers a connection back after a clean exchange (the caller has
@@ -246,7 +284,7 @@ func (p *Pool) Stats() Stats {
 	return Stats{
 		Hits: p.hits.Load(), Misses: p.misses.Load(), Stale: p.stale.Load(),
 		Watched: p.watched.Load(), Expired: p.expired.Load(), Retired: p.retired.Load(),
-		Evicted: p.evicted.Load(), TooOld: p.tooOld.Load(), Idle: idle,
+		Evicted: p.evicted.Load(), TooOld: p.tooOld.Load(), Closing: p.closingSkips.Load(), Idle: idle,
 	}
 }
 
