@@ -33,7 +33,7 @@ func (o *tries) Try(s *proxy.Session, a *proxy.Attempt) {
 		o.fails[a.Peer.Addr]++
 	}
 }
-func (o *tries) Done(*proxy.Session)                       {}
+func (o *tries) Done(*proxy.Session)                      {}
 func (o *tries) BudgetDenied(*proxy.Session, *proxy.Peer) {}
 
 func (o *tries) get(addr string) (int, int) {

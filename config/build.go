@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"sync"
-	"time"
 
 	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/fault"
@@ -169,7 +168,7 @@ func buildUpstream(cfg *Config, u *Upstream, log *slog.Logger) (*Upstreamer, err
 			MaxRequests: u.Pool.MaxRequests,
 			MaxAge:      u.Pool.MaxAge,
 		},
-		NonIdempotentMaxIdle: nonIdempotentMaxIdle(u.Pool.NonIdempotentMaxIdle),
+		NonIdempotentMaxIdle: u.Pool.NonIdempotentMaxIdle,
 		Retry:                pol,
 	}
 	var servers []*balance.Server
@@ -221,15 +220,6 @@ func offIfZero(n int) int {
 		return -1
 	}
 	return n
-}
-
-// nonIdempotentMaxIdle maps the config's 0 ("always dial") to the proxy's
-// negative value for the same.
-func nonIdempotentMaxIdle(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
 }
 
 // Policy turns the retry section of an upstream into a retry.Policy with

@@ -248,22 +248,26 @@ type Pool struct {
 	// MaxAge (key "max_age", default 0s, >= 0) retires a connection this
 	// long after it was opened; 0 means no limit.
 	MaxAge time.Duration
-	// NonIdempotentMaxIdle (key "non_idempotent_max_idle", default 2s,
-	// >= 0): a non-idempotent request (POST, PATCH, ...) is never sent
-	// on a pooled connection that has been idle longer than this; a
-	// fresh connection is dialed instead. 0 means such requests always
-	// get a fresh connection.
+	// NonIdempotentMaxIdle (key "non_idempotent_max_idle", default 0s,
+	// >= 0): a request that must not be sent twice (a POST, PATCH, ...
+	// that the retry policy cannot resend: without the idempotency header
+	// under keyed) is sent on a pooled connection only if it has been idle
+	// at most this long, and not opened before its server last announced
+	// a close; otherwise on a new connection. 0, the default, means such
+	// requests always get a new connection: the only choice that survives
+	// an upstream process that stops reading its kept-alive connections
+	// the moment it decides to exit (gunicorn's max_requests).
 	NonIdempotentMaxIdle time.Duration
 }
 
 // DefaultPool returns the pool settings an upstream gets when the file
 // does not set them: max_idle 32, idle_timeout 60s, max_requests 0,
-// max_age 0s, non_idempotent_max_idle 2s.
+// max_age 0s, non_idempotent_max_idle 0s.
 func DefaultPool() Pool {
 	return Pool{
 		MaxIdle:              32,
 		IdleTimeout:          60 * time.Second,
-		NonIdempotentMaxIdle: 2 * time.Second,
+		NonIdempotentMaxIdle: 0,
 	}
 }
 

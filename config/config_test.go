@@ -68,7 +68,7 @@ func TestParseMinimalGetsDefaults(t *testing.T) {
 				IdleTimeout:          60 * time.Second,
 				MaxRequests:          0,
 				MaxAge:               0,
-				NonIdempotentMaxIdle: 2 * time.Second,
+				NonIdempotentMaxIdle: 0,
 			},
 			Retry: Retry{
 				Tries:             3,

@@ -53,14 +53,18 @@ func (s *Session) try(peer *Peer, a *Attempt) bool {
 func (s *Session) connect(peer *Peer, a *Attempt) bool {
 	opts := peer.Options
 	now := time.Now()
-	if opts.limits().MaxIdle > 0 {
+	if opts.limits().MaxIdle > 0 && !a.StaleResend {
+		// After a pooled connection turned out dead, the retry dials: the
+		// pool may hold more connections to the same dead process, and
+		// they must not use up the request's tries.
 		var maxIdle time.Duration
 		usePool := true
 		if !s.resendable(opts.policy()) {
-			// A request that must not be sent twice goes only on a
-			// connection fresh enough that the upstream has surely not
-			// closed it, or on a new one (seed 004: a recycled gunicorn
-			// worker abandons its kept-alive connections unseen).
+			// A request that must not be sent twice goes on a new
+			// connection, or on a pooled one idle at most
+			// NonIdempotentMaxIdle when that is set (seed 004: a recycled
+			// gunicorn worker abandons its kept-alive connections unseen,
+			// moments after it last answered on them).
 			maxIdle = opts.nonIdempotentMaxIdle()
 			usePool = maxIdle > 0
 		}

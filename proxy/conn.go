@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"os"
+	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
@@ -63,7 +65,12 @@ func (c *conn) serve() {
 		// without an answer it can detect: log it and drop the
 		// connection (invariant 6).
 		if v := recover(); v != nil {
-			c.srv.ErrorLog.Error("internal error serving connection; closing it", "panic", v, "client", c.client)
+			c.srv.ErrorLog.Error("internal error serving connection; closing it", "panic", v, "client", c.client,
+				"stack", string(debug.Stack()))
+			if c.s.Status == 0 {
+				c.s.keepAlive = false
+				c.s.answerError(&fault.Error{Kind: fault.Internal, Source: fault.Internally, Context: fmt.Sprint("panic: ", v)})
+			}
 		}
 	}()
 	for {

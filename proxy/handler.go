@@ -133,10 +133,13 @@ type PeerOptions struct {
 	// Pool limits the idle connections kept for each peer; nil means
 	// DefaultPoolLimits, and MaxIdle 0 turns pooling off.
 	Pool *pool.Limits
-	// NonIdempotentMaxIdle keeps non-idempotent requests off pooled
-	// connections idle longer than this (they dial instead); 0 means 2s,
-	// a negative value makes them always dial. Connections to a server
-	// that just announced it is closing are avoided for them too.
+	// NonIdempotentMaxIdle lets requests that must not be sent twice
+	// (non-idempotent ones that the retry policy cannot resend) use a
+	// pooled connection idle at most this long; they take no connection
+	// opened before their server last announced a close (pool.ClosingWindow)
+	// either. The zero value makes them always dial a new connection, the
+	// only choice that never hands one to a process that has just stopped
+	// reading its kept-alive connections.
 	NonIdempotentMaxIdle time.Duration
 	// Retry is the retry policy; nil means retry's defaults.
 	Retry *retry.Policy
@@ -176,6 +179,13 @@ func (o *PeerOptions) writeTimeout() time.Duration {
 	return o.WriteTimeout
 }
 
+func (o *PeerOptions) nonIdempotentMaxIdle() time.Duration {
+	if o == nil {
+		return 0
+	}
+	return o.NonIdempotentMaxIdle
+}
+
 func (o *PeerOptions) policy() *retry.Policy {
 	if o == nil {
 		return nil
@@ -188,18 +198,6 @@ func (o *PeerOptions) limits() *pool.Limits {
 		return &DefaultPoolLimits
 	}
 	return o.Pool
-}
-
-// nonIdempotentMaxIdle returns the idle bound for non-idempotent requests;
-// 0 means they must dial.
-func (o *PeerOptions) nonIdempotentMaxIdle() time.Duration {
-	switch {
-	case o == nil || o.NonIdempotentMaxIdle == 0:
-		return 2 * time.Second
-	case o.NonIdempotentMaxIdle < 0:
-		return 0
-	}
-	return o.NonIdempotentMaxIdle
 }
 
 // Attempt records one try of a request: where it went, on what connection,

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,11 +14,24 @@ import (
 	"github.com/sluice-proxy/sluice/proxy"
 )
 
-// The upstream drops every reused connection without answering. A POST to
-// SafePath on a reused connection is retried on a new one; any other POST
-// gets 502, and reaches the upstream once.
+// The upstream reads the first request for each path and resets the
+// connection without answering, as a crashing process would. The POST to
+// SafePath is retried and answered; any other POST gets 502 and reaches
+// the upstream once.
 func TestPostRetryForOnePath(t *testing.T) {
-	up := upstreamtest.Start(t, upstreamtest.AnswerFirstThenDrop())
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+		mu.Lock()
+		first := !seen[r.Target]
+		seen[r.Target] = true
+		mu.Unlock()
+		if first {
+			c.Reset()
+			return
+		}
+		c.Respond(200, "ok")
+	})
 	srv := &proxy.Server{Handler: &Proxy{Peer: &proxy.Peer{Addr: up.Addr()}}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -47,19 +61,11 @@ func TestPostRetryForOnePath(t *testing.T) {
 	post := func(path string) string {
 		return "POST " + path + " HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nq=1"
 	}
-	warm := "GET /warm HTTP/1.1\r\nHost: a\r\n\r\n"
-
-	if do(warm) != 200 {
-		t.Fatal("warm-up failed")
-	}
 	if got := do(post(SafePath)); got != 200 {
 		t.Fatalf("POST %s: %d, want 200 after a retry", SafePath, got)
 	}
 	if n := up.Count("POST", SafePath); n != 2 {
 		t.Fatalf("upstream saw POST %s %d times, want 2", SafePath, n)
-	}
-	if do(warm) != 200 {
-		t.Fatal("warm-up failed")
 	}
 	if got := do(post("/orders")); got != 502 {
 		t.Fatalf("POST /orders: %d, want 502", got)
