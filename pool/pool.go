@@ -128,16 +128,19 @@ func New(maxTotal int, now func() time.Time) *Pool {
 }
 
 // ClosingWindow is how long after a server announced it was closing one
-// connection (Connection: close) that Get keeps non-idempotent requests off
-// the server's older connections: when a worker process recycles (gunicorn's
-// max_requests), its other keep-alive connections die with it moments later.
+// connection (Connection: close) that Get hands out none of the server's
+// connections opened before the announcement: when a worker process
+// recycles (gunicorn's max_requests), its other kept-alive connections stop
+// being read at once and die with it up to a few hundred milliseconds
+// later. A request sent on one waits for that death and must then be
+// retried, or cannot be; a new connection costs a connect.
 const ClosingWindow = 2 * time.Second
 
 // Get returns the most recently used idle connection for key that is still
-// usable, or nil. When maxIdle > 0 the request is one that must not be sent
-// twice: Get returns no connection idle longer than maxIdle, and none opened
-// before the server last announced a close within ClosingWindow. Those stay
-// pooled for others.
+// usable, or nil. It returns none opened before the server last announced
+// a close, within ClosingWindow (those stay pooled until then). When
+// maxIdle > 0 the request is one that must not be sent twice, and Get
+// returns no connection idle longer than maxIdle either.
 func (p *Pool) Get(key string, maxIdle time.Duration) *Conn {
 	now := p.now()
 	var dead []*Conn
@@ -161,18 +164,16 @@ func (p *Pool) Get(key string, maxIdle time.Duration) *Conn {
 			c = next
 			continue
 		}
-		if maxIdle > 0 {
-			if now.Sub(c.IdleSince) > maxIdle {
-				// The list runs from most to least recently used:
-				// the rest are older still.
-				p.tooOld.Add(1)
-				break
-			}
-			if hasClosing && c.Created.Before(closing) {
-				p.closingSkips.Add(1)
-				c = next
-				continue
-			}
+		if maxIdle > 0 && now.Sub(c.IdleSince) > maxIdle {
+			// The list runs from most to least recently used: the rest
+			// are older still.
+			p.tooOld.Add(1)
+			break
+		}
+		if hasClosing && c.Created.Before(closing) {
+			p.closingSkips.Add(1)
+			c = next
+			continue
 		}
 		p.remove(c)
 		p.mu.Unlock()
