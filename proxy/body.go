@@ -22,11 +22,12 @@ import (
 // stopped pump leaves the body reader where it was, so the next try's pump
 // resumes after resending the kept bytes.
 type reqBody struct {
-	s      *Session
-	b      h1.Body
-	f      h1.Framing
-	limit  int64  // bytes that may be kept for a resend
-	replay []byte // every byte consumed so far, while not truncated
+	s       *Session
+	b       h1.Body
+	f       h1.Framing
+	limit   int64   // bytes that may be kept for a resend
+	replay  []byte  // every byte consumed so far, while not truncated
+	replayp *[]byte // replay's pooled storage, borrowed on first use
 	// consumed counts body bytes taken from the client; truncated is set
 	// once replay no longer holds them all; finished once the body ended.
 	consumed  int64
@@ -88,6 +89,10 @@ func (rb *reqBody) keep(seg []byte) {
 		rb.truncated = true
 		rb.replay = rb.replay[:0]
 		return
+	}
+	if rb.replayp == nil {
+		rb.replayp = getBuf()
+		rb.replay = (*rb.replayp)[:0]
 	}
 	rb.replay = append(rb.replay, seg...)
 }

@@ -29,7 +29,8 @@ type conn struct {
 	client   string // the client's IP, for X-Forwarded-For and logs
 	clientIP netip.Addr
 	s        Session
-	wbuf     []byte
+	wbuf     []byte // the write buffer, borrowed (wbufp) while serving
+	wbufp    *[]byte
 
 	// linger is set when sluice answered and is closing while the client
 	// may still be sending: the close then waits a moment for the client's
@@ -96,6 +97,7 @@ func (c *conn) readRequest() bool {
 	if c.r.Buffered() == 0 {
 		// Idle: no request has begun. Hold no buffer while waiting.
 		c.r.Release()
+		c.giveBack()
 		c.setIdle(true)
 		if srv.Draining() {
 			c.setIdle(false)
@@ -116,16 +118,19 @@ func (c *conn) readRequest() bool {
 		switch {
 		case h1.StatusOf(err) != 0:
 			c.s.reset()
+			c.borrow()
 			c.s.answerBadRequest(err)
 		case isTimeout(err):
 			// RFC 9110 §15.5.9: 408 for a request not completed in time.
 			c.s.reset()
+			c.borrow()
 			c.s.answerError(&fault.Error{Kind: fault.ClientTimeout, Source: fault.Downstream, Context: "reading the request head", Cause: err})
 			c.s.finish()
 		}
 		return false
 	}
 	c.s.reset()
+	c.borrow()
 	if err := h1.ParseRequest(&c.s.Request, head, srv.maxHeaders()); err != nil {
 		c.s.answerBadRequest(err)
 		return false
@@ -164,6 +169,7 @@ const (
 
 func (c *conn) close() {
 	c.r.Release()
+	c.giveBack()
 	if c.linger {
 		if tc, ok := c.nc.(*net.TCPConn); ok {
 			tc.CloseWrite()

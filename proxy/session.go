@@ -79,7 +79,7 @@ func (s *Session) reset() {
 		c:        s.c,
 		upReq:    s.upReq,
 		resp:     s.resp,
-		body:     reqBody{replay: s.body.replay[:0], done: done},
+		body:     reqBody{replay: s.body.replay[:0], replayp: s.body.replayp, done: done},
 		scratch:  s.scratch[:0],
 	}
 	s.Request.Reset()
