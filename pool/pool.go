@@ -69,6 +69,19 @@ func NewConn(c net.Conn, key string, limits *Limits, now time.Time) *Conn {
 	return pc
 }
 
+// discard closes an idle connection the pool no longer wants, with a reset
+// rather than a FIN, so that the pool's own closes leave no TIME_WAIT
+// behind: sluice may open and retire many upstream connections (requests
+// that must not be resent dial new ones), and a proxy that accumulates
+// TIME_WAIT runs out of local ports. Nothing is in flight on an idle
+// connection, so the reset loses nothing.
+func (c *Conn) discard() {
+	if tc, ok := c.Conn.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.Close()
+}
+
 // Stats are counters of what the pool did, for metrics and tests.
 type Stats struct {
 	Hits    uint64 // Get returned a pooled connection
@@ -146,7 +159,7 @@ func (p *Pool) Get(key string, maxIdle time.Duration) *Conn {
 	var dead []*Conn
 	defer func() {
 		for _, c := range dead {
-			c.Close()
+			c.discard()
 		}
 	}()
 	p.mu.Lock()
@@ -214,7 +227,7 @@ func (p *Pool) Put(c *Conn) bool {
 		(c.MaxServed > 0 && c.Served >= c.MaxServed) ||
 		(l.MaxAge > 0 && now.Sub(c.Created) >= l.MaxAge) {
 		p.retired.Add(1)
-		c.Close()
+		c.discard()
 		return false
 	}
 	c.Reader.Release()
@@ -246,7 +259,7 @@ func (p *Pool) Put(c *Conn) bool {
 	p.mu.Unlock()
 	for _, d := range drop {
 		p.evicted.Add(1)
-		d.Close()
+		d.discard()
 	}
 	return true
 }
@@ -269,7 +282,7 @@ func (p *Pool) Close() {
 	}
 	p.mu.Unlock()
 	for _, c := range all {
-		c.Close()
+		c.discard()
 	}
 	close(p.done)
 	p.w.wake()
@@ -410,6 +423,6 @@ func (p *Pool) sweep() {
 	p.mu.Unlock()
 	for _, c := range old {
 		p.expired.Add(1)
-		c.Close()
+		c.discard()
 	}
 }
