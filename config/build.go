@@ -42,6 +42,16 @@ func (g *Generation) Close() {
 	}
 }
 
+// Servers reports every server of every upstream with its health, for
+// metrics.
+func (g *Generation) Servers(report func(upstream string, s *balance.Server)) {
+	for name, u := range g.Upstreams {
+		for _, s := range u.Group.Servers() {
+			report(name, s)
+		}
+	}
+}
+
 // Upstreamer is one built upstream: a load-balanced group of servers with
 // their shared connection options. It is a route.Picker.
 type Upstreamer struct {

@@ -89,6 +89,47 @@ func New(p *pool.Pool) *Metrics {
 	return m
 }
 
+// ServerState is one upstream server's state, for the health gauges.
+type ServerState struct {
+	Upstream, Server string
+	Healthy          bool
+	Outstanding      int64
+}
+
+// WatchServers reports each server's health and outstanding tries at
+// scrape time; list calls report once per server.
+func (m *Metrics) WatchServers(list func(report func(ServerState))) {
+	m.reg.MustRegister(serverCollector{list})
+}
+
+type serverCollector struct {
+	list func(report func(ServerState))
+}
+
+var (
+	healthyDesc = prometheus.NewDesc("sluice_upstream_server_healthy",
+		"1 when the server takes requests (not down by passive or active health checks, not ejected), else 0.",
+		[]string{"upstream", "server"}, nil)
+	outstandingDesc = prometheus.NewDesc("sluice_upstream_server_outstanding",
+		"Tries in flight to the server.", []string{"upstream", "server"}, nil)
+)
+
+func (c serverCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- healthyDesc
+	ch <- outstandingDesc
+}
+
+func (c serverCollector) Collect(ch chan<- prometheus.Metric) {
+	c.list(func(s ServerState) {
+		v := 0.0
+		if s.Healthy {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(healthyDesc, prometheus.GaugeValue, v, s.Upstream, s.Server)
+		ch <- prometheus.MustNewConstMetric(outstandingDesc, prometheus.GaugeValue, float64(s.Outstanding), s.Upstream, s.Server)
+	})
+}
+
 // Handler serves the metrics in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})

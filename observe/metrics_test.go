@@ -16,6 +16,9 @@ func TestMetricsCount(t *testing.T) {
 	p := pool.New(10, nil)
 	defer p.Close()
 	m := New(p)
+	m.WatchServers(func(report func(ServerState)) {
+		report(ServerState{Upstream: "api", Server: "127.0.0.1:1", Healthy: false, Outstanding: 2})
+	})
 	peer := &proxy.Peer{Addr: "127.0.0.1:1", Upstream: "api"}
 	s := &proxy.Session{Start: time.Now(), Status: 200}
 	failed := proxy.Attempt{Peer: peer, Reused: true, Err: &fault.Error{Kind: fault.ConnectionClosed, Source: fault.Upstream, Retry: true}}
@@ -38,6 +41,8 @@ func TestMetricsCount(t *testing.T) {
 		`sluice_retry_budget_denied_total{upstream="api"} 1`,
 		`sluice_pool_idle_connections 0`,
 		`sluice_pool_closed_while_idle_total 0`,
+		`sluice_upstream_server_healthy{server="127.0.0.1:1",upstream="api"} 0`,
+		`sluice_upstream_server_outstanding{server="127.0.0.1:1",upstream="api"} 2`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("metrics lack %s", want)

@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/observe"
 	"github.com/sluice-proxy/sluice/proxy"
@@ -125,6 +126,11 @@ func cmdRun(args []string, stderr io.Writer) int {
 	defer closer.Close()
 	if cfg.Metrics.Address != "" {
 		m := observe.New(srv.Pool)
+		m.WatchServers(func(report func(observe.ServerState)) {
+			gen.Servers(func(upstream string, s *balance.Server) {
+				report(observe.ServerState{Upstream: upstream, Server: s.Addr, Healthy: s.Healthy(), Outstanding: s.Outstanding()})
+			})
+		})
 		srv.Observer = m
 		stop, err := serveMetrics(cfg.Metrics.Address, m, log)
 		if err != nil {
