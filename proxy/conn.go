@@ -32,6 +32,8 @@ type conn struct {
 	wbuf     []byte // the write buffer, borrowed (wbufp) while serving
 	wbufp    *[]byte
 
+	ready readiness
+
 	// linger is set when sluice answered and is closing while the client
 	// may still be sending: the close then waits a moment for the client's
 	// bytes, so that they do not turn the close into a reset that could
@@ -55,6 +57,7 @@ func newConn(srv *Server, nc net.Conn) *conn {
 	}
 	c.s.c = c
 	c.s.srv = srv
+	c.ready.init(nc)
 	return c
 }
 
@@ -104,7 +107,10 @@ func (c *conn) readRequest() bool {
 			return false
 		}
 		c.nc.SetReadDeadline(time.Now().Add(srv.idleTimeout()))
-		err := c.r.Fill()
+		err := c.ready.wait()
+		if err == nil {
+			err = c.r.Fill()
+		}
 		c.setIdle(false)
 		if err != nil {
 			// Closed, reset, idle too long, or woken by Shutdown:
