@@ -1,0 +1,91 @@
+package main
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+)
+
+func TestParseWrk(t *testing.T) {
+	out := []byte(`Running 2s test @ http://127.0.0.1:1/post
+  1 threads and 64 connections
+  29715 requests in 2.00s, 3.97MB read
+  Socket errors: connect 0, read 6, write 153, timeout 0
+Requests/sec:  14838.05
+WRK-RESULT 2002621 29715 4160100 0 6 153 2 0 4024 11807
+`)
+	got, err := parseWrk(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := wrkResult{
+		duration: 2002621 * time.Microsecond,
+		requests: 29715,
+		bytes:    4160100,
+		sockErrs: 159,
+		status:   2,
+		p50:      4024 * time.Microsecond,
+		p99:      11807 * time.Microsecond,
+	}
+	if got != want {
+		t.Errorf("parseWrk = %+v, want %+v", got, want)
+	}
+	if _, err := parseWrk([]byte("Requests/sec: 1\n")); !errors.Is(err, errNoResult) {
+		t.Errorf("no result line: err = %v, want errNoResult", err)
+	}
+}
+
+func TestParseStat(t *testing.T) {
+	tests := []struct {
+		stat  string
+		pgrp  int
+		ticks uint64
+		ok    bool
+		name  string
+	}{
+		{"4242 (nginx) S 1 4240 4240 0 -1 4194624 100 0 0 0 37 12 0 0 20 0 1 0 1 1 1", 4240, 49, true, "plain"},
+		{"7 (a b) c)) R 1 9 9 0 -1 0 0 0 0 0 5 6 0 0 20 0 1 0 1 1 1", 9, 11, true, "spaces and parens in comm"},
+		{"7 (x) R 1 9", 0, 0, false, "short"},
+		{"garbage", 0, 0, false, "no parens"},
+	}
+	for _, tt := range tests {
+		pgrp, ticks, ok := parseStat([]byte(tt.stat))
+		if pgrp != tt.pgrp || ticks != tt.ticks || ok != tt.ok {
+			t.Errorf("%s: parseStat = %d, %d, %v; want %d, %d, %v", tt.name, pgrp, ticks, ok, tt.pgrp, tt.ticks, tt.ok)
+		}
+	}
+}
+
+func TestMedian(t *testing.T) {
+	tests := []struct {
+		in   []float64
+		want float64
+	}{
+		{[]float64{3}, 3},
+		{[]float64{5, 1, 3}, 3},
+		{[]float64{4, 1, 3, 2}, 2.5},
+	}
+	for _, tt := range tests {
+		if got := median(tt.in); got != tt.want {
+			t.Errorf("median(%v) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+	if !math.IsNaN(median(nil)) {
+		t.Error("median(nil) is not NaN")
+	}
+}
+
+func TestBusySince(t *testing.T) {
+	t0 := cpuTimes{busy: []uint64{100, 50}, total: []uint64{1000, 1000}}
+	t1 := cpuTimes{busy: []uint64{175, 50}, total: []uint64{1100, 1000}}
+	if got := t1.busySince(t0, 0); got != 0.75 {
+		t.Errorf("cpu0 = %v, want 0.75", got)
+	}
+	if got := t1.busySince(t0, 1); got != -1 {
+		t.Errorf("cpu1 (no time passed) = %v, want -1", got)
+	}
+	if got := t1.busySince(t0, 2); got != -1 {
+		t.Errorf("cpu2 (absent) = %v, want -1", got)
+	}
+}

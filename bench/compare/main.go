@@ -1,0 +1,470 @@
+// Command compare benchmarks sluice against nginx, HAProxy and Caddy on
+// this machine and prints the results as a Markdown table.
+//
+//	go run ./bench/compare            # every proxy and scenario, 5 rounds × 3 s
+//	go run ./bench/compare -quick     # 1 round × 2 s, a smoke test
+//
+// Each proxy gets one worker (GOMAXPROCS=1) pinned to CPU 0; wrk, the
+// upstream (one nginx worker answering from memory) and this program
+// are pinned to CPU 1. Every config and log goes into a temp dir that is
+// removed on exit; every child runs in the foreground in its own process
+// group and is killed on exit, on an error and on SIGINT/SIGTERM. See
+// bench/README.md for what is measured and how to read the table.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// wantNoFile is the RLIMIT_NOFILE asked for; the hard limit may cap it.
+const wantNoFile = 65536
+
+// idleRounds caps the rounds of the idle-connections scenario.
+const idleRounds = 3
+
+// direct is the pseudo-proxy whose rows send wrk straight to the
+// upstream: the ceiling that CPU 1 allows.
+var direct = proxy{name: "direct"}
+
+type options struct {
+	proxies   []string
+	scenarios []string
+	rounds    int
+	duration  time.Duration
+	warmup    time.Duration
+	conns     int
+	threads   int
+	idleConns int
+	sluice    string
+	direct    bool
+	keep      bool
+	verbose   bool
+}
+
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
+	proxiesFlag := fs.String("proxies", "sluice,nginx,haproxy,caddy", "comma-separated `list` of proxies to compare")
+	scenariosFlag := fs.String("scenarios", "small,16k,1m,post4k,close,idle", "comma-separated `list` of scenarios")
+	fs.IntVar(&o.rounds, "rounds", 5, "measured rounds per scenario (at most 3 for idle); the median is reported")
+	fs.DurationVar(&o.duration, "duration", 3*time.Second, "length of one measured wrk run (whole seconds)")
+	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured wrk run per proxy before each scenario")
+	fs.IntVar(&o.conns, "connections", 64, "wrk connections")
+	fs.IntVar(&o.threads, "threads", 1, "wrk threads (all on CPU 1)")
+	fs.IntVar(&o.idleConns, "idle-conns", 10000, "connections opened in the idle scenario")
+	fs.StringVar(&o.sluice, "sluice", "", "sluice `binary` to test (default: build ./cmd/sluice into the temp dir)")
+	fs.BoolVar(&o.direct, "direct", true, "also run wrk straight against the upstream, as a ceiling")
+	fs.BoolVar(&o.keep, "keep", false, "keep the temp dir (configs and logs) and print its path")
+	fs.BoolVar(&o.verbose, "v", false, "print wrk's own output to stderr")
+	quick := fs.Bool("quick", false, "smoke test: 1 round of 2 s (unless -rounds or -duration are given)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if *quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["rounds"] {
+			o.rounds = 1
+		}
+		if !set["duration"] {
+			o.duration = 2 * time.Second
+		}
+	}
+	for _, name := range splitList(*proxiesFlag) {
+		if _, ok := proxyByName(name); !ok {
+			return o, fmt.Errorf("-proxies: unknown proxy %q (known: sluice, nginx, haproxy, caddy)", name)
+		}
+		o.proxies = append(o.proxies, name)
+	}
+	for _, name := range splitList(*scenariosFlag) {
+		if _, ok := scenarioByName(name); !ok {
+			return o, fmt.Errorf("-scenarios: unknown scenario %q (known: small, 16k, 1m, post4k, close, idle)", name)
+		}
+		o.scenarios = append(o.scenarios, name)
+	}
+	switch {
+	case len(o.proxies) == 0:
+		return o, errors.New("-proxies: empty")
+	case len(o.scenarios) == 0:
+		return o, errors.New("-scenarios: empty")
+	case o.rounds < 1:
+		return o, errors.New("-rounds must be at least 1")
+	case o.duration < time.Second:
+		return o, errors.New("-duration must be at least 1s")
+	case o.warmup < 0:
+		return o, errors.New("-warmup must not be negative")
+	case o.conns < 1 || o.threads < 1 || o.threads > o.conns:
+		return o, errors.New("-connections and -threads must be at least 1, threads <= connections")
+	case o.idleConns < 1:
+		return o, errors.New("-idle-conns must be at least 1")
+	}
+	return o, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" && !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// bench is one run of the comparison.
+type bench struct {
+	opt      options
+	dir      string            // temp dir holding every config, log and file
+	procs    children          // every child started
+	tools    map[string]string // executable paths: wrk, nginx, haproxy, caddy, sluice
+	scripts  map[string]string // wrk script path by scenario name
+	clk      float64           // clock ticks per second
+	noFile   uint64            // RLIMIT_NOFILE in force
+	upstream string            // host:port of the upstream nginx
+	targets  []proxy           // what is measured, direct included
+	built    string            // where the sluice binary came from
+	notes    []string          // caveats the report must state
+	watchdog *exec.Cmd         // cleans up should this program be killed
+	cleaned  sync.Once
+}
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	opt, err := parseFlags(args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		return 2
+	}
+	b := &bench{opt: opt, tools: map[string]string{}, scripts: map[string]string{}}
+	if !b.findTools() {
+		return 1
+	}
+	b.dir, err = os.MkdirTemp("", "sluice-bench-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		return 1
+	}
+	defer b.cleanup()
+	// nginx workers run as an unprivileged user when started by root:
+	// they must be able to read the static files.
+	os.Chmod(b.dir, 0o755)
+	b.procs.pgids = filepath.Join(b.dir, "pgids")
+	if b.watchdog, err = startWatchdog(b.dir, !opt.keep); err != nil {
+		fmt.Fprintln(os.Stderr, "compare: watchdog:", err)
+		return 1
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	go func() {
+		s := <-sig
+		fmt.Fprintf(os.Stderr, "\ncompare: %v: stopping every child and removing %s\n", s, b.dir)
+		b.cleanup()
+		os.Exit(130)
+	}()
+	if err := b.setup(); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		return 1
+	}
+	env := b.environment()
+	started := time.Now()
+	var loads []loadRow
+	var idles []idleRow
+	for _, name := range opt.scenarios {
+		sc, _ := scenarioByName(name)
+		if sc.idle {
+			idles = b.idleScenario(sc)
+		} else {
+			loads = append(loads, b.loadScenario(sc)...)
+		}
+	}
+	env.elapsed = time.Since(started)
+	env.loadEnd = loadAvg()
+	b.report(os.Stdout, env, loads, idles)
+	return 0
+}
+
+// cleanup kills every child and removes the temp dir, once.
+func (b *bench) cleanup() {
+	b.cleaned.Do(func() {
+		b.procs.stopAll()
+		if b.watchdog != nil {
+			b.watchdog.Process.Kill()
+		}
+		if b.dir == "" {
+			return
+		}
+		if b.opt.keep {
+			fmt.Fprintln(os.Stderr, "compare: kept", b.dir)
+			return
+		}
+		os.RemoveAll(b.dir)
+	})
+}
+
+// findTools looks up the programs the comparison runs and says which
+// are missing. A missing proxy is skipped; a missing wrk, taskset or
+// nginx (which is also the upstream) ends the run.
+func (b *bench) findTools() bool {
+	type need struct{ tool, pkg string }
+	needs := []need{{"wrk", "wrk"}, {"taskset", "util-linux"}, {"nginx", "nginx"}}
+	for _, name := range b.opt.proxies {
+		if p, _ := proxyByName(name); p.tool != "" && p.tool != "nginx" {
+			needs = append(needs, need{p.tool, p.pkg})
+		}
+	}
+	if b.opt.sluice == "" && slices.Contains(b.opt.proxies, "sluice") {
+		needs = append(needs, need{"go", "golang-go"})
+	}
+	var missing, pkgs []string
+	fatal := false
+	for _, n := range needs {
+		path, err := exec.LookPath(n.tool)
+		if err == nil {
+			b.tools[n.tool] = path
+			continue
+		}
+		missing = append(missing, n.tool)
+		pkgs = append(pkgs, n.pkg)
+		switch n.tool {
+		case "wrk", "taskset", "nginx":
+			fatal = true
+		case "go":
+			b.note("sluice skipped: no `go` to build it with and no -sluice binary given")
+		default:
+			b.note(n.tool + " skipped: not installed")
+		}
+	}
+	if len(missing) > 0 {
+		fmt.Fprintf(os.Stderr, "compare: missing: %s\n  install with: apt-get install -y %s\n",
+			strings.Join(missing, ", "), strings.Join(pkgs, " "))
+	}
+	if fatal {
+		fmt.Fprintln(os.Stderr, "compare: wrk, taskset and nginx (the upstream) are required; stopping")
+		return false
+	}
+	return true
+}
+
+func (b *bench) note(s string) {
+	b.notes = append(b.notes, s)
+	fmt.Fprintln(os.Stderr, "compare: note:", s)
+}
+
+// setup pins this program, raises the file limit, builds sluice,
+// writes the wrk scripts and starts the upstream.
+func (b *bench) setup() error {
+	// This program (the idle-connection opener) belongs with the load.
+	if out, err := exec.Command("taskset", "-a", "-c", "-p", loadCPU, strconv.Itoa(os.Getpid())).CombinedOutput(); err != nil {
+		b.note(fmt.Sprintf("could not pin the benchmark itself to CPU %s: %v %s", loadCPU, err, out))
+	}
+	if n := numCPU(); n < 2 {
+		b.note(fmt.Sprintf("this machine has %d CPU: the proxy and the load share it", n))
+	}
+	b.clk = clockTicks()
+	var err error
+	b.noFile, err = raiseNoFile(wantNoFile)
+	if err != nil {
+		return fmt.Errorf("RLIMIT_NOFILE: %w", err)
+	}
+	if b.noFile < wantNoFile {
+		b.note(fmt.Sprintf("RLIMIT_NOFILE could not be raised to %d: every process runs with %d, the hard limit", wantNoFile, b.noFile))
+	}
+	if need := uint64(b.opt.idleConns) + 1000; slices.Contains(b.opt.scenarios, "idle") && b.noFile < need {
+		b.opt.idleConns = int(b.noFile) - 1000
+		b.note(fmt.Sprintf("idle scenario lowered to %d connections to fit RLIMIT_NOFILE %d", b.opt.idleConns, b.noFile))
+	}
+	for _, sc := range scenarios {
+		if sc.idle {
+			continue
+		}
+		if b.scripts[sc.name], err = writeWrkScript(b.dir, sc); err != nil {
+			return err
+		}
+	}
+	for _, name := range b.opt.proxies {
+		p, _ := proxyByName(name)
+		switch {
+		case name == "sluice":
+			if err := b.sluiceBinary(); err != nil {
+				b.note("sluice skipped: " + err.Error())
+				continue
+			}
+		case b.tools[p.tool] == "":
+			continue
+		}
+		b.targets = append(b.targets, p)
+	}
+	if b.opt.direct {
+		b.targets = append(b.targets, direct)
+	}
+	return b.startUpstream()
+}
+
+// sluiceBinary uses -sluice or builds ./cmd/sluice into the temp dir.
+func (b *bench) sluiceBinary() error {
+	if b.opt.sluice != "" {
+		path, err := exec.LookPath(b.opt.sluice)
+		if err == nil {
+			path, err = filepath.Abs(path)
+		}
+		if err != nil {
+			return err
+		}
+		b.tools["sluice"] = path
+		return nil
+	}
+	if b.tools["go"] == "" {
+		return errors.New("no go toolchain")
+	}
+	path := filepath.Join(b.dir, "sluice")
+	fmt.Fprintln(os.Stderr, "compare: building ./cmd/sluice")
+	cmd := exec.Command(b.tools["go"], "build", "-o", path, "github.com/sluice-proxy/sluice/cmd/sluice")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./cmd/sluice: %v\n%s", err, out)
+	}
+	b.tools["sluice"] = path
+	b.built = "built by this run from the work tree"
+	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		b.built += " at commit " + strings.TrimSpace(string(out))
+		if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+			b.built += fmt.Sprintf(", plus uncommitted changes to %d tracked file(s)", strings.Count(string(st), "\n"))
+		}
+	}
+	return nil
+}
+
+func (b *bench) startUpstream() error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(b.dir, "upstream")
+	argv, err := upstreamConfig(b.tools["nginx"], dir, port, b.noFile)
+	if err != nil {
+		return err
+	}
+	c, err := b.procs.start("upstream", filepath.Join(dir, "output.log"), nil, argv...)
+	if err != nil {
+		return err
+	}
+	if err := waitReady(c, port); err != nil {
+		return fmt.Errorf("upstream nginx: %w", err)
+	}
+	b.upstream = fmt.Sprintf("127.0.0.1:%d", port)
+	return nil
+}
+
+// startProxy writes p's config into a fresh directory and starts it on
+// a free port, then checks that it proxies every path correctly.
+func (b *bench) startProxy(p proxy, tag string) (*child, int, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, 0, err
+	}
+	dir := filepath.Join(b.dir, p.name+"-"+tag)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, 0, err
+	}
+	bin := b.tools[p.tool]
+	if p.name == "sluice" {
+		bin = b.tools["sluice"]
+	}
+	argv, env, err := p.configure(site{dir: dir, port: port, upstream: b.upstream,
+		noFile: b.noFile, idleConns: b.opt.idleConns, binary: bin})
+	if err != nil {
+		return nil, 0, err
+	}
+	c, err := b.procs.start(p.name, filepath.Join(dir, "output.log"), env, argv...)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := waitReady(c, port); err != nil {
+		c.stop()
+		return nil, 0, err
+	}
+	return c, port, nil
+}
+
+// freePort returns a port that was free on 127.0.0.1 a moment ago.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// waitReady waits for c to accept connections on port and checks that
+// every path of every scenario answers 200 with the right body length.
+func waitReady(c *child, port int) error {
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if !c.alive() {
+			return fmt.Errorf("%s exited (%v):\n%s", c.name, c.err, c.logTail())
+		}
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			conn.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s does not accept connections on %s: %v\n%s", c.name, addr, err, c.logTail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	checks := []struct {
+		method, path string
+		body         string
+		size         int
+	}{
+		{"GET", "/small", "", len(smallBody)},
+		{"GET", "/16k", "", size16k},
+		{"GET", "/1m", "", size1m},
+		{"POST", "/post", strings.Repeat("x", 4096), len(postBody)},
+	}
+	for _, ck := range checks {
+		req, _ := http.NewRequest(ck.method, "http://"+addr+ck.path, strings.NewReader(ck.body))
+		resp, err := client.Do(req)
+		if err != nil {
+			return fmt.Errorf("%s: %s %s: %w\n%s", c.name, ck.method, ck.path, err, c.logTail())
+		}
+		n, err := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK || n != int64(ck.size) {
+			return fmt.Errorf("%s: %s %s: status %d, %d body bytes (want 200, %d), %v", c.name, ck.method, ck.path, resp.StatusCode, n, ck.size, err)
+		}
+	}
+	return nil
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}

@@ -1,0 +1,269 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// proxyCPU and loadCPU are the CPUs the proxy under test and the rest
+// (wrk, the upstream, this program) are pinned to.
+const (
+	proxyCPU = "0"
+	loadCPU  = "1"
+)
+
+// site is what a proxy's config needs to know: where to write its
+// files, where to listen and where to send requests.
+type site struct {
+	dir       string // the proxy's own directory in the temp dir
+	port      int    // to listen on, on 127.0.0.1
+	upstream  string // host:port of the upstream
+	noFile    uint64 // RLIMIT_NOFILE the proxy runs with
+	idleConns int    // idle client connections it must be able to hold
+	binary    string // the proxy's executable
+}
+
+// proxy is one reverse proxy under test.
+type proxy struct {
+	name    string
+	tool    string   // executable looked up in PATH ("" for sluice, which is built)
+	pkg     string   // Debian package that provides tool
+	version []string // arguments that make tool print its version
+	// configure writes the proxy's config files into s.dir and returns
+	// the command that runs it in the foreground and the environment it
+	// needs on top of this program's.
+	configure func(s site) (argv, env []string, err error)
+}
+
+var proxies = []proxy{
+	{name: "sluice", version: []string{"version"}, configure: sluiceConfig},
+	{name: "nginx", tool: "nginx", pkg: "nginx", version: []string{"-v"}, configure: nginxConfig},
+	{name: "haproxy", tool: "haproxy", pkg: "haproxy", version: []string{"-v"}, configure: haproxyConfig},
+	{name: "caddy", tool: "caddy", pkg: "caddy", version: []string{"version"}, configure: caddyConfig},
+}
+
+func proxyByName(name string) (proxy, bool) {
+	for _, p := range proxies {
+		if p.name == name {
+			return p, true
+		}
+	}
+	return proxy{}, false
+}
+
+func writeFile(path, text string) error {
+	return os.WriteFile(path, []byte(text), 0o644)
+}
+
+// pinned runs argv on the proxy's CPU.
+func pinned(cpu string, argv ...string) []string {
+	return append([]string{"taskset", "-c", cpu}, argv...)
+}
+
+func sluiceConfig(s site) ([]string, []string, error) {
+	cfg := filepath.Join(s.dir, "sluice.yaml")
+	err := writeFile(cfg, fmt.Sprintf(`listen:
+  - address: 127.0.0.1:%d
+access_log: {enabled: false}
+log: {level: error}
+routes:
+  - upstream: app
+upstreams:
+  app:
+    servers:
+      - address: %s
+    pool: {max_idle: 256, idle_timeout: 60s}
+`, s.port, s.upstream))
+	return pinned(proxyCPU, s.binary, "run", "-c", cfg), []string{"GOMAXPROCS=1"}, err
+}
+
+// nginxCommon is the part of an nginx config that keeps every file
+// nginx writes inside dir: pid, error log and the temp paths.
+func nginxCommon(dir string, noFile uint64) (string, error) {
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf(`worker_processes 1;
+worker_rlimit_nofile %d;
+pid %s/nginx.pid;
+error_log %s/error.log warn;
+events {
+    worker_connections 20000;
+}
+`, noFile, dir, dir), nil
+}
+
+func nginxTemp(dir string) string {
+	var b strings.Builder
+	for _, k := range []string{"client_body", "proxy", "fastcgi", "uwsgi", "scgi"} {
+		fmt.Fprintf(&b, "    %s_temp_path %s/tmp/%s;\n", k, dir, k)
+	}
+	return b.String()
+}
+
+// nginxArgv runs nginx in the foreground with everything under dir;
+// -e keeps it from opening the compiled-in error log before it has
+// read the config.
+func nginxArgv(binary, dir string) []string {
+	return []string{binary, "-p", dir + "/", "-e", dir + "/error.log",
+		"-c", dir + "/nginx.conf", "-g", "daemon off;"}
+}
+
+func nginxConfig(s site) ([]string, []string, error) {
+	common, err := nginxCommon(s.dir, s.noFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	// keepalive_requests is raised from its default of 1000 on both
+	// sides so that nginx, like the others, does not close connections
+	// after a number of requests.
+	conf := common + fmt.Sprintf(`http {
+    access_log off;
+%s    keepalive_requests 1000000;
+    upstream app {
+        server %s;
+        keepalive 256;
+        keepalive_requests 1000000;
+        keepalive_timeout 60s;
+    }
+    server {
+        listen 127.0.0.1:%d backlog=4096;
+        client_max_body_size 1m;
+        location / {
+            proxy_pass http://app;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }
+}
+`, nginxTemp(s.dir), s.upstream, s.port)
+	if err := writeFile(filepath.Join(s.dir, "nginx.conf"), conf); err != nil {
+		return nil, nil, err
+	}
+	return pinned(proxyCPU, nginxArgv(s.binary, s.dir)...), nil, nil
+}
+
+func haproxyConfig(s site) ([]string, []string, error) {
+	// maxconn must cover the idle-connections scenario. HAProxy counts
+	// two descriptors per connection and refuses to start when
+	// RLIMIT_NOFILE is lower, unless told "no strict-limits"; idle
+	// client connections hold no server connection (http-reuse always),
+	// so one descriptor each is what they really use.
+	maxconn := s.idleConns + 1000
+	conf := fmt.Sprintf(`global
+    nbthread 1
+    maxconn %d
+    no strict-limits
+
+defaults
+    mode http
+    maxconn %d
+    timeout connect 5s
+    timeout client 60s
+    timeout server 60s
+    timeout http-request 10s
+    timeout http-keep-alive 60s
+    http-reuse always
+
+frontend fe
+    bind 127.0.0.1:%d
+    default_backend app
+
+backend app
+    server s1 %s
+`, maxconn, maxconn, s.port, s.upstream)
+	cfg := filepath.Join(s.dir, "haproxy.cfg")
+	if err := writeFile(cfg, conf); err != nil {
+		return nil, nil, err
+	}
+	return pinned(proxyCPU, s.binary, "-f", cfg, "-db"), nil, nil
+}
+
+func caddyConfig(s site) ([]string, []string, error) {
+	// Caddy writes no access log unless a site asks for one; the
+	// default (process) log is discarded.
+	conf := fmt.Sprintf(`{
+	admin off
+	auto_https off
+	log {
+		output discard
+	}
+}
+
+http://:%d {
+	bind 127.0.0.1
+	reverse_proxy %s {
+		transport http {
+			keepalive 60s
+			keepalive_idle_conns 256
+			keepalive_idle_conns_per_host 256
+		}
+	}
+}
+`, s.port, s.upstream)
+	cfg := filepath.Join(s.dir, "Caddyfile")
+	if err := writeFile(cfg, conf); err != nil {
+		return nil, nil, err
+	}
+	env := []string{
+		"GOMAXPROCS=1",
+		"HOME=" + s.dir,
+		"XDG_DATA_HOME=" + filepath.Join(s.dir, "data"),
+		"XDG_CONFIG_HOME=" + filepath.Join(s.dir, "config"),
+	}
+	return pinned(proxyCPU, s.binary, "run", "--config", cfg, "--adapter", "caddyfile"), env, nil
+}
+
+// Bodies the upstream serves, by path. /small and /post are answered by
+// "return" from memory; /16k and /1m are static files (sendfile, open
+// file cache).
+const (
+	smallBody = "hello from the upstream\n"
+	postBody  = "ok\n"
+	size16k   = 16 << 10
+	size1m    = 1 << 20
+)
+
+// upstreamConfig writes the config of the upstream: one nginx worker
+// answering from memory or from small static files, pinned to the
+// load CPU.
+func upstreamConfig(binary, dir string, port int, noFile uint64) ([]string, error) {
+	www := filepath.Join(dir, "www")
+	if err := os.MkdirAll(www, 0o755); err != nil {
+		return nil, err
+	}
+	for name, size := range map[string]int{"16k": size16k, "1m": size1m} {
+		b := []byte(strings.Repeat("0123456789abcdef", size/16))
+		if err := os.WriteFile(filepath.Join(www, name), b, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	common, err := nginxCommon(dir, noFile)
+	if err != nil {
+		return nil, err
+	}
+	conf := common + fmt.Sprintf(`http {
+    access_log off;
+%s    default_type application/octet-stream;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_requests 1000000;
+    keepalive_timeout 120s;
+    open_file_cache max=16 inactive=600s;
+    server {
+        listen 127.0.0.1:%d backlog=4096;
+        client_max_body_size 1m;
+        location = /small { return 200 %q; }
+        location = /post { return 200 %q; }
+        location / { root %s; }
+    }
+}
+`, nginxTemp(dir), port, smallBody, postBody, www)
+	if err := writeFile(filepath.Join(dir, "nginx.conf"), conf); err != nil {
+		return nil, err
+	}
+	return pinned(loadCPU, nginxArgv(binary, dir)...), nil
+}

@@ -1,0 +1,320 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// environment is what the report says about the machine and the run.
+type environment struct {
+	date      time.Time
+	cpus      int
+	model     string
+	kernel    string
+	loadStart string
+	loadEnd   string
+	versions  [][3]string // tool, version line, a remark
+	elapsed   time.Duration
+}
+
+func (b *bench) environment() environment {
+	e := environment{
+		date:      time.Now(),
+		cpus:      numCPU(),
+		model:     cpuModel(),
+		kernel:    strings.TrimSpace(readString("/proc/sys/kernel/osrelease")),
+		loadStart: loadAvg(),
+	}
+	add := func(tool string, argv ...string) {
+		out, _ := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+		line := firstLine(strings.TrimSpace(string(out)))
+		if line == "" {
+			line = "?"
+		}
+		e.versions = append(e.versions, [3]string{tool, line})
+	}
+	for _, p := range b.targets {
+		switch {
+		case p.name == "sluice":
+			add("sluice", b.tools["sluice"], "version")
+			e.versions[len(e.versions)-1][2] = b.built
+		case p.tool != "" && p.tool != "nginx":
+			add(p.name, append([]string{b.tools[p.tool]}, p.version...)...)
+		}
+	}
+	add("nginx", b.tools["nginx"], "-v")
+	add("wrk", b.tools["wrk"], "-v")
+	if gobin, err := exec.LookPath("go"); err == nil {
+		add("go", gobin, "version")
+	} else {
+		e.versions = append(e.versions, [3]string{"go", runtime.Version(), "the toolchain that built this program"})
+	}
+	return e
+}
+
+func readString(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
+}
+
+// numCPU counts the processors in /proc/cpuinfo, whatever this
+// program's affinity.
+func numCPU() int {
+	n := 0
+	for _, line := range strings.Split(readString("/proc/cpuinfo"), "\n") {
+		if k, _, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "processor" {
+			n++
+		}
+	}
+	if n == 0 {
+		n = runtime.NumCPU()
+	}
+	return n
+}
+
+func cpuModel() string {
+	sc := bufio.NewScanner(strings.NewReader(readString("/proc/cpuinfo")))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "?"
+}
+
+func loadAvg() string {
+	f := strings.Fields(readString("/proc/loadavg"))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+func rate(n int64, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+// medianOf is the median over the samples of f.
+func medianOf(ss []sample, f func(sample) float64) float64 {
+	xs := make([]float64, len(ss))
+	for i, s := range ss {
+		xs[i] = f(s)
+	}
+	return median(xs)
+}
+
+// loadStats is a loadRow reduced to the reported figures: each the
+// median over the rounds, except errors, which are summed.
+type loadStats struct {
+	rps, p50, p99, mbps float64
+	cpuPer100k, cpuPct  float64 // NaN for direct
+	others0, cpu1       float64
+	spread              float64 // (max-min)/median of req/s over the rounds
+	errors              int64
+}
+
+func (r loadRow) stats() loadStats {
+	ss := r.samples
+	st := loadStats{
+		rps:     medianOf(ss, func(s sample) float64 { return rate(s.requests, s.duration) }),
+		p50:     medianOf(ss, func(s sample) float64 { return float64(s.p50) }),
+		p99:     medianOf(ss, func(s sample) float64 { return float64(s.p99) }),
+		mbps:    medianOf(ss, func(s sample) float64 { return rate(s.bytes, s.duration) / 1e6 }),
+		others0: medianOf(ss, func(s sample) float64 { return s.others0() }),
+		cpu1:    medianOf(ss, func(s sample) float64 { return s.cpu1 }),
+	}
+	st.cpuPer100k, st.cpuPct = math.NaN(), math.NaN()
+	if len(ss) > 0 && ss[0].cpu >= 0 {
+		st.cpuPer100k = medianOf(ss, func(s sample) float64 { return s.cpu / float64(max(s.requests, 1)) * 1e5 })
+		st.cpuPct = medianOf(ss, func(s sample) float64 { return s.cpu / s.wall.Seconds() })
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, s := range ss {
+		v := rate(s.requests, s.duration)
+		lo, hi = min(lo, v), max(hi, v)
+		st.errors += s.sockErrs + s.status
+	}
+	st.spread = (hi - lo) / st.rps
+	return st
+}
+
+func (r idleRow) bytesPerConn() float64 {
+	xs := make([]float64, len(r.samples))
+	for i, s := range r.samples {
+		xs[i] = (float64(s.afterKB) - float64(s.beforeKB)) * 1024 / float64(max(s.held, 1))
+	}
+	return median(xs)
+}
+
+func (b *bench) report(w io.Writer, e environment, loads []loadRow, idles []idleRow) {
+	fmt.Fprintf(w, "## sluice vs nginx, HAProxy, Caddy — %s\n\n", e.date.UTC().Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(w, "Machine: %d CPUs, %s, Linux %s; load average %s at the start, %s at the end.\n\n",
+		e.cpus, e.model, e.kernel, e.loadStart, e.loadEnd)
+	for _, v := range e.versions {
+		fmt.Fprintf(w, "- %s: `%s`", v[0], v[1])
+		if v[2] != "" {
+			fmt.Fprintf(w, " — %s", v[2])
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "\nSetup: each proxy one worker (GOMAXPROCS=1 / worker_processes 1 / nbthread 1) pinned to CPU %s; "+
+		"wrk (%d thread, %d connections) and the upstream (one nginx worker) pinned to CPU %s. "+
+		"%d round(s) × %s per scenario after a %s warm-up (idle connections: %d round(s), a fresh process each), "+
+		"targets alternated within each round; figures are medians over the rounds, errors are summed. "+
+		"RLIMIT_NOFILE %d. Run took %s.\n",
+		proxyCPU, b.opt.threads, b.opt.conns, loadCPU, b.opt.rounds, b.opt.duration, b.opt.warmup, min(b.opt.rounds, idleRounds),
+		b.noFile, e.elapsed.Round(time.Second))
+	if len(b.notes) > 0 {
+		fmt.Fprintln(w)
+		for _, n := range b.notes {
+			fmt.Fprintf(w, "- Note: %s\n", n)
+		}
+	}
+	if len(loads) > 0 {
+		b.loadTable(w, loads)
+	}
+	if len(idles) > 0 {
+		b.idleTable(w, idles)
+	}
+}
+
+func (b *bench) loadTable(w io.Writer, rows []loadRow) {
+	fmt.Fprintf(w, "\n### Load\n\n")
+	fmt.Fprintln(w, "| scenario | proxy | req/s | ÷ nginx | p50 | p99 | errors | MB/s | proxy CPU s / 100k req | CPU/req ÷ nginx | proxy CPU | others on CPU0 | CPU1 busy | req/s spread | peak RSS |")
+	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	// The nginx row of each scenario is the reference for the ratios.
+	ref := map[string]loadStats{}
+	for _, r := range rows {
+		if r.name == "nginx" && len(r.samples) > 0 {
+			ref[r.sc.name] = r.stats()
+		}
+	}
+	for _, r := range rows {
+		name := r.name
+		if name == direct.name {
+			name = "(direct to upstream)"
+		}
+		if len(r.samples) == 0 {
+			fmt.Fprintf(w, "| %s | %s | — | | | | | | | | | | | | %s |\n", r.sc.title, name, r.failure)
+			continue
+		}
+		st := r.stats()
+		rpsRatio, cpuRatio := "—", "—"
+		if n, ok := ref[r.sc.name]; ok {
+			rpsRatio = fmt.Sprintf("%.2f", st.rps/n.rps)
+			if !math.IsNaN(st.cpuPer100k) {
+				cpuRatio = fmt.Sprintf("%.2f", st.cpuPer100k/n.cpuPer100k)
+			}
+		}
+		peak := "—"
+		if r.peakKB > 0 {
+			peak = fmtKB(float64(r.peakKB))
+		}
+		errs := fmt.Sprint(st.errors)
+		if r.failure != "" {
+			errs += " (" + r.failure + ")"
+		}
+		fmt.Fprintf(w, "| %s | %s | %.0f | %s | %s | %s | %s | %.1f | %s | %s | %s | %s | %s | %.0f%% | %s |\n",
+			r.sc.title, name, st.rps, rpsRatio, fmtLatency(time.Duration(st.p50)), fmtLatency(time.Duration(st.p99)),
+			errs, st.mbps, fmtFloat(st.cpuPer100k, "%.2f"), cpuRatio, fmtPct(st.cpuPct), fmtPct(st.others0), fmtPct(st.cpu1),
+			100*st.spread, peak)
+	}
+}
+
+func (b *bench) idleTable(w io.Writer, rows []idleRow) {
+	fmt.Fprintf(w, "\n### %d idle keep-alive connections\n\n", b.opt.idleConns)
+	fmt.Fprintln(w, "| proxy | held | failed | closed by proxy | RSS before | RSS with conns idle | RSS per idle conn | ÷ nginx | peak RSS | time to open |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	ref := math.NaN()
+	for _, r := range rows {
+		if r.name == "nginx" && len(r.samples) > 0 {
+			ref = r.bytesPerConn()
+		}
+	}
+	for _, r := range rows {
+		if len(r.samples) == 0 {
+			fmt.Fprintf(w, "| %s | — | | | | | | | | %s |\n", r.name, r.failure)
+			continue
+		}
+		var held, failed, closed, before, after, peak, open []float64
+		for _, s := range r.samples {
+			held = append(held, float64(s.held))
+			failed = append(failed, float64(s.failed))
+			closed = append(closed, float64(s.closed))
+			before = append(before, float64(s.beforeKB))
+			after = append(after, float64(s.afterKB))
+			peak = append(peak, float64(s.peakKB))
+			open = append(open, s.openTime.Seconds())
+		}
+		bpc := r.bytesPerConn()
+		ratio := "—"
+		if !math.IsNaN(ref) && ref > 0 {
+			ratio = fmt.Sprintf("%.2f", bpc/ref)
+		}
+		fail := fmt.Sprintf("%.0f", median(failed))
+		if r.failure != "" {
+			fail += " (" + r.failure + ")"
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %s | %.0f | %s | %s | %s | %s | %s | %.1f s |\n",
+			r.name, median(held), fail, median(closed), fmtKB(median(before)), fmtKB(median(after)),
+			fmtBytes(bpc), ratio, fmtKB(median(peak)), median(open))
+	}
+}
+
+func fmtLatency(d time.Duration) string {
+	ms := float64(d) / float64(time.Millisecond)
+	switch {
+	case ms < 10:
+		return fmt.Sprintf("%.2f ms", ms)
+	case ms < 100:
+		return fmt.Sprintf("%.1f ms", ms)
+	}
+	return fmt.Sprintf("%.0f ms", ms)
+}
+
+func fmtKB(kb float64) string { return fmt.Sprintf("%.1f MiB", kb/1024) }
+
+func fmtBytes(b float64) string {
+	if math.Abs(b) >= 10*1024 {
+		return fmt.Sprintf("%.1f KiB", b/1024)
+	}
+	return fmt.Sprintf("%.0f B", b)
+}
+
+func fmtPct(x float64) string {
+	if math.IsNaN(x) || x < 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f%%", 100*x)
+}
+
+func fmtFloat(x float64, format string) string {
+	if math.IsNaN(x) {
+		return "—"
+	}
+	return fmt.Sprintf(format, x)
+}

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// scenario is one kind of load.
+type scenario struct {
+	name   string // for -scenarios
+	title  string // for the table
+	path   string // requested from the proxy
+	lua    string // wrk script lines before the done hook
+	header string // extra request header for wrk's -H
+	idle   bool   // the idle-connections scenario, not a wrk run
+}
+
+var scenarios = []scenario{
+	{name: "small", title: "small GET", path: "/small"},
+	{name: "16k", title: "16 KiB GET", path: "/16k"},
+	{name: "1m", title: "1 MiB GET", path: "/1m"},
+	{name: "post4k", title: "4 KiB POST", path: "/post", lua: postSetup},
+	{name: "close", title: "conn per request", path: "/small", header: "Connection: close"},
+	{name: "idle", title: "idle connections", idle: true},
+}
+
+func scenarioByName(name string) (scenario, bool) {
+	for _, sc := range scenarios {
+		if sc.name == name {
+			return sc, true
+		}
+	}
+	return scenario{}, false
+}
+
+// sample is one measured wrk run against one target.
+type sample struct {
+	wrkResult
+	wall       time.Duration // the wrk process's run, the window of the CPU figures
+	cpu        float64       // proxy CPU seconds in the window; -1 for direct
+	cpu0, cpu1 float64       // share of the window each CPU was busy, all processes
+}
+
+// others0 is the share of CPU 0 that went to processes other than the
+// proxy: noise from the rest of the machine.
+func (s sample) others0() float64 {
+	if s.cpu0 < 0 {
+		return -1
+	}
+	return max(0, s.cpu0-max(0, s.cpu)/s.wall.Seconds())
+}
+
+// loadRow is one proxy in one wrk scenario.
+type loadRow struct {
+	sc      scenario
+	name    string
+	samples []sample
+	peakKB  uint64 // VmHWM at the end of the scenario (warm-up and rounds)
+	failure string // why the proxy has no or fewer samples
+}
+
+// live is a target started for a scenario.
+type live struct {
+	row  *loadRow
+	p    proxy
+	c    *child // nil for direct
+	port int
+}
+
+// loadScenario starts a fresh instance of every target, warms each up,
+// then runs the rounds: in each round every target once, the order
+// rotated from round to round so that drift hits all alike.
+func (b *bench) loadScenario(sc scenario) []loadRow {
+	ctx := context.Background()
+	var lives []*live
+	rows := make([]loadRow, len(b.targets))
+	for i, p := range b.targets {
+		rows[i] = loadRow{sc: sc, name: p.name}
+		l := &live{row: &rows[i], p: p}
+		if p.name == direct.name {
+			l.port, _ = strconv.Atoi(b.upstream[strings.LastIndexByte(b.upstream, ':')+1:])
+		} else {
+			c, port, err := b.startProxy(p, sc.name)
+			if err != nil {
+				l.row.failure = "did not start: " + firstLine(err.Error())
+				fmt.Fprintf(os.Stderr, "compare: [%s] %s did not start: %v\n", sc.name, p.name, err)
+				continue
+			}
+			defer c.stop()
+			l.c, l.port = c, port
+		}
+		lives = append(lives, l)
+	}
+	for _, l := range lives {
+		if b.opt.warmup > 0 {
+			if _, err := b.runWrk(ctx, sc, l.port, b.opt.warmup); err != nil {
+				fmt.Fprintf(os.Stderr, "compare: [%s] %s warm-up: %v\n", sc.name, l.p.name, err)
+			}
+		}
+	}
+	for r := range b.opt.rounds {
+		for i := range lives {
+			l := lives[(i+r)%len(lives)]
+			if l.row.failure != "" {
+				continue
+			}
+			s, err := b.measure(ctx, sc, l)
+			if err != nil {
+				l.row.failure = firstLine(err.Error())
+				fmt.Fprintf(os.Stderr, "compare: [%s] %s: %v\n", sc.name, l.p.name, err)
+				continue
+			}
+			l.row.samples = append(l.row.samples, s)
+			fmt.Fprintf(os.Stderr, "compare: [%s] round %d/%d %-7s %8.0f req/s  p99 %-9s errors %d  proxy CPU %s  others on CPU0 %s  CPU1 busy %s\n",
+				sc.name, r+1, b.opt.rounds, l.p.name, rate(s.requests, s.duration), fmtLatency(s.p99),
+				s.sockErrs+s.status, fmtPct(s.cpu/s.wall.Seconds()), fmtPct(s.others0()), fmtPct(s.cpu1))
+		}
+	}
+	for _, l := range lives {
+		if l.c != nil {
+			l.row.peakKB = groupUsage(l.c.pid()).hwmKB
+		}
+	}
+	return rows
+}
+
+// measure runs wrk once against l and reads the proxy's CPU time and
+// the CPUs' busy time around it.
+func (b *bench) measure(ctx context.Context, sc scenario, l *live) (sample, error) {
+	var u0 usage
+	if l.c != nil {
+		u0 = groupUsage(l.c.pid())
+	}
+	t0 := readCPUTimes()
+	start := time.Now()
+	res, err := b.runWrk(ctx, sc, l.port, b.opt.duration)
+	wall := time.Since(start)
+	t1 := readCPUTimes()
+	if err != nil {
+		return sample{}, err
+	}
+	s := sample{wrkResult: res, wall: wall, cpu: -1, cpu0: t1.busySince(t0, 0), cpu1: t1.busySince(t0, 1)}
+	if l.c != nil {
+		if !l.c.alive() {
+			return sample{}, fmt.Errorf("%s exited during the run (%v): %s", l.p.name, l.c.err, l.c.logTail())
+		}
+		s.cpu = float64(groupUsage(l.c.pid()).ticks-u0.ticks) / b.clk
+	}
+	return s, nil
+}
+
+// idleSample is one idle-connections measurement of a fresh proxy.
+type idleSample struct {
+	held, failed, closed int
+	firstErr             error
+	openTime             time.Duration
+	beforeKB, afterKB    uint64 // VmRSS before opening and with the connections idle
+	peakKB               uint64 // VmHWM with the connections idle
+}
+
+type idleRow struct {
+	name    string
+	samples []idleSample
+	failure string
+}
+
+// idleScenario measures, for each proxy, the memory that idle keep-alive
+// client connections cost: a fresh proxy is warmed up with the small
+// scenario, its RSS read, then opts.idleConns connections are opened,
+// each sends one GET and reads the response; 2 s later RSS is read
+// again. A fresh process per round, since memory a process has grown
+// seldom goes back. Memory is not what the noise of the machine
+// disturbs, so at most idleRounds rounds are run.
+func (b *bench) idleScenario(sc scenario) []idleRow {
+	ctx := context.Background()
+	small, _ := scenarioByName("small")
+	var targets []proxy
+	for _, p := range b.targets {
+		if p.name != direct.name {
+			targets = append(targets, p)
+		}
+	}
+	rows := make([]idleRow, len(targets))
+	for i, p := range targets {
+		rows[i].name = p.name
+	}
+	rounds := min(b.opt.rounds, idleRounds)
+	for r := range rounds {
+		for i := range targets {
+			k := (i + r) % len(targets)
+			p, row := targets[k], &rows[k]
+			if row.failure != "" {
+				continue
+			}
+			s, err := b.idleOnce(ctx, p, small, r)
+			if err != nil {
+				row.failure = firstLine(err.Error())
+				fmt.Fprintf(os.Stderr, "compare: [%s] %s: %v\n", sc.name, p.name, err)
+				continue
+			}
+			row.samples = append(row.samples, s)
+			fmt.Fprintf(os.Stderr, "compare: [%s] round %d/%d %-7s held %d failed %d closed %d  RSS %.1f -> %.1f MiB\n",
+				sc.name, r+1, rounds, p.name, s.held, s.failed, s.closed,
+				float64(s.beforeKB)/1024, float64(s.afterKB)/1024)
+			if s.firstErr != nil {
+				fmt.Fprintf(os.Stderr, "compare: [%s] %s: first failure: %v\n", sc.name, p.name, s.firstErr)
+			}
+		}
+	}
+	return rows
+}
+
+func (b *bench) idleOnce(ctx context.Context, p proxy, warm scenario, round int) (idleSample, error) {
+	c, port, err := b.startProxy(p, fmt.Sprintf("idle%d", round))
+	if err != nil {
+		return idleSample{}, err
+	}
+	defer c.stop()
+	if b.opt.warmup > 0 {
+		if _, err := b.runWrk(ctx, warm, port, b.opt.warmup); err != nil {
+			return idleSample{}, err
+		}
+	}
+	time.Sleep(time.Second)
+	before := groupUsage(c.pid())
+	start := time.Now()
+	set := openIdle(port, b.opt.idleConns)
+	defer set.close()
+	s := idleSample{held: len(set.conns), failed: set.failed, firstErr: set.first, openTime: time.Since(start)}
+	time.Sleep(2 * time.Second)
+	after := groupUsage(c.pid())
+	s.closed = set.closedByPeer()
+	s.beforeKB, s.afterKB, s.peakKB = before.rssKB, after.rssKB, after.hwmKB
+	if !c.alive() {
+		return s, fmt.Errorf("%s exited (%v): %s", p.name, c.err, c.logTail())
+	}
+	return s, nil
+}
