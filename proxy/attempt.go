@@ -151,6 +151,9 @@ func (s *Session) readResponse(peer *Peer, a *Attempt) bool {
 		// RFC 9110 §15.2: a proxy forwards 1xx responses, except to an
 		// HTTP/1.0 client, which cannot read them.
 		if s.Request.Minor >= 1 {
+			if s.resp.Status == 100 {
+				s.continued = true
+			}
 			if err := s.writeInterim(); err != nil {
 				s.Err = clientErr(err, "writing an interim response to the client")
 				s.Aborted = true

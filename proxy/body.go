@@ -169,6 +169,48 @@ func (rb *reqBody) stop(up *pool.Conn) {
 	rb.running = false
 }
 
+// maxDrain bounds how much of a request body sluice reads and throws away
+// after the upstream answered before the body ended, to keep the client's
+// connection usable (nginx discards such bodies too).
+const maxDrain = 1 << 20
+
+// drain reads the rest of the request body from the client and discards
+// it, within the body timeout per read and maxDrain in all. It reports
+// whether the body then ended, leaving the connection at the start of the
+// next request. The pump must be stopped.
+func (rb *reqBody) drain() bool {
+	if rb.finished {
+		return true
+	}
+	if rb.err != nil {
+		return false
+	}
+	s := rb.s
+	if rb.consumed == 0 && s.Request.Header.Has("Expect") && !s.continued {
+		// A client that asked for 100 Continue and got a final answer
+		// instead may never send its body.
+		return false
+	}
+	if rb.f.Kind == h1.Length && rb.f.Length-rb.consumed > maxDrain {
+		return false
+	}
+	client := s.c.nc
+	timeout := s.srv.bodyTimeout()
+	var drained int64
+	for !rb.b.Done() {
+		client.SetReadDeadline(time.Now().Add(timeout))
+		seg, err := rb.b.Next()
+		drained += int64(len(seg))
+		rb.consumed += int64(len(seg))
+		if err != nil && err != io.EOF || drained > maxDrain {
+			return false
+		}
+	}
+	rb.finished = true
+	s.BytesIn = rb.consumed
+	return true
+}
+
 // failure stops the pump and returns the client side's failure, if any.
 func (rb *reqBody) failure(up *pool.Conn) *fault.Error {
 	rb.stop(up)

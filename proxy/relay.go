@@ -123,11 +123,14 @@ func (s *Session) releaseUpstream(a *Attempt, upKeep bool) {
 	a.Read = up.Reader.N - s.readStart
 	s.body.stop(up)
 	if !s.body.complete() {
-		// The upstream answered before the request body ended; the rest
-		// of it cannot be trusted to be read, so neither connection is
-		// at a message boundary.
-		s.keepAlive = false
+		// The upstream answered before the request body ended: the
+		// upstream connection is not at a message boundary, and the
+		// client's is only once the rest of the body is read and thrown
+		// away.
 		upKeep = false
+		if !s.body.drain() {
+			s.keepAlive = false
+		}
 	}
 	s.up = nil
 	up.Served++

@@ -59,6 +59,7 @@ type Session struct {
 	respFrame h1.Framing
 	respReuse bool
 	tries     int
+	continued bool // a 100 Continue went to the client
 	scratch   []byte
 	readStart int64 // the upstream reader's count when this try began reading
 }

@@ -465,3 +465,26 @@ func TestShutdownDrains(t *testing.T) {
 		t.Fatalf("Shutdown: %v", err)
 	}
 }
+
+func TestEarlyAnswerKeepsClientConnection(t *testing.T) {
+	// The upstream answers as soon as it has the head, before the body
+	// (nginx's "return 200" does this). The client's connection must stay
+	// usable: sluice reads and throws away the rest of the body rather than
+	// closing a connection whose response said keep-alive.
+	up := upstreamtest.StartStreaming(t, func(c *upstreamtest.Conn, r *upstreamtest.Request, body io.Reader) {
+		c.Respond(200, "early")
+		io.Copy(io.Discard, body)
+	})
+	hs := start(t, peers(testOptions(), up.Addr()))
+	c := hs.dial(t)
+	body := strings.Repeat("b", 20000)
+	for i := 0; i < 20; i++ {
+		resp, got := c.roundTrip(fmt.Sprintf("POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
+		if resp.StatusCode != 200 || got != "early" || resp.Close {
+			t.Fatalf("POST %d: %d %q close=%v", i, resp.StatusCode, got, resp.Close)
+		}
+	}
+	if resp, _ := c.roundTrip("GET /after HTTP/1.1\r\nHost: a\r\n\r\n"); resp.StatusCode != 200 {
+		t.Fatalf("GET after the POSTs: %d", resp.StatusCode)
+	}
+}
