@@ -103,6 +103,28 @@ func (b *Reader) Fill() error {
 
 var errBufferFull = errorf(500, "h1: reader buffer full")
 
+// FillWith reads once from src instead of the connection (a non-blocking
+// read of the same socket, say), into free buffer space, growing the
+// buffer to hold at least want unread bytes when it is smaller. The bytes
+// count in N.
+func (b *Reader) FillWith(src io.Reader, want int) (int, error) {
+	if b.bp == nil {
+		b.bp = getBuf(max(minBuf, want))
+		b.buf = *b.bp
+	}
+	if b.r > 0 {
+		b.w = copy(b.buf, b.buf[b.r:b.w])
+		b.r = 0
+	}
+	if len(b.buf) < want {
+		b.growTo(want)
+	}
+	n, err := src.Read(b.buf[b.w:])
+	b.w += n
+	b.N += int64(n)
+	return n, err
+}
+
 // growTo makes room for at least n unread bytes in the buffer.
 func (b *Reader) growTo(n int) {
 	if len(b.buf) >= n {

@@ -50,32 +50,57 @@ func (rb *reqBody) init(s *Session, f h1.Framing) {
 	rb.finished = f.Empty()
 }
 
-// prepare readies the body for a try and reports whether all of it is now
-// in replay, to go out in the same write as the head (no pump needed).
-func (rb *reqBody) prepare(pol *retry.Policy) bool {
-	if !rb.prepared {
-		rb.prepared = true
-		rb.limit = pol.BufferSize()
-		if pol.MaxTries() == 1 {
-			rb.limit = 0
-		}
+// prereadMax is the largest body (by Content-Length) that sluice tries to
+// have whole before the first try: the head and body then leave in one
+// write and no pump runs.
+const prereadMax = 64 << 10
+
+// preread takes in what has already arrived of a small Content-Length
+// body, without waiting for more: a body still on its way goes through the
+// pump, so that an upstream may answer before it ends (full duplex).
+func (rb *reqBody) preread() {
+	s := rb.s
+	if rb.finished || rb.f.Kind != h1.Length || rb.f.Length > prereadMax {
+		return
 	}
-	if rb.finished {
-		return true
-	}
-	r := &rb.s.c.r
-	if rb.consumed == 0 && rb.f.Kind == h1.Length && rb.f.Length <= rb.limit && int64(r.Buffered()) >= rb.f.Length {
-		for {
-			seg, err := rb.b.Next()
-			rb.keep(seg)
-			if err != nil {
+	rb.limit = prereadMax
+	r := &s.c.r
+	if need := int(rb.f.Length) + r.Buffered(); int64(r.Buffered()) < rb.f.Length {
+		// The reader's buffer may be smaller than head and body: read
+		// what the socket holds now into a larger one.
+		for int64(r.Buffered()) < rb.f.Length {
+			if _, err := r.FillWith(s.c.ready.reader(), need); err != nil {
 				break
 			}
 		}
-		rb.finished = rb.b.Done()
-		return rb.finished
 	}
-	return false
+	if int64(r.Buffered()) < rb.f.Length {
+		return
+	}
+	for !rb.b.Done() {
+		seg, err := rb.b.Next()
+		rb.keep(seg)
+		if err != nil {
+			break
+		}
+	}
+	rb.finished = rb.b.Done()
+}
+
+// prepare readies the body for a try under pol and reports whether all of
+// it is in replay, to go out in the same write as the head (no pump
+// needed).
+func (rb *reqBody) prepare(pol *retry.Policy) bool {
+	if !rb.prepared {
+		rb.prepared = true
+		if !rb.finished && rb.consumed == 0 {
+			rb.limit = pol.BufferSize()
+			if pol.MaxTries() == 1 {
+				rb.limit = 0
+			}
+		}
+	}
+	return rb.finished
 }
 
 // keep records consumed bytes in replay while they fit.

@@ -188,6 +188,7 @@ func (s *Session) normalizeTarget() error {
 // proxy runs the attempt loop: pick a peer, try it, and on failure decide
 // from the facts whether to try again.
 func (s *Session) proxy() {
+	s.body.preread()
 	first := time.Time{}
 	for {
 		peer, err := s.hooks.h.UpstreamPeer(s)
