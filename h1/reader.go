@@ -103,6 +103,32 @@ func (b *Reader) Fill() error {
 
 var errBufferFull = errorf(500, "h1: reader buffer full")
 
+// Grab returns the free space at the end of the buffer, taking a buffer
+// from the pool when b has none, for a caller that reads the connection
+// itself (a read that must not hold a buffer while it waits). Commit the
+// bytes read, or Release if none.
+func (b *Reader) Grab() []byte {
+	if b.bp == nil {
+		b.bp = getBuf(minBuf)
+		b.buf = *b.bp
+		b.r, b.w = 0, 0
+	}
+	if b.r > 0 && b.r == b.w {
+		b.r, b.w = 0, 0
+	}
+	if b.w == len(b.buf) && b.r > 0 {
+		b.w = copy(b.buf, b.buf[b.r:b.w])
+		b.r = 0
+	}
+	return b.buf[b.w:]
+}
+
+// Commit adds n bytes read into the space Grab returned.
+func (b *Reader) Commit(n int) {
+	b.w += n
+	b.N += int64(n)
+}
+
 // FillWith reads once from src instead of the connection (a non-blocking
 // read of the same socket, say), into free buffer space, growing the
 // buffer to hold at least want unread bytes when it is smaller. The bytes

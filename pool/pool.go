@@ -57,7 +57,7 @@ type Conn struct {
 	// Intrusive list links: per key (most recent first) and global LRU.
 	prev, next   *Conn
 	gprev, gnext *Conn
-	id           uint64 // registration in the watcher, fresh on every Put
+	id           uint64 // the watcher's name for it, from its first Put
 	sys          sysConn
 }
 
@@ -331,17 +331,19 @@ func (p *Pool) insert(c *Conn) {
 	p.lru.head = c
 	p.total++
 
-	p.nextID++
-	c.id = p.nextID
+	if c.id == 0 {
+		// Registered once for the connection's life: the watcher then
+		// costs no system call per request.
+		p.nextID++
+		c.id = p.nextID
+		p.w.add(c)
+	}
 	p.byID[c.id] = c
-	p.w.add(c)
 }
 
 // remove takes c out of the lists and the watcher; p.mu held.
 func (p *Pool) remove(c *Conn) {
-	p.w.remove(c)
 	delete(p.byID, c.id)
-	c.id = 0
 
 	if c.prev != nil {
 		c.prev.next = c.next

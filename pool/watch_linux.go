@@ -5,11 +5,15 @@ import (
 	"time"
 )
 
-// watcher notices idle connections whose peer closed them (FIN, RST or any
-// unexpected byte), with one epoll instance for the whole pool: adding and
-// removing a connection costs one epoll_ctl each, and no goroutine waits per
-// connection. Each registration carries the connection's id, not its fd, so
-// an event that arrives after the connection was taken is ignored.
+// watcher notices idle connections whose peer closed them (FIN or RST),
+// with one epoll instance for the whole pool and no goroutine per
+// connection. A connection is registered once, when it is first pooled,
+// for peer-close events only (EPOLLRDHUP, edge-triggered; not EPOLLIN, so
+// responses arriving while it is in use wake nothing), and leaves the epoll
+// set when it is closed. Events name the connection's id, not its fd; an
+// event for a connection that is not idle is ignored, and the check before
+// use catches what was missed (a peer that closed while the connection was
+// in use, or sent an unasked byte).
 type watcher struct {
 	ep     int
 	wakeR  int // read end of a pipe that interrupts epoll_wait on Close
@@ -33,7 +37,7 @@ func newWatcher() watcher {
 	return watcher{ep: ep, wakeR: fds[0], wakeW: fds[1]}
 }
 
-const watchEvents = syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT
+const watchEvents = syscall.EPOLLRDHUP | 1<<31 // EPOLLET, which package syscall defines as a negative int
 
 // add registers c; p.mu held.
 func (w *watcher) add(c *Conn) {
@@ -46,16 +50,6 @@ func (w *watcher) add(c *Conn) {
 	}
 	ev := syscall.EpollEvent{Events: watchEvents, Fd: int32(uint32(c.id)), Pad: int32(uint32(c.id >> 32))}
 	syscall.EpollCtl(w.ep, syscall.EPOLL_CTL_ADD, fd, &ev)
-}
-
-// remove unregisters c; p.mu held.
-func (w *watcher) remove(c *Conn) {
-	if w.ep < 0 || c.id == 0 {
-		return
-	}
-	if c.sys.fd >= 0 {
-		syscall.EpollCtl(w.ep, syscall.EPOLL_CTL_DEL, c.sys.fd, nil)
-	}
 }
 
 // wait blocks up to d and appends the ids of connections with events.

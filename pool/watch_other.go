@@ -8,9 +8,8 @@ import "time"
 // are then found by the check before use and the periodic sweep.
 type watcher struct{ stop chan struct{} }
 
-func newWatcher() watcher       { return watcher{stop: make(chan struct{}, 1)} }
-func (w *watcher) add(*Conn)    {}
-func (w *watcher) remove(*Conn) {}
+func newWatcher() watcher    { return watcher{stop: make(chan struct{}, 1)} }
+func (w *watcher) add(*Conn) {}
 func (w *watcher) wake() {
 	select {
 	case w.stop <- struct{}{}:

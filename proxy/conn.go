@@ -57,7 +57,7 @@ func newConn(srv *Server, nc net.Conn) *conn {
 	}
 	c.s.c = c
 	c.s.srv = srv
-	c.ready.init(nc)
+	c.ready.init(nc, &c.r)
 	return c
 }
 
@@ -107,10 +107,7 @@ func (c *conn) readRequest() bool {
 			return false
 		}
 		c.nc.SetReadDeadline(time.Now().Add(srv.idleTimeout()))
-		err := c.ready.wait()
-		if err == nil {
-			err = c.r.Fill()
-		}
+		err := c.ready.fillIdle()
 		c.setIdle(false)
 		if err != nil {
 			// Closed, reset, idle too long, or woken by Shutdown:

@@ -6,19 +6,19 @@ import (
 	"errors"
 	"io"
 	"net"
+
+	"github.com/sluice-proxy/sluice/h1"
 )
 
 var errWouldBlock = errors.New("would block")
 
-// readiness is a no-op where the socket cannot be peeked: the read that
-// follows waits, holding its buffer.
-type readiness struct{}
+// readiness reads through the net package where the raw socket cannot be
+// read: an idle connection then holds its read buffer while it waits.
+type readiness struct{ r *h1.Reader }
 
-func (w *readiness) init(net.Conn) {}
-func (w *readiness) wait() error   { return nil }
-
-// reader returns a reader that never waits; here it never reads.
-func (w *readiness) reader() io.Reader { return neverReader{} }
+func (w *readiness) init(_ net.Conn, r *h1.Reader) { w.r = r }
+func (w *readiness) fillIdle() error               { return w.r.Fill() }
+func (w *readiness) reader() io.Reader             { return neverReader{} }
 
 type neverReader struct{}
 

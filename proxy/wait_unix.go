@@ -7,23 +7,31 @@ import (
 	"io"
 	"net"
 	"syscall"
+
+	"github.com/sluice-proxy/sluice/h1"
 )
 
 var errWouldBlock = errors.New("would block")
 
-// readiness waits for a client connection to become readable without
-// holding a read buffer, so that an idle keep-alive connection costs only
-// its goroutine and its small structures. It peeks one byte with
-// MSG_DONTWAIT; the netpoller parks the goroutine while there is nothing.
+// readiness reads a client connection through its raw socket, for two
+// reads the net package cannot do:
+//
+//   - fillIdle waits for the next request holding no read buffer: it takes
+//     a buffer from the pool only when bytes are there, so an idle
+//     keep-alive connection costs only its goroutine and small structures.
+//     It makes the same system calls as a plain Read (a read that finds
+//     nothing, then the poller, then the read that succeeds).
+//   - reader reads what the socket holds now, never waiting.
 type readiness struct {
 	rc      syscall.RawConn
-	peek    func(fd uintptr) bool
+	fill    func(fd uintptr) bool
 	readNow func(fd uintptr) bool
+	r       *h1.Reader
+	err     error
 	nb      nonblock
-	buf     [1]byte
 }
 
-func (w *readiness) init(nc net.Conn) {
+func (w *readiness) init(nc net.Conn, r *h1.Reader) {
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
 		return
@@ -32,8 +40,25 @@ func (w *readiness) init(nc net.Conn) {
 	if err != nil {
 		return
 	}
-	w.rc = rc
-	w.nb.w = w
+	w.rc, w.r, w.nb.w = rc, r, w
+	w.fill = func(fd uintptr) bool {
+		n, err := syscall.Read(int(fd), w.r.Grab())
+		switch {
+		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
+			w.r.Release() // nothing yet: wait for the poller, holding no buffer
+			return false
+		case err == syscall.EINTR:
+			return false
+		case err != nil:
+			w.err = err
+		case n == 0:
+			w.err = io.EOF
+		default:
+			w.r.Commit(n)
+			w.err = nil
+		}
+		return true
+	}
 	w.readNow = func(fd uintptr) bool {
 		n, err := syscall.Read(int(fd), w.nb.p)
 		switch {
@@ -48,18 +73,22 @@ func (w *readiness) init(nc net.Conn) {
 		}
 		return true
 	}
-	w.peek = func(fd uintptr) bool {
-		_, _, err := syscall.Recvfrom(int(fd), w.buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		if err == syscall.EAGAIN || err == syscall.EWOULDBLOCK {
-			return false // nothing yet: wait for the poller
-		}
-		// Data, EOF or an error: the read that follows will see it.
-		return true
-	}
 }
 
-// nonblock reads what the socket holds now, without waiting: one read(2)
-// whose EAGAIN comes back as errWouldBlock.
+// fillIdle reads the next bytes into r, waiting (within the connection's
+// read deadline) without holding a buffer.
+func (w *readiness) fillIdle() error {
+	if w.rc == nil {
+		return w.r.Fill()
+	}
+	if err := w.rc.Read(w.fill); err != nil {
+		return err
+	}
+	return w.err
+}
+
+// nonblock reads what the socket holds now: one read(2), whose EAGAIN
+// comes back as errWouldBlock.
 type nonblock struct {
 	w   *readiness
 	p   []byte
@@ -68,9 +97,6 @@ type nonblock struct {
 }
 
 func (nb *nonblock) Read(p []byte) (int, error) {
-	if nb.w.rc == nil {
-		return 0, errWouldBlock
-	}
 	nb.p = p
 	if err := nb.w.rc.Read(nb.w.readNow); err != nil {
 		return 0, err
@@ -78,14 +104,14 @@ func (nb *nonblock) Read(p []byte) (int, error) {
 	return nb.n, nb.err
 }
 
-// wait blocks until the connection is readable or its read deadline
-// passes (the error then says so).
-func (w *readiness) wait() error {
+// reader returns a reader of what the socket holds now, never waiting.
+func (w *readiness) reader() io.Reader {
 	if w.rc == nil {
-		return nil
+		return neverReader{}
 	}
-	return w.rc.Read(w.peek)
+	return &w.nb
 }
 
-// reader returns a reader of what the socket holds now, never waiting.
-func (w *readiness) reader() io.Reader { return &w.nb }
+type neverReader struct{}
+
+func (neverReader) Read([]byte) (int, error) { return 0, errWouldBlock }

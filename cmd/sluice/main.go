@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"sync"
 	"syscall"
 	"time"
@@ -63,28 +64,38 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
-  sluice run -c FILE       serve as the config file says
+  sluice run -c FILE       serve as the config file says (-cpuprofile FILE to profile)
   sluice validate -c FILE  check a config file
   sluice demo              run a proxy with built-in upstreams to try
   sluice version
 `)
 }
 
-func configFlag(name string, args []string, stderr io.Writer) (string, bool) {
+type flags struct {
+	config     string
+	cpuprofile string
+}
+
+func parseFlags(name string, args []string, stderr io.Writer) (flags, bool) {
+	var f flags
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	path := fs.String("c", "sluice.yaml", "config `file`")
-	if err := fs.Parse(args); err != nil {
-		return "", false
+	fs.StringVar(&f.config, "c", "sluice.yaml", "config `file`")
+	if name == "run" {
+		fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile to `file` until exit")
 	}
-	return *path, true
+	if err := fs.Parse(args); err != nil {
+		return f, false
+	}
+	return f, true
 }
 
 func cmdValidate(args []string, stdout, stderr io.Writer) int {
-	path, ok := configFlag("validate", args, stderr)
+	f, ok := parseFlags("validate", args, stderr)
 	if !ok {
 		return 2
 	}
+	path := f.config
 	cfg, err := config.Load(path)
 	if err == nil {
 		_, err = config.Build(cfg)
@@ -98,9 +109,22 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 }
 
 func cmdRun(args []string, stderr io.Writer) int {
-	path, ok := configFlag("run", args, stderr)
+	f, ok := parseFlags("run", args, stderr)
 	if !ok {
 		return 2
+	}
+	path := f.config
+	if f.cpuprofile != "" {
+		out, err := os.Create(f.cpuprofile)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		pprof.StartCPUProfile(out)
+		defer func() {
+			pprof.StopCPUProfile()
+			out.Close()
+		}()
 	}
 	cfg, err := config.Load(path)
 	if err != nil {
