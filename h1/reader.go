@@ -103,6 +103,20 @@ func (b *Reader) Fill() error {
 
 var errBufferFull = errorf(500, "h1: reader buffer full")
 
+// Grow makes the buffer at least n bytes, for reading a large body in
+// fewer, larger reads; the larger buffer goes back to the pool on Release.
+func (b *Reader) Grow(n int) {
+	if b.bp == nil || len(b.buf) < n {
+		if b.bp == nil {
+			b.bp = getBuf(n)
+			b.buf = *b.bp
+			b.r, b.w = 0, 0
+			return
+		}
+		b.growTo(n)
+	}
+}
+
 // Grab returns the free space at the end of the buffer, taking a buffer
 // from the pool when b has none, for a caller that reads the connection
 // itself (a read that must not hold a buffer while it waits). Commit the

@@ -55,6 +55,14 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 
 	var body h1.Body
 	up.Reader.SetReadTimeout(peer.Options.readTimeout())
+	switch {
+	case frame.Kind == h1.UntilClose || frame.Kind == h1.Chunked:
+		up.Reader.Grow(largeBuffer)
+	case frame.Kind == h1.Length && frame.Length > smallBody:
+		// A larger body moves in reads and writes of up to 64 KiB, not
+		// 4 KiB: a body of up to 64 KiB in one of each.
+		up.Reader.Grow(int(min(largeBuffer, frame.Length+int64(up.Reader.Buffered()))))
+	}
 	body.Init(&up.Reader, frame, decode, maxResponseHead)
 
 	// The head and whatever of the body is already buffered go out in one
@@ -110,6 +118,13 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 		s.releaseUpstream(a, upKeep)
 	}
 }
+
+// A response body over smallBody bytes (or of unknown length) is read with
+// a buffer of up to largeBuffer bytes.
+const (
+	smallBody   = 2 << 10
+	largeBuffer = 64 << 10
+)
 
 // maxCopiedTail bounds the last body segment copied so that the upstream
 // connection can be released before the client write.
