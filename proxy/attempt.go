@@ -79,7 +79,9 @@ func (s *Session) connect(peer *Peer, a *Attempt) bool {
 			}
 		}
 	}
-	d := net.Dialer{Timeout: opts.connectTimeout()}
+	// No TCP keep-alive probes: the pool's idle watcher and timeouts end
+	// dead connections, and the probes cost system calls on every dial.
+	d := net.Dialer{Timeout: opts.connectTimeout(), KeepAlive: -1}
 	nc, err := d.Dial("tcp", peer.Addr)
 	if err != nil {
 		a.Err = fault.FromIO(err, fault.PhaseConnect)

@@ -227,13 +227,23 @@ func (srv *Server) Serve(ln net.Listener) error {
 	}
 }
 
-// ListenAndServe listens on the TCP address addr and calls Serve.
+// ListenAndServe listens on the TCP address addr (see Listen) and calls
+// Serve.
 func (srv *Server) ListenAndServe(addr string) error {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := Listen(addr)
 	if err != nil {
 		return err
 	}
 	return srv.Serve(ln)
+}
+
+// Listen listens on a TCP address for client connections, without TCP
+// keep-alive probes on the accepted connections: the idle and header
+// timeouts already end a silent connection, and the probes cost system
+// calls on every accept.
+func Listen(addr string) (net.Listener, error) {
+	lc := net.ListenConfig{KeepAlive: -1}
+	return lc.Listen(context.Background(), "tcp", addr)
 }
 
 // Shutdown stops accepting, closes idle client connections, lets requests

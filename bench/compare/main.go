@@ -236,7 +236,7 @@ func (b *bench) findTools() bool {
 			needs = append(needs, need{p.tool, p.pkg})
 		}
 	}
-	if b.opt.sluice == "" && slices.Contains(b.opt.proxies, "sluice") {
+	if b.opt.sluice == "" && slices.ContainsFunc(b.opt.proxies, isSluice) {
 		needs = append(needs, need{"go", "golang-go"})
 	}
 	var missing, pkgs []string
@@ -308,7 +308,7 @@ func (b *bench) setup() error {
 	for _, name := range b.opt.proxies {
 		p, _ := proxyByName(name)
 		switch {
-		case name == "sluice":
+		case isSluice(name):
 			if err := b.sluiceBinary(); err != nil {
 				b.note("sluice skipped: " + err.Error())
 				continue
@@ -326,6 +326,9 @@ func (b *bench) setup() error {
 
 // sluiceBinary uses -sluice or builds ./cmd/sluice into the temp dir.
 func (b *bench) sluiceBinary() error {
+	if b.tools["sluice"] != "" {
+		return nil // built for another sluice variant
+	}
 	if b.opt.sluice != "" {
 		path, err := exec.LookPath(b.opt.sluice)
 		if err == nil {
@@ -390,7 +393,7 @@ func (b *bench) startProxy(p proxy, tag string) (*child, int, error) {
 		return nil, 0, err
 	}
 	bin := b.tools[p.tool]
-	if p.name == "sluice" {
+	if isSluice(p.name) {
 		bin = b.tools["sluice"]
 	}
 	argv, env, err := p.configure(site{dir: dir, port: port, upstream: b.upstream,

@@ -39,10 +39,18 @@ type proxy struct {
 
 var proxies = []proxy{
 	{name: "sluice", version: []string{"version"}, configure: sluiceConfig},
+	// sluice-reuse lets POSTs without an Idempotency-Key take pooled
+	// connections idle up to 1s, as the other proxies do; by default
+	// sluice dials for them, which no upstream recycling its workers can
+	// turn into a 502 (see the README).
+	{name: "sluice-reuse", version: []string{"version"}, configure: sluiceReuseConfig},
 	{name: "nginx", tool: "nginx", pkg: "nginx", version: []string{"-v"}, configure: nginxConfig},
 	{name: "haproxy", tool: "haproxy", pkg: "haproxy", version: []string{"-v"}, configure: haproxyConfig},
 	{name: "caddy", tool: "caddy", pkg: "caddy", version: []string{"version"}, configure: caddyConfig},
 }
+
+// isSluice reports whether a proxy runs the sluice binary built here.
+func isSluice(name string) bool { return strings.HasPrefix(name, "sluice") }
 
 func proxyByName(name string) (proxy, bool) {
 	for _, p := range proxies {
@@ -62,7 +70,13 @@ func pinned(cpu string, argv ...string) []string {
 	return append([]string{"taskset", "-c", cpu}, argv...)
 }
 
-func sluiceConfig(s site) ([]string, []string, error) {
+func sluiceConfig(s site) ([]string, []string, error) { return sluiceWith(s, "") }
+
+func sluiceReuseConfig(s site) ([]string, []string, error) {
+	return sluiceWith(s, ", non_idempotent_max_idle: 1s")
+}
+
+func sluiceWith(s site, pool string) ([]string, []string, error) {
 	cfg := filepath.Join(s.dir, "sluice.yaml")
 	err := writeFile(cfg, fmt.Sprintf(`listen:
   - address: 127.0.0.1:%d
@@ -74,8 +88,8 @@ upstreams:
   app:
     servers:
       - address: %s
-    pool: {max_idle: 256, idle_timeout: 60s}
-`, s.port, s.upstream))
+    pool: {max_idle: 256, idle_timeout: 60s%s}
+`, s.port, s.upstream, pool))
 	return pinned(proxyCPU, s.binary, "run", "-c", cfg), []string{"GOMAXPROCS=1"}, err
 }
 

@@ -43,6 +43,7 @@ func (b *bench) environment() environment {
 	}
 	for _, p := range b.targets {
 		switch {
+		case p.name == "sluice-reuse":
 		case p.name == "sluice":
 			add("sluice", b.tools["sluice"], "version")
 			e.versions[len(e.versions)-1][2] = b.built

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/h1"
+	"github.com/sluice-proxy/sluice/proxy"
 )
 
 // cmdDemo starts two built-in upstreams and a proxy in front of them. One
@@ -70,7 +71,7 @@ upstreams:
 		return 1
 	}
 	defer closer.Close()
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := proxy.Listen(*listen)
 	if err != nil {
 		fmt.Fprintln(stderr, "demo:", err)
 		return 1

@@ -165,7 +165,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 	}
 	var lns []net.Listener
 	for _, l := range cfg.Listen {
-		ln, err := net.Listen("tcp", l.Address)
+		ln, err := proxy.Listen(l.Address)
 		if err != nil {
 			log.Error("listening", "address", l.Address, "error", err)
 			for _, ln := range lns {
