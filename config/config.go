@@ -1,6 +1,11 @@
 package config
 
-import "time"
+import (
+	"slices"
+	"time"
+
+	"github.com/sluice-proxy/sluice/balance"
+)
 
 // Config is a validated sluice configuration. Every field holds either
 // the value from the file or its documented default; a *Config returned
@@ -463,13 +468,13 @@ type Active struct {
 // off, no slow start.
 func DefaultHealth() Health {
 	return Health{Passive: Passive{
-		MaxFails:            3,
-		FailTimeout:         10 * time.Second,
-		Statuses:            []int{502, 503, 504},
-		ConsecutiveFailures: 5,
-		BaseEjection:        30 * time.Second,
-		MaxEjection:         300 * time.Second,
-		MaxEjectedPercent:   50,
+		MaxFails:            balance.DefaultMaxFails,
+		FailTimeout:         balance.DefaultFailTimeout,
+		Statuses:            slices.Clone(balance.DefaultStatuses),
+		ConsecutiveFailures: balance.DefaultConsecutiveFailures,
+		BaseEjection:        balance.DefaultBaseEjection,
+		MaxEjection:         balance.DefaultMaxEjection,
+		MaxEjectedPercent:   balance.DefaultMaxEjectedPercent,
 	}}
 }
 

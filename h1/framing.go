@@ -140,12 +140,7 @@ func transferCoding(h *Header) (c coding, present bool, err error) {
 		v := h.Value(i)
 		for len(v) > 0 {
 			var item []byte
-			if j := bytes.IndexByte(v, ','); j >= 0 {
-				item, v = v[:j], v[j+1:]
-			} else {
-				item, v = v, nil
-			}
-			item = trimOWS(item)
+			item, v = CutList(v)
 			if len(item) == 0 {
 				continue // empty list elements are ignored (RFC 9110 §5.6.1)
 			}

@@ -169,16 +169,28 @@ func (h *Header) AppendTo(dst []byte) []byte {
 // String returns the fields in wire form, for debugging and tests.
 func (h *Header) String() string { return string(h.AppendTo(nil)) }
 
+// CutList returns the first element of a comma-separated field value
+// (RFC 9110 §5.6.1), without surrounding whitespace, and the rest of the
+// list. An element may be empty. Loop while the rest is not empty:
+//
+//	for v := h.Get("Connection"); len(v) > 0; {
+//		var item []byte
+//		item, v = h1.CutList(v)
+//		...
+//	}
+func CutList(v []byte) (item, rest []byte) {
+	if i := bytes.IndexByte(v, ','); i >= 0 {
+		return trimOWS(v[:i]), v[i+1:]
+	}
+	return trimOWS(v), nil
+}
+
 // hasToken reports whether the comma-separated list v holds token.
 func hasToken(v []byte, token string) bool {
 	for len(v) > 0 {
 		var item []byte
-		if i := bytes.IndexByte(v, ','); i >= 0 {
-			item, v = v[:i], v[i+1:]
-		} else {
-			item, v = v, nil
-		}
-		if equalFold(trimOWS(item), token) {
+		item, v = CutList(v)
+		if equalFold(item, token) {
 			return true
 		}
 	}

@@ -24,12 +24,7 @@ func stripHopByHop(h *h1.Header, keepUpgrade bool) {
 		v := h.Value(i)
 		for len(v) > 0 {
 			var tok []byte
-			if j := bytes.IndexByte(v, ','); j >= 0 {
-				tok, v = v[:j], v[j+1:]
-			} else {
-				tok, v = v, nil
-			}
-			tok = bytes.TrimSpace(tok)
+			tok, v = h1.CutList(v)
 			if len(tok) == 0 || h1.EqualFold(tok, "Transfer-Encoding") ||
 				(keepUpgrade && h1.EqualFold(tok, "Upgrade")) || h1.EqualFold(tok, "Connection") {
 				continue

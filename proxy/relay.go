@@ -264,12 +264,7 @@ func learnKeepAlive(s *Session, served int, h *h1.Header) {
 	up := s.up
 	for len(v) > 0 {
 		var item []byte
-		if i := bytes.IndexByte(v, ','); i >= 0 {
-			item, v = v[:i], v[i+1:]
-		} else {
-			item, v = v, nil
-		}
-		item = bytes.TrimSpace(item)
+		item, v = h1.CutList(v)
 		eq := bytes.IndexByte(item, '=')
 		if eq < 0 {
 			continue
