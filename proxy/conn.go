@@ -44,7 +44,23 @@ type conn struct {
 	// so that Shutdown can wake exactly those.
 	mu   sync.Mutex
 	idle bool
+
+	// The parker's record of the connection while it waits without a
+	// goroutine (park_linux.go); guarded by the parker's lock.
+	parkID       uint64
+	parkArmed    bool
+	parkDeadline time.Time
+	pprev, pnext *conn
 }
+
+// What readRequest leaves the connection to do.
+type next uint8
+
+const (
+	serveIt next = iota // a request is in c.s
+	closeIt             // the connection is done
+	parked              // the parker holds it; the goroutine must end
+)
 
 func newConn(srv *Server, nc net.Conn) *conn {
 	c := &conn{srv: srv, nc: nc}
@@ -62,13 +78,13 @@ func newConn(srv *Server, nc net.Conn) *conn {
 }
 
 func (c *conn) serve() {
-	defer c.srv.forget(c)
-	defer c.close()
+	resting := false
 	defer func() {
 		// A bug must not take the process down nor leave the client
 		// without an answer it can detect: log it and drop the
 		// connection (invariant 6).
 		if v := recover(); v != nil {
+			resting = false
 			c.srv.ErrorLog.Error("internal error serving connection; closing it", "panic", v, "client", c.client,
 				"stack", string(debug.Stack()))
 			if c.s.Status == 0 {
@@ -76,10 +92,17 @@ func (c *conn) serve() {
 				c.s.answerError(&fault.Error{Kind: fault.Internal, Source: fault.Internally, Context: fmt.Sprint("panic: ", v)})
 			}
 		}
+		if !resting {
+			c.close()
+			c.srv.forget(c)
+		}
 	}()
 	for {
-		ok := c.readRequest()
-		if !ok {
+		switch c.readRequest() {
+		case closeIt:
+			return
+		case parked:
+			resting = true // the parker owns the connection now
 			return
 		}
 		if !c.s.serve() {
@@ -93,26 +116,38 @@ func (c *conn) serve() {
 
 // readRequest waits for the next request head (idle timeout), reads it
 // (header timeout, counted from its first byte) and parses it into c.s. It
-// answers a malformed head itself and reports false when the connection
-// should close.
-func (c *conn) readRequest() bool {
+// answers a malformed head itself. A connection that stays idle past
+// parkAfter is handed to the parker, and its goroutine ends.
+func (c *conn) readRequest() next {
 	srv := c.srv
 	if c.r.Buffered() == 0 {
 		// Idle: no request has begun. Hold no buffer while waiting.
 		c.r.Release()
 		c.giveBack()
-		c.setIdle(true)
-		if srv.Draining() {
-			c.setIdle(false)
-			return false
+		idleDeadline := time.Now().Add(srv.idleTimeout())
+		var err error
+		if p := srv.parker; p != nil && srv.idleTimeout() > parkAfter {
+			if !c.idleUntil(time.Now().Add(parkAfter)) {
+				return closeIt
+			}
+			if err = c.ready.fillIdle(); isTimeout(err) {
+				c.trim()
+				if !srv.Draining() && p.park(c, idleDeadline) {
+					return parked
+				}
+			}
 		}
-		c.nc.SetReadDeadline(time.Now().Add(srv.idleTimeout()))
-		err := c.ready.fillIdle()
+		if (err == nil && c.r.Buffered() == 0) || isTimeout(err) {
+			if !c.idleUntil(idleDeadline) {
+				return closeIt
+			}
+			err = c.ready.fillIdle()
+		}
 		c.setIdle(false)
 		if err != nil {
 			// Closed, reset, idle too long, or woken by Shutdown:
 			// nothing had begun, so nothing is owed.
-			return false
+			return closeIt
 		}
 	}
 	c.nc.SetReadDeadline(time.Now().Add(srv.headerTimeout()))
@@ -130,14 +165,39 @@ func (c *conn) readRequest() bool {
 			c.s.answerError(&fault.Error{Kind: fault.ClientTimeout, Source: fault.Downstream, Context: "reading the request head", Cause: err})
 			c.s.finish()
 		}
-		return false
+		return closeIt
 	}
 	c.s.reset()
 	c.borrow()
 	if err := h1.ParseRequest(&c.s.Request, head, srv.maxHeaders()); err != nil {
 		c.s.answerBadRequest(err)
+		return closeIt
+	}
+	return serveIt
+}
+
+// trim drops what an idle connection need not keep while parked: the
+// request and response heads' storage, grown to the largest heads seen.
+func (c *conn) trim() {
+	c.s.Request = h1.Request{}
+	c.s.upReq = h1.Request{}
+	c.s.resp = h1.Response{}
+	c.s.Attempts = nil
+	c.s.scratch = nil
+}
+
+// idleUntil marks the connection idle until deadline, unless the server is
+// draining; it reports false then. Marking and draining are checked under
+// one lock with wakeIfIdle, so Shutdown never misses a waiting connection.
+func (c *conn) idleUntil(deadline time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.srv.Draining() {
+		c.idle = false
 		return false
 	}
+	c.idle = true
+	c.nc.SetReadDeadline(deadline)
 	return true
 }
 

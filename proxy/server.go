@@ -67,6 +67,7 @@ type Server struct {
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
 	draining  atomic.Bool // read on every request
+	parker    *parker     // holds idle client connections without goroutines; nil where unsupported
 	ownPool   bool
 	inited    bool
 	wg        sync.WaitGroup
@@ -142,6 +143,7 @@ func (srv *Server) init() {
 	}
 	srv.listeners = make(map[net.Listener]struct{})
 	srv.conns = make(map[*conn]struct{})
+	srv.parker = newParker(srv)
 }
 
 func (srv *Server) headerTimeout() time.Duration { return orDefault(srv.HeaderTimeout, 10*time.Second) }
@@ -261,6 +263,9 @@ func (srv *Server) Shutdown(ctx context.Context) error {
 		c.wakeIfIdle()
 	}
 	srv.mu.Unlock()
+	if srv.parker != nil {
+		srv.parker.closeAll()
+	}
 
 	done := make(chan struct{})
 	go func() {

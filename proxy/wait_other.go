@@ -14,9 +14,12 @@ var errWouldBlock = errors.New("would block")
 
 // readiness reads through the net package where the raw socket cannot be
 // read: an idle connection then holds its read buffer while it waits.
-type readiness struct{ r *h1.Reader }
+type readiness struct {
+	r  *h1.Reader
+	fd int
+}
 
-func (w *readiness) init(_ net.Conn, r *h1.Reader) { w.r = r }
+func (w *readiness) init(_ net.Conn, r *h1.Reader) { w.r, w.fd = r, -1 }
 func (w *readiness) fillIdle() error               { return w.r.Fill() }
 func (w *readiness) reader() io.Reader             { return neverReader{} }
 

@@ -23,6 +23,7 @@ var errWouldBlock = errors.New("would block")
 //     nothing, then the poller, then the read that succeeds).
 //   - reader reads what the socket holds now, never waiting.
 type readiness struct {
+	fd      int // the socket, for the parker; -1 when unknown
 	rc      syscall.RawConn
 	fill    func(fd uintptr) bool
 	readNow func(fd uintptr) bool
@@ -32,6 +33,7 @@ type readiness struct {
 }
 
 func (w *readiness) init(nc net.Conn, r *h1.Reader) {
+	w.fd = -1
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
 		return
@@ -41,6 +43,7 @@ func (w *readiness) init(nc net.Conn, r *h1.Reader) {
 		return
 	}
 	w.rc, w.r, w.nb.w = rc, r, w
+	rc.Control(func(fd uintptr) { w.fd = int(fd) })
 	w.fill = func(fd uintptr) bool {
 		n, err := syscall.Read(int(fd), w.r.Grab())
 		switch {

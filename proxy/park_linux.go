@@ -1,0 +1,195 @@
+package proxy
+
+import (
+	"sync"
+	"syscall"
+	"time"
+)
+
+// parker holds idle client connections without a goroutine each. A
+// connection that has waited parkAfter for its next request is registered
+// in one epoll set and its goroutine ends; when bytes (or the client's
+// close) arrive, the parker starts a goroutine for it again. Ten thousand
+// idle keep-alive clients then cost their small structures, not ten
+// thousand goroutine stacks. Busy connections never park.
+type parker struct {
+	srv    *Server
+	ep     int
+	wakeR  int
+	wakeW  int
+	mu     sync.Mutex
+	byID   map[uint64]*conn
+	head   *conn // parked connections in the order they parked; their
+	tail   *conn // idle deadlines come in the same order
+	nextID uint64
+	closed bool
+	done   chan struct{}
+}
+
+// parkAfter is how long a connection waits with its goroutine before it
+// parks: long enough that a client sending request after request never
+// pays for parking, short enough that idle ones park soon.
+const parkAfter = 200 * time.Millisecond
+
+func newParker(srv *Server) *parker {
+	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil
+	}
+	var fds [2]int
+	if err := syscall.Pipe2(fds[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
+		syscall.Close(ep)
+		return nil
+	}
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN} // id 0: the wake pipe
+	if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, fds[0], &ev); err != nil {
+		syscall.Close(ep)
+		syscall.Close(fds[0])
+		syscall.Close(fds[1])
+		return nil
+	}
+	p := &parker{srv: srv, ep: ep, wakeR: fds[0], wakeW: fds[1], byID: make(map[uint64]*conn), done: make(chan struct{})}
+	go p.run()
+	return p
+}
+
+// park registers c, whose goroutine is about to end, until bytes arrive or
+// its idle deadline passes. It reports false when c cannot be parked (the
+// caller then keeps waiting with its goroutine).
+func (p *parker) park(c *conn, deadline time.Time) bool {
+	fd := c.ready.fd
+	if fd < 0 {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	if c.parkID == 0 {
+		p.nextID++
+		c.parkID = p.nextID
+	}
+	ev := syscall.EpollEvent{
+		Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT,
+		Fd:     int32(uint32(c.parkID)), Pad: int32(uint32(c.parkID >> 32)),
+	}
+	op := syscall.EPOLL_CTL_ADD
+	if c.parkArmed {
+		op = syscall.EPOLL_CTL_MOD // a one-shot registration, disarmed by its last event
+	}
+	if err := syscall.EpollCtl(p.ep, op, fd, &ev); err != nil {
+		return false
+	}
+	c.parkArmed = true
+	c.parkDeadline = deadline
+	if p.head == nil {
+		// The parker may be waiting with no deadline: give it one.
+		syscall.Write(p.wakeW, []byte{1})
+	}
+	p.byID[c.parkID] = c
+	c.pprev, c.pnext = p.tail, nil
+	if p.tail != nil {
+		p.tail.pnext = c
+	} else {
+		p.head = c
+	}
+	p.tail = c
+	return true
+}
+
+// unlink takes c off the parked list; p.mu held.
+func (p *parker) unlink(c *conn) {
+	delete(p.byID, c.parkID)
+	if c.pprev != nil {
+		c.pprev.pnext = c.pnext
+	} else {
+		p.head = c.pnext
+	}
+	if c.pnext != nil {
+		c.pnext.pprev = c.pprev
+	} else {
+		p.tail = c.pprev
+	}
+	c.pprev, c.pnext = nil, nil
+}
+
+func (p *parker) run() {
+	defer close(p.done)
+	events := make([]syscall.EpollEvent, 128)
+	var resume, expired []*conn
+	for {
+		wait := -1
+		p.mu.Lock()
+		if p.head != nil {
+			wait = int(time.Until(p.head.parkDeadline)/time.Millisecond) + 1
+			wait = max(wait, 0)
+		}
+		closed := p.closed
+		p.mu.Unlock()
+		if closed {
+			return
+		}
+		n, err := syscall.EpollWait(p.ep, events, wait)
+		if err != nil && err != syscall.EINTR {
+			return
+		}
+		resume, expired = resume[:0], expired[:0]
+		now := time.Now()
+		p.mu.Lock()
+		for _, ev := range events[:max(n, 0)] {
+			id := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
+			if id == 0 {
+				var buf [64]byte
+				syscall.Read(p.wakeR, buf[:]) // drain the wake-ups
+				continue
+			}
+			if c := p.byID[id]; c != nil {
+				p.unlink(c)
+				resume = append(resume, c)
+			}
+		}
+		for c := p.head; c != nil && !c.parkDeadline.After(now); c = p.head {
+			p.unlink(c)
+			expired = append(expired, c)
+		}
+		p.mu.Unlock()
+		for _, c := range resume {
+			go c.serve()
+		}
+		for _, c := range expired {
+			// Idle too long: closed without a word, as a waiting
+			// goroutine would have.
+			c.close()
+			c.srv.forget(c)
+		}
+	}
+}
+
+// closeAll closes every parked connection and stops the parker, for
+// Shutdown.
+func (p *parker) closeAll() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	var all []*conn
+	for c := p.head; c != nil; c = c.pnext {
+		all = append(all, c)
+	}
+	for _, c := range all {
+		p.unlink(c)
+	}
+	p.mu.Unlock()
+	syscall.Write(p.wakeW, []byte{1})
+	<-p.done
+	syscall.Close(p.ep)
+	syscall.Close(p.wakeR)
+	syscall.Close(p.wakeW)
+	for _, c := range all {
+		c.close()
+		c.srv.forget(c)
+	}
+}
