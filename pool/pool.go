@@ -108,7 +108,7 @@ type Pool struct {
 	lru     struct{ head, tail *Conn } // all idle conns; head is the most recent
 	byID    map[uint64]*Conn
 	nextID  uint64
-	closing map[string]time.Time // when each server last announced a close
+	servers map[string]*server // what the pool has learned of each server
 	total   int
 	closed  bool
 
@@ -131,7 +131,7 @@ func New(maxTotal int, now func() time.Time) *Pool {
 		keys:     make(map[string]*Conn),
 		counts:   make(map[string]int),
 		byID:     make(map[uint64]*Conn),
-		closing:  make(map[string]time.Time),
+		servers:  make(map[string]*server),
 		done:     make(chan struct{}),
 	}
 	p.w = newWatcher()
@@ -140,14 +140,26 @@ func New(maxTotal int, now func() time.Time) *Pool {
 	return p
 }
 
-// ClosingWindow is how long after a server announced it was closing one
-// connection (Connection: close) that Get hands out none of the server's
-// connections opened before the announcement: when a worker process
-// recycles (gunicorn's max_requests), its other kept-alive connections stop
-// being read at once and die with it up to a few hundred milliseconds
-// later. A request sent on one waits for that death and must then be
-// retried, or cannot be; a new connection costs a connect.
+// ClosingWindow is how long after a recycling server announced it was
+// closing one connection (Connection: close) that Get hands out none of
+// the server's connections opened before the announcement. When a worker
+// process recycles (gunicorn's max_requests), its other kept-alive
+// connections stop being read at once and die with it up to a few hundred
+// milliseconds later; a request sent on one waits for that death and must
+// then be retried, or cannot be, while a new connection costs a connect.
+//
+// A server counts as recycling once a connection of it that predates such
+// an announcement dies within the window. A server that only limits the
+// requests per connection (nginx's keepalive_requests) closes that one
+// connection and nothing else, so it never counts, and its pool is not
+// bypassed after each of those closes.
 const ClosingWindow = 2 * time.Second
+
+// server is what the pool has learned of one server (key).
+type server struct {
+	lastClose time.Time // when it last announced a close
+	recycles  bool      // its other connections died after an announcement
+}
 
 // Get returns the most recently used idle connection for key that is still
 // usable, or nil. It returns none opened before the server last announced
@@ -163,10 +175,10 @@ func (p *Pool) Get(key string, maxIdle time.Duration) *Conn {
 		}
 	}()
 	p.mu.Lock()
-	closing, hasClosing := p.closing[key]
-	if hasClosing && now.Sub(closing) >= ClosingWindow {
-		delete(p.closing, key)
-		hasClosing = false
+	var closing time.Time
+	hasClosing := false
+	if sv := p.servers[key]; sv != nil && sv.recycles && now.Sub(sv.lastClose) < ClosingWindow {
+		closing, hasClosing = sv.lastClose, true
 	}
 	for c := p.keys[key]; c != nil; {
 		next := c.next
@@ -197,6 +209,7 @@ func (p *Pool) Get(key string, maxIdle time.Duration) *Conn {
 		p.stale.Add(1)
 		dead = append(dead, c)
 		p.mu.Lock()
+		p.died(c, now)
 		c = p.keys[key] // the list may have changed while unlocked
 	}
 	p.mu.Unlock()
@@ -209,8 +222,31 @@ func (p *Pool) Get(key string, maxIdle time.Duration) *Conn {
 func (p *Pool) MarkClosing(key string) {
 	now := p.now()
 	p.mu.Lock()
-	p.closing[key] = now
+	sv := p.servers[key]
+	if sv == nil {
+		sv = &server{}
+		p.servers[key] = sv
+	}
+	sv.lastClose = now
 	p.mu.Unlock()
+}
+
+// Dead records that c, taken from the pool, was found closed by its server
+// when a request was sent on it. Such deaths (and those the pool sees
+// itself) teach the pool which servers recycle their processes.
+func (p *Pool) Dead(c *Conn) {
+	now := p.now()
+	p.mu.Lock()
+	p.died(c, now)
+	p.mu.Unlock()
+}
+
+// died notes the death of c; p.mu held.
+func (p *Pool) died(c *Conn, now time.Time) {
+	if sv := p.servers[c.Key]; sv != nil && !sv.recycles &&
+		c.Created.Before(sv.lastClose) && now.Sub(sv.lastClose) < ClosingWindow {
+		sv.recycles = true
+	}
 }
 
 // Put offers a connection back after a clean exchange (the caller has
@@ -396,9 +432,11 @@ func (p *Pool) run() {
 func (p *Pool) closeWatched(ids []uint64) {
 	var dead []*Conn
 	p.mu.Lock()
+	now := p.now()
 	for _, id := range ids {
 		if c := p.byID[id]; c != nil {
 			p.remove(c)
+			p.died(c, now)
 			dead = append(dead, c)
 		}
 	}

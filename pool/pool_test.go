@@ -196,3 +196,49 @@ func TestNoPooling(t *testing.T) {
 		t.Fatal("max_idle 0 pooled a connection")
 	}
 }
+
+func TestClosingWindowOnlyForRecyclingServers(t *testing.T) {
+	ln := listen(t)
+	clk := &clock{now: time.Unix(1000, 0)}
+	p := New(0, clk.Now)
+	defer p.Close()
+	l := &Limits{MaxIdle: 8, IdleTimeout: time.Minute}
+	put := func() *Conn {
+		c, _ := pair(t, ln)
+		pc := NewConn(c, "a", l, clk.Now())
+		p.Put(pc)
+		return pc
+	}
+	old := put()
+	clk.Add(time.Millisecond)
+	// A server that closes one connection after its request limit
+	// (nginx's keepalive_requests) keeps its other connections in use.
+	p.MarkClosing("a")
+	if got := p.Get("a", 0); got != old {
+		t.Fatal("a connection-limited server's older connection was passed over")
+	}
+	p.Put(old)
+	// Once a connection that predates an announcement dies, the server
+	// counts as recycling its processes: older connections are passed
+	// over until the window ends.
+	dying := put()
+	clk.Add(time.Millisecond)
+	p.MarkClosing("a")
+	p.Get("a", 0) // takes dying (most recent)
+	p.Dead(dying)
+	if got := p.Get("a", 0); got != nil {
+		t.Fatal("a recycling server's pre-announcement connection was handed out")
+	}
+	fresh := put()
+	if got := p.Get("a", 0); got != fresh {
+		t.Fatal("a connection opened after the announcement was not handed out")
+	}
+	p.Put(fresh)
+	clk.Add(ClosingWindow)
+	if got := p.Get("a", 0); got == nil {
+		t.Fatal("after the window, pooled connections are usable again")
+	}
+	if p.Stats().Closing == 0 {
+		t.Fatal("skips not counted")
+	}
+}

@@ -219,6 +219,9 @@ func (s *Session) proxy() {
 			return
 		}
 		e := a.Err
+		if s.up != nil && a.Reused && a.Read == 0 && (e.Kind == fault.ConnectionClosed || e.Kind == fault.ConnectionReset) {
+			s.srv.Pool.Dead(s.up) // a stale connection: the pool learns from it
+		}
 		e.Retry, e.Why = retry.Decide(pol, retry.Facts{
 			Method:     s.Request.Method(),
 			Keyed:      s.Request.Header.Has(pol.Header()),
