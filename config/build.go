@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"reflect"
 	"sync"
 
 	"github.com/sluice-proxy/sluice/balance"
@@ -33,6 +34,45 @@ func (g *Generation) Start(ctx context.Context) {
 	for _, u := range g.Upstreams {
 		u.Group.Start(ctx)
 	}
+}
+
+// Carry hands the health state of old's upstreams to g's upstreams of the
+// same name, server by server (see balance.Group.Carry): for a reload,
+// before g starts.
+func (g *Generation) Carry(old *Generation) {
+	if old == nil {
+		return
+	}
+	for name, u := range g.Upstreams {
+		if o := old.Upstreams[name]; o != nil {
+			u.Group.Carry(o.Group)
+		}
+	}
+}
+
+// RestartOnly lists the sections that differ between two configs and that
+// a reload cannot apply: a reload swaps routes and upstreams; listeners,
+// client timeouts, limits, logs, forwarding headers and metrics are the
+// server's and change on restart.
+func RestartOnly(old, new *Config) []string {
+	var diff []string
+	for _, c := range []struct {
+		name string
+		a, b any
+	}{
+		{"listen", old.Listen, new.Listen},
+		{"timeouts", old.Timeouts, new.Timeouts},
+		{"limits", old.Limits, new.Limits},
+		{"access_log", old.AccessLog, new.AccessLog},
+		{"log", old.Log, new.Log},
+		{"forwarded", old.Forwarded, new.Forwarded},
+		{"metrics", old.Metrics, new.Metrics},
+	} {
+		if !reflect.DeepEqual(c.a, c.b) {
+			diff = append(diff, c.name)
+		}
+	}
+	return diff
 }
 
 // Close stops the background work and waits for it.

@@ -92,7 +92,7 @@ Try (run each a few times; the log below shows every try):
 
 Ctrl-C stops.
 `, addr, steady, flaky)
-	return serve(srv, []net.Listener{ln}, 0, log)
+	return serve(srv, []net.Listener{ln}, 0, log, nil)
 }
 
 // startDemoUpstream serves a tiny HTTP/1.1 upstream written with sluice's

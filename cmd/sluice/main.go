@@ -22,6 +22,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -141,17 +142,19 @@ func cmdRun(args []string, stderr io.Writer) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	gen.Start(ctx)
-	defer gen.Close()
 	srv, closer, err := config.NewServer(cfg, gen, log)
 	if err != nil {
 		log.Error("starting", "error", err)
 		return 1
 	}
 	defer closer.Close()
+	r := &running{path: path, cfg: cfg, srv: srv, ctx: ctx, log: log}
+	r.gen.Store(gen)
+	defer func() { r.gen.Load().Close() }()
 	if cfg.Metrics.Address != "" {
 		m := observe.New(srv.Pool)
 		m.WatchServers(func(report func(observe.ServerState)) {
-			gen.Servers(func(upstream string, s *balance.Server) {
+			r.gen.Load().Servers(func(upstream string, s *balance.Server) {
 				report(observe.ServerState{Upstream: upstream, Server: s.Addr, Healthy: s.Healthy(), Outstanding: s.Outstanding()})
 			})
 		})
@@ -175,7 +178,45 @@ func cmdRun(args []string, stderr io.Writer) int {
 		}
 		lns = append(lns, ln)
 	}
-	return serve(srv, lns, cfg.Timeouts.Drain, log)
+	return serve(srv, lns, cfg.Timeouts.Drain, log, r.reload)
+}
+
+// running is the proxy as sluice run serves it: one server, and the
+// generation of routes and upstreams it serves, which SIGHUP replaces.
+type running struct {
+	path string
+	cfg  *config.Config // as started: what a reload cannot change
+	srv  *proxy.Server
+	gen  atomic.Pointer[config.Generation]
+	ctx  context.Context
+	log  *slog.Logger
+}
+
+// reload reads the config file again and swaps in its routes and
+// upstreams without dropping a connection: requests in flight finish with
+// the generation they started with, and servers that stay keep their
+// health state. A file that does not load or build changes nothing.
+func (r *running) reload() {
+	cfg, err := config.Load(r.path)
+	if err != nil {
+		r.log.Error("reload failed; still serving the previous configuration", "error", err)
+		return
+	}
+	if sections := config.RestartOnly(r.cfg, cfg); len(sections) > 0 {
+		r.log.Warn("reload: these sections changed and take effect only on restart", "sections", sections)
+	}
+	gen, err := config.Build(cfg)
+	if err != nil {
+		r.log.Error("reload failed; still serving the previous configuration", "error", err)
+		return
+	}
+	old := r.gen.Load()
+	gen.Carry(old)
+	gen.Start(r.ctx)
+	r.srv.SetHandler(gen.Table)
+	r.gen.Store(gen)
+	old.Close()
+	r.log.Info("reloaded", "routes", len(cfg.Routes), "upstreams", len(cfg.Upstreams))
 }
 
 // serveMetrics serves /metrics on addr until stop is called.
@@ -193,10 +234,11 @@ func serveMetrics(addr string, m *observe.Metrics, log *slog.Logger) (stop func(
 }
 
 // serve runs srv on lns until SIGINT or SIGTERM, then drains: no new
-// connections, in-flight requests get up to drain to finish.
-func serve(srv *proxy.Server, lns []net.Listener, drain time.Duration, log *slog.Logger) int {
+// connections, in-flight requests get up to drain to finish. SIGHUP calls
+// reload, when there is one.
+func serve(srv *proxy.Server, lns []net.Listener, drain time.Duration, log *slog.Logger, reload func()) int {
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sig)
 
 	var wg sync.WaitGroup
@@ -212,12 +254,23 @@ func serve(srv *proxy.Server, lns []net.Listener, drain time.Duration, log *slog
 		}()
 	}
 	code := 0
-	select {
-	case s := <-sig:
-		log.Info("shutting down", "signal", s.String(), "drain", drain)
-	case err := <-failed:
-		log.Error("serving", "error", err)
-		code = 1
+wait:
+	for {
+		select {
+		case s := <-sig:
+			if s == syscall.SIGHUP {
+				if reload != nil {
+					reload()
+				}
+				continue
+			}
+			log.Info("shutting down", "signal", s.String(), "drain", drain)
+			break wait
+		case err := <-failed:
+			log.Error("serving", "error", err)
+			code = 1
+			break wait
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()
