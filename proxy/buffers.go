@@ -27,16 +27,20 @@ func (c *conn) borrow() {
 	}
 }
 
-// giveBack returns the connection's buffers while it waits for a request.
+// giveBack returns the connection's buffers and Session while it waits
+// for a request.
 func (c *conn) giveBack() {
 	if c.wbufp != nil {
 		*c.wbufp = c.wbuf[:0]
 		putBuf(c.wbufp)
 		c.wbufp, c.wbuf = nil, nil
 	}
-	if rb := &c.s.body; rb.replayp != nil {
-		*rb.replayp = rb.replay[:0]
-		putBuf(rb.replayp)
-		rb.replayp, rb.replay = nil, nil
+	if c.s != nil {
+		if rb := &c.s.body; rb.replayp != nil {
+			*rb.replayp = rb.replay[:0]
+			putBuf(rb.replayp)
+			rb.replayp, rb.replay = nil, nil
+		}
+		c.release()
 	}
 }

@@ -28,8 +28,8 @@ type conn struct {
 	r        h1.Reader
 	client   string // the client's IP, for X-Forwarded-For and logs
 	clientIP netip.Addr
-	s        Session
-	wbuf     []byte // the write buffer, borrowed (wbufp) while serving
+	s        *Session // the request being served, borrowed from a pool; nil while idle
+	wbuf     []byte   // the write buffer, borrowed (wbufp) while serving
 	wbufp    *[]byte
 
 	ready readiness
@@ -71,8 +71,6 @@ func newConn(srv *Server, nc net.Conn) *conn {
 	} else if a := nc.RemoteAddr(); a != nil {
 		c.client = a.String()
 	}
-	c.s.c = c
-	c.s.srv = srv
 	c.ready.init(nc, &c.r)
 	return c
 }
@@ -87,7 +85,7 @@ func (c *conn) serve() {
 			resting = false
 			c.srv.ErrorLog.Error("internal error serving connection; closing it", "panic", v, "client", c.client,
 				"stack", string(debug.Stack()))
-			if c.s.Status == 0 {
+			if c.s != nil && c.s.Status == 0 {
 				c.s.keepAlive = false
 				c.s.answerError(&fault.Error{Kind: fault.Internal, Source: fault.Internally, Context: fmt.Sprint("panic: ", v)})
 			}
@@ -131,7 +129,6 @@ func (c *conn) readRequest() next {
 				return closeIt
 			}
 			if err = c.ready.fillIdle(); isTimeout(err) {
-				c.trim()
 				if !srv.Draining() && p.park(c, idleDeadline) {
 					return parked
 				}
@@ -155,19 +152,19 @@ func (c *conn) readRequest() next {
 	if err != nil {
 		switch {
 		case h1.StatusOf(err) != 0:
-			c.s.reset()
+			c.session()
 			c.borrow()
 			c.s.answerBadRequest(err)
 		case isTimeout(err):
 			// RFC 9110 §15.5.9: 408 for a request not completed in time.
-			c.s.reset()
+			c.session()
 			c.borrow()
 			c.s.answerError(&fault.Error{Kind: fault.ClientTimeout, Source: fault.Downstream, Context: "reading the request head", Cause: err})
 			c.s.finish()
 		}
 		return closeIt
 	}
-	c.s.reset()
+	c.session()
 	c.borrow()
 	if err := h1.ParseRequest(&c.s.Request, head, srv.maxHeaders()); err != nil {
 		c.s.answerBadRequest(err)
@@ -176,14 +173,28 @@ func (c *conn) readRequest() next {
 	return serveIt
 }
 
-// trim drops what an idle connection need not keep while parked: the
-// request and response heads' storage, grown to the largest heads seen.
-func (c *conn) trim() {
-	c.s.Request = h1.Request{}
-	c.s.upReq = h1.Request{}
-	c.s.resp = h1.Response{}
-	c.s.Attempts = nil
-	c.s.scratch = nil
+// sessionPool holds Sessions between requests: a connection borrows one
+// when a request begins and gives it back when it goes idle, so idle
+// connections hold no request state (heads, attempts, buffers).
+var sessionPool = sync.Pool{New: func() any { return new(Session) }}
+
+// session readies c.s for a new request, borrowing a Session if c has none.
+func (c *conn) session() *Session {
+	if c.s == nil {
+		c.s = sessionPool.Get().(*Session)
+		c.s.c, c.s.srv = c, c.srv
+	}
+	c.s.reset()
+	return c.s
+}
+
+// release gives the Session back.
+func (c *conn) release() {
+	if c.s != nil {
+		c.s.c, c.s.srv, c.s.hooks = nil, nil, nil
+		sessionPool.Put(c.s)
+		c.s = nil
+	}
 }
 
 // idleUntil marks the connection idle until deadline, unless the server is
@@ -220,7 +231,9 @@ func (c *conn) wakeIfIdle() {
 func (c *conn) write(b []byte) error {
 	c.nc.SetWriteDeadline(time.Now().Add(c.srv.sendTimeout()))
 	n, err := c.nc.Write(b)
-	c.s.BytesOut += int64(n)
+	if c.s != nil {
+		c.s.BytesOut += int64(n)
+	}
 	return err
 }
 
@@ -244,6 +257,9 @@ func (c *conn) close() {
 }
 
 func isTimeout(err error) bool {
+	if err == nil {
+		return false
+	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		return true
 	}
