@@ -3,9 +3,14 @@
 // Handler where each request goes, tries upstreams until one answers or the
 // retry policy says stop, and streams the answer back.
 //
-// The main line, from accept to log, reads top to bottom in conn.go
-// (connection loop), session.go (one request), attempt.go (one try),
-// relay.go (the response), and answer.go (answers sluice writes itself).
+// The main line, from accept to log, reads top to bottom in server.go
+// (listeners, shutdown), conn.go (the connection loop), session.go (one
+// request and its attempt loop), attempt.go (one try), body.go (the request
+// body, duplex and replay), relay.go (the response), and answer.go
+// (answers sluice writes itself, and the logs). Around them: handler.go
+// (the Handler, its hooks, peers), headers.go (hop-by-hop and forwarding
+// fields), buffers.go, wait_*.go (reading a socket without holding a
+// buffer) and park_*.go (idle connections without a goroutine).
 package proxy
 
 import (
