@@ -67,8 +67,13 @@ func (s *Session) buildUpstreamRequest(peer *Peer) {
 	if s.upgrade {
 		r.Header.Add("Connection", "Upgrade")
 	}
-	if peer.Options != nil && peer.Options.Host != "" {
+	switch {
+	case peer.Options != nil && peer.Options.Host != "":
 		r.Header.Set("Host", peer.Options.Host)
+	case !r.Header.Has("Host"):
+		// An HTTP/1.0 client may send none, but the request goes upstream
+		// as HTTP/1.1, which requires one (RFC 9112 §3.2).
+		r.Header.Add("Host", peer.Addr)
 	}
 	fw := &s.srv.Forwarding
 	if !fw.NoXForwardedFor {

@@ -370,6 +370,10 @@ func TestHTTP10ClientGetsDecodedChunked(t *testing.T) {
 	if err != nil || string(body) != "hello world" {
 		t.Fatalf("body %q %v", body, err)
 	}
+	// The HTTP/1.0 request had no Host; the HTTP/1.1 request upstream has.
+	if h := up.Requests()[0].Get("Host"); h != up.Addr() {
+		t.Fatalf("upstream Host %q, want %q", h, up.Addr())
+	}
 }
 
 func TestManyKeepAliveClients(t *testing.T) {
