@@ -236,10 +236,17 @@ func (s *Session) tunnel(peer *Peer, a *Attempt) {
 	n, _ := io.Copy(up.Conn, client)
 	s.BytesIn += n
 	closeWrite(up.Conn)
+	// The client is done (or gone, or cut by Shutdown): the upstream gets
+	// a moment to finish its side, not forever.
+	up.SetReadDeadline(time.Now().Add(tunnelGrace))
 	wg.Wait()
 	up.Close()
 	s.up = nil
 }
+
+// tunnelGrace bounds how long a tunnel's upstream side may go on after the
+// client's side ended.
+const tunnelGrace = 10 * time.Second
 
 func closeWrite(c net.Conn) {
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
