@@ -25,14 +25,14 @@ import (
 type Generation struct {
 	Config    *Config
 	Table     *route.Table
-	Upstreams map[string]*Upstreamer
+	Upstreams map[string]*Group
 }
 
 // Start starts the background work of every upstream (active health
 // checks, DNS re-resolution) until Close.
 func (g *Generation) Start(ctx context.Context) {
 	for _, u := range g.Upstreams {
-		u.Group.Start(ctx)
+		u.Balancer.Start(ctx)
 	}
 }
 
@@ -45,7 +45,7 @@ func (g *Generation) Carry(old *Generation) {
 	}
 	for name, u := range g.Upstreams {
 		if o := old.Upstreams[name]; o != nil {
-			u.Group.Carry(o.Group)
+			u.Balancer.Carry(o.Balancer)
 		}
 	}
 }
@@ -78,7 +78,7 @@ func RestartOnly(old, new *Config) []string {
 // Close stops the background work and waits for it.
 func (g *Generation) Close() {
 	for _, u := range g.Upstreams {
-		u.Group.Close()
+		u.Balancer.Close()
 	}
 }
 
@@ -86,18 +86,18 @@ func (g *Generation) Close() {
 // metrics.
 func (g *Generation) Servers(report func(upstream string, s *balance.Server)) {
 	for name, u := range g.Upstreams {
-		for _, s := range u.Group.Servers() {
+		for _, s := range u.Balancer.Servers() {
 			report(name, s)
 		}
 	}
 }
 
-// Upstreamer is one built upstream: a load-balanced group of servers with
-// their shared connection options. It is a route.Picker.
-type Upstreamer struct {
-	Name    string
-	Options *proxy.PeerOptions
-	Group   *balance.Group
+// Group is one built upstream: its servers behind a load balancer, with
+// their shared connection options and retry policy. It is a route.Picker.
+type Group struct {
+	Name     string
+	Options  *proxy.PeerOptions
+	Balancer *balance.Group
 	hashed  bool
 	hashKey balance.HashKey
 	members sync.Map // *balance.Server -> *member
@@ -119,14 +119,14 @@ func (m *member) TryDone(_ *proxy.Session, a *proxy.Attempt) {
 
 // Pick asks the group for a server for this try: one that has not failed
 // this request while one is left, healthy ones first.
-func (u *Upstreamer) Pick(s *proxy.Session) (*proxy.Peer, error) {
+func (u *Group) Pick(s *proxy.Session) (*proxy.Peer, error) {
 	req := balance.Request{Tries: s}
 	if u.hashed {
 		key := u.hashKey.Append(s.Scratch(), s.ClientIP, &s.Request)
 		s.KeepScratch(key)
 		req.HashKey = key
 	}
-	srv, err := u.Group.Pick(req)
+	srv, err := u.Balancer.Pick(req)
 	if err != nil {
 		return nil, &fault.Error{Kind: fault.NoUpstream, Source: fault.Internally,
 			Context: "upstream " + u.Name, Cause: err}
@@ -134,7 +134,7 @@ func (u *Upstreamer) Pick(s *proxy.Session) (*proxy.Peer, error) {
 	if m, ok := u.members.Load(srv); ok {
 		return &m.(*member).peer, nil
 	}
-	m := &member{group: u.Group, server: srv}
+	m := &member{group: u.Balancer, server: srv}
 	m.peer = proxy.Peer{Addr: srv.Addr, Upstream: u.Name, Options: u.Options, Tag: m}
 	actual, _ := u.members.LoadOrStore(srv, m)
 	return &actual.(*member).peer, nil
@@ -174,7 +174,7 @@ func Result(a *proxy.Attempt) balance.Result {
 // work (active health checks, DNS re-resolution).
 func Build(cfg *Config) (*Generation, error) {
 	log := slog.Default()
-	g := &Generation{Config: cfg, Upstreams: make(map[string]*Upstreamer)}
+	g := &Generation{Config: cfg, Upstreams: make(map[string]*Group)}
 	for _, u := range cfg.Upstreams {
 		built, err := buildUpstream(cfg, u, log)
 		if err != nil {
@@ -194,7 +194,7 @@ func Build(cfg *Config) (*Generation, error) {
 	return g, nil
 }
 
-func buildUpstream(cfg *Config, u *Upstream, log *slog.Logger) (*Upstreamer, error) {
+func buildUpstream(cfg *Config, u *Upstream, log *slog.Logger) (*Group, error) {
 	pol, err := Policy(u.Retry)
 	if err != nil {
 		return nil, fmt.Errorf("%s:%d: upstream %s: %w", cfg.File, u.Line, u.Name, err)
@@ -227,14 +227,14 @@ func buildUpstream(cfg *Config, u *Upstream, log *slog.Logger) (*Upstreamer, err
 			Addr: s.Address, Name: s.Address, Weight: s.Weight, Backup: s.Backup, ResolveInterval: s.Resolve,
 		})
 	}
-	b := &Upstreamer{Name: u.Name, Options: opts}
+	b := &Group{Name: u.Name, Options: opts}
 	if u.Balance == "hash" {
 		b.hashed = true
 		if b.hashKey, err = balance.ParseHashKey(u.HashKey); err != nil {
 			return nil, fmt.Errorf("%s:%d: upstream %s: %w", cfg.File, u.Line, u.Name, err)
 		}
 	}
-	b.Group = balance.NewGroup(u.Name, servers, newPolicy(), groupOptions(u.Health, log))
+	b.Balancer = balance.NewGroup(u.Name, servers, newPolicy(), groupOptions(u.Health, log))
 	return b, nil
 }
 
