@@ -98,9 +98,9 @@ type Group struct {
 	Name     string
 	Options  *proxy.PeerOptions
 	Balancer *balance.Group
-	hashed  bool
-	hashKey balance.HashKey
-	members sync.Map // *balance.Server -> *member
+	hashed   bool
+	hashKey  balance.HashKey
+	members  sync.Map // *balance.Server -> *member
 }
 
 // member ties a balanced server to the proxy peer that stands for it; it
