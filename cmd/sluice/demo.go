@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/h1"
@@ -92,7 +93,7 @@ Try (run each a few times; the log below shows every try):
 
 Ctrl-C stops.
 `, addr, steady, flaky)
-	return serve(srv, []net.Listener{ln}, 0, log, nil)
+	return serve(srv, []net.Listener{ln}, 2*time.Second, log, nil)
 }
 
 // startDemoUpstream serves a tiny HTTP/1.1 upstream written with sluice's
