@@ -304,7 +304,9 @@ func Policy(r Retry) (*retry.Policy, error) {
 }
 
 // NewServer returns a proxy server configured by cfg and serving g. The
-// returned closer closes the access log file, if any.
+// returned closer, for after the server's Shutdown, closes the server's
+// connection pool (stopping its watcher goroutine) and the access log file,
+// if any.
 func NewServer(cfg *Config, g *Generation, errorLog *slog.Logger) (*proxy.Server, io.Closer, error) {
 	srv := &proxy.Server{
 		Handler:        g.Table,
@@ -323,7 +325,7 @@ func NewServer(cfg *Config, g *Generation, errorLog *slog.Logger) (*proxy.Server
 		Pool:     pool.New(max(1, cfg.Limits.MaxIdleUpstreamConns), nil),
 		ErrorLog: errorLog,
 	}
-	var closer io.Closer = nopCloser{}
+	closer := closers{poolCloser{srv.Pool}}
 	if cfg.AccessLog.Enabled {
 		var w io.Writer = os.Stderr
 		if cfg.AccessLog.Path != "" {
@@ -332,7 +334,8 @@ func NewServer(cfg *Config, g *Generation, errorLog *slog.Logger) (*proxy.Server
 				srv.Pool.Close()
 				return nil, nil, fmt.Errorf("access log: %w", err)
 			}
-			w, closer = f, f
+			w = f
+			closer = append(closer, f)
 		}
 		srv.AccessLog = slog.New(Handler(w, cfg.AccessLog.Format, slog.LevelInfo))
 	}
@@ -357,6 +360,22 @@ func Level(name string) slog.Level {
 	return l
 }
 
-type nopCloser struct{}
+// closers closes each of its members and returns the first error.
+type closers []io.Closer
 
-func (nopCloser) Close() error { return nil }
+func (cs closers) Close() error {
+	var first error
+	for _, c := range cs {
+		if err := c.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+type poolCloser struct{ p *pool.Pool }
+
+func (c poolCloser) Close() error {
+	c.p.Close()
+	return nil
+}

@@ -262,7 +262,6 @@ func TestHeaderTimeoutOnEveryRequest(t *testing.T) {
 	// First request of a connection: half a head, then silence.
 	c := hs.dial(t)
 	c.send("GET / HTTP/1.1\r\nHo")
-	start := time.Now()
 	resp, _ := c.response("GET")
 	if resp.StatusCode != 408 {
 		t.Fatalf("status %d, want 408", resp.StatusCode)
@@ -280,7 +279,6 @@ func TestHeaderTimeoutOnEveryRequest(t *testing.T) {
 	if resp.StatusCode != 408 || !c.closed(3*time.Second) {
 		t.Fatalf("second request: status %d", resp.StatusCode)
 	}
-	_ = start
 }
 
 func TestIdleTimeoutBetweenRequests(t *testing.T) {
