@@ -1,12 +1,10 @@
 package config_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/config"
+	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 	"github.com/sluice-proxy/sluice/proxy"
 )
@@ -62,37 +61,19 @@ func run(t *testing.T, yaml string) (string, *tries) {
 	}
 	obs := &tries{count: map[string]int{}, fails: map[string]int{}}
 	srv.Observer = obs
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
 	t.Cleanup(func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer scancel()
-		srv.Shutdown(sctx)
+		// Registered before Serve's, so it runs after the Shutdown.
 		cancel()
 		gen.Close()
 		closer.Close()
 	})
-	return ln.Addr().String(), obs
+	return proxytest.Serve(t, srv), obs
 }
 
 func get(t *testing.T, addr, path, extra string) (int, string, http.Header) {
 	t.Helper()
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	nc.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(nc, "GET %s HTTP/1.1\r\nHost: t\r\n%s\r\n", path, extra)
-	resp, err := http.ReadResponse(bufio.NewReader(nc), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), resp.Header
+	resp, body := proxytest.Do(t, addr, "GET "+path+" HTTP/1.1\r\nHost: t\r\n"+extra+"\r\n")
+	return resp.StatusCode, body, resp.Header
 }
 
 func head(addr string, servers ...string) string {

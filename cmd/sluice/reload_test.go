@@ -1,19 +1,16 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/sluice-proxy/sluice/config"
+	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 )
 
@@ -43,33 +40,16 @@ func TestReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closer.Close()
 	r := &running{path: path, cfg: cfg, srv: srv, ctx: context.Background(), log: log}
 	r.gen.Store(gen)
-	defer func() { r.gen.Load().Close() }()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	}()
+	t.Cleanup(func() { // registered before Serve's, so it runs after the Shutdown
+		r.gen.Load().Close()
+		closer.Close()
+	})
+	addr := proxytest.Serve(t, srv)
 	get := func() string {
-		nc, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		io.WriteString(nc, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-		resp, err := http.ReadResponse(bufio.NewReader(nc), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		return string(body)
+		_, body := proxytest.Get(t, addr, "/", "")
+		return body
 	}
 	if got := get(); got != "a" {
 		t.Fatalf("before reload: %q", got)

@@ -1,15 +1,10 @@
 package main
 
 import (
-	"bufio"
-	"context"
-	"io"
-	"net"
-	"net/http"
 	"sync"
 	"testing"
-	"time"
 
+	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 	"github.com/sluice-proxy/sluice/proxy"
 )
@@ -32,42 +27,19 @@ func TestPostRetryForOnePath(t *testing.T) {
 		}
 		c.Respond(200, "ok")
 	})
-	srv := &proxy.Server{Handler: &Proxy{Peer: &proxy.Peer{Addr: up.Addr()}}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	}()
-
-	do := func(req string) int {
-		nc, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		io.WriteString(nc, req)
-		resp, err := http.ReadResponse(bufio.NewReader(nc), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
+	addr := proxytest.Serve(t, &proxy.Server{Handler: &Proxy{Peer: &proxy.Peer{Addr: up.Addr()}}})
+	post := func(path string) int {
+		resp, _ := proxytest.Do(t, addr, "POST "+path+" HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nq=1")
 		return resp.StatusCode
 	}
-	post := func(path string) string {
-		return "POST " + path + " HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nq=1"
-	}
-	if got := do(post(SafePath)); got != 200 {
+
+	if got := post(SafePath); got != 200 {
 		t.Fatalf("POST %s: %d, want 200 after a retry", SafePath, got)
 	}
 	if n := up.Count("POST", SafePath); n != 2 {
 		t.Fatalf("upstream saw POST %s %d times, want 2", SafePath, n)
 	}
-	if got := do(post("/orders")); got != 502 {
+	if got := post("/orders"); got != 502 {
 		t.Fatalf("POST /orders: %d, want 502", got)
 	}
 	if n := up.Count("POST", "/orders"); n != 1 {
