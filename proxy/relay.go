@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"io"
 	"net"
-	"strconv"
 	"sync"
 	"time"
 
@@ -256,46 +255,71 @@ func closeWrite(c net.Conn) {
 	c.Close()
 }
 
-// learnKeepAlive reads the limits an upstream announces for its connection
-// (Keep-Alive: timeout=N, max=M) so the pool retires the connection before
-// the upstream would close it. served is the request count including the
-// current one. A connection is treated as expired a safety margin before
-// the announced timeout: one second, or half the timeout when that is two
-// seconds or less, so a request never leaves on a connection the upstream
-// is closing at the same moment.
+// learnKeepAlive hands the limits an upstream announces for its
+// connection (Keep-Alive: timeout=N, max=M) to the pool, so that it retires
+// the connection before the upstream would close it. served is the request
+// count including the current one.
 func learnKeepAlive(s *Session, served int, h *h1.Header) {
 	v := h.Get("Keep-Alive")
 	if v == nil {
 		return
 	}
-	up := s.up
+	idle, remaining := parseKeepAlive(v)
+	if idle >= 0 {
+		s.up.IdleLimit = max(idle, time.Millisecond)
+	}
+	if remaining >= 0 {
+		// max counts the requests the upstream will still take on this
+		// connection after this one (Apache's convention).
+		s.up.MaxServed = served + remaining
+	}
+}
+
+// parseKeepAlive reads a Keep-Alive field value ("timeout=5, max=100").
+// It returns how long the connection may stay idle, a safety margin before
+// the announced timeout (one second, or half the timeout when that is two
+// seconds or less, so a request never leaves on a connection the upstream
+// is closing at that moment), and how many more requests it takes; -1 for
+// what is not announced or not a plain number.
+func parseKeepAlive(v []byte) (idle time.Duration, remaining int) {
+	idle, remaining = -1, -1
 	for len(v) > 0 {
 		var item []byte
 		item, v = h1.CutList(v)
-		eq := bytes.IndexByte(item, '=')
-		if eq < 0 {
+		name, val, ok := bytes.Cut(item, []byte{'='})
+		if !ok {
 			continue
 		}
-		name, val := bytes.TrimSpace(item[:eq]), bytes.TrimSpace(bytes.Trim(item[eq+1:], `"`))
-		n, err := strconv.Atoi(string(val))
-		if err != nil || n < 0 {
+		n, ok := smallNumber(bytes.Trim(bytes.TrimSpace(val), `"`))
+		if !ok {
 			continue
 		}
 		switch {
-		case h1.EqualFold(name, "timeout"):
+		case h1.EqualFold(bytes.TrimSpace(name), "timeout"):
 			t := time.Duration(n) * time.Second
 			margin := time.Second
 			if t <= 2*time.Second {
 				margin = t / 2
 			}
-			up.IdleLimit = t - margin
-			if up.IdleLimit <= 0 {
-				up.IdleLimit = time.Millisecond
-			}
-		case h1.EqualFold(name, "max"):
-			// max counts the requests the upstream will still take on
-			// this connection after this one (Apache's convention).
-			up.MaxServed = served + n
+			idle = t - margin
+		case h1.EqualFold(bytes.TrimSpace(name), "max"):
+			remaining = n
 		}
 	}
+	return idle, remaining
+}
+
+// smallNumber parses 1 to 9 decimal digits.
+func smallNumber(b []byte) (int, bool) {
+	if len(b) == 0 || len(b) > 9 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
 }
