@@ -29,7 +29,9 @@ import (
 // as its Handler decides. Set the fields before the first Serve and do not
 // change them afterwards; the Handler alone can be swapped while serving
 // (SetHandler). The zero value of every field but Handler has the
-// documented default.
+// documented default. The first Serve starts background goroutines (the
+// pool's idle watcher when the Server makes its own pool, and on Linux the
+// parker of idle client connections); Shutdown stops them.
 type Server struct {
 	// Handler decides where requests go; its optional hook interfaces are
 	// discovered when it is set.
