@@ -249,9 +249,10 @@ func (srv *Server) ListenAndServe(addr string) error {
 // Listen listens on a TCP address for client connections, without TCP
 // keep-alive probes on the accepted connections: the idle and header
 // timeouts already end a silent connection, and the probes cost system
-// calls on every accept.
+// calls on every accept. On Linux, accept waits for the client's first
+// bytes (TCP_DEFER_ACCEPT), so a connection reaches Serve with its request.
 func Listen(addr string) (net.Listener, error) {
-	lc := net.ListenConfig{KeepAlive: -1}
+	lc := net.ListenConfig{KeepAlive: -1, Control: deferAccept}
 	return lc.Listen(context.Background(), "tcp", addr)
 }
 
