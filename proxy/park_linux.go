@@ -155,7 +155,7 @@ func (p *parker) run() {
 		}
 		p.mu.Unlock()
 		for _, c := range resume {
-			go c.serve()
+			p.srv.start(c)
 		}
 		for _, c := range expired {
 			// Idle too long: closed without a word, as a waiting

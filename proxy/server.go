@@ -10,7 +10,8 @@
 // (answers sluice writes itself, and the logs). Around them: handler.go
 // (the Handler, its hooks, peers), headers.go (hop-by-hop and forwarding
 // fields), buffers.go, wait_*.go (reading a socket without holding a
-// buffer) and park_*.go (idle connections without a goroutine).
+// buffer), park_*.go (idle connections without a goroutine) and workers.go
+// (the goroutines that serve connections).
 package proxy
 
 import (
@@ -31,7 +32,8 @@ import (
 // (SetHandler). The zero value of every field but Handler has the
 // documented default. The first Serve starts background goroutines (the
 // pool's idle watcher when the Server makes its own pool, and on Linux the
-// parker of idle client connections); Shutdown stops them.
+// parker of idle client connections); Shutdown stops them, and the idle
+// workers that wait to serve the next connection.
 type Server struct {
 	// Handler decides where requests go; its optional hook interfaces are
 	// discovered when it is set.
@@ -70,14 +72,17 @@ type Server struct {
 
 	hooks atomic.Pointer[hooks]
 
-	mu        sync.Mutex
-	listeners map[net.Listener]struct{}
-	conns     map[*conn]struct{}
-	draining  atomic.Bool // read on every request
-	parker    *parker     // holds idle client connections without goroutines; nil where unsupported
-	ownPool   bool
-	inited    bool
-	wg        sync.WaitGroup
+	mu          sync.Mutex
+	listeners   map[net.Listener]struct{}
+	conns       map[*conn]struct{}
+	draining    atomic.Bool // read on every request
+	parker      *parker     // holds idle client connections without goroutines; nil where unsupported
+	work        chan *conn  // hands a connection to an idle worker (workers.go)
+	idleWorkers atomic.Int32
+	quit        chan struct{} // closed by Shutdown: idle workers end
+	ownPool     bool
+	inited      bool
+	wg          sync.WaitGroup
 }
 
 // Forwarding lists the request fields sluice adds; each is on unless
@@ -150,6 +155,8 @@ func (srv *Server) init() {
 	}
 	srv.listeners = make(map[net.Listener]struct{})
 	srv.conns = make(map[*conn]struct{})
+	srv.work = make(chan *conn)
+	srv.quit = make(chan struct{})
 	srv.parker = newParker(srv)
 }
 
@@ -179,8 +186,10 @@ func orDefault(d, def time.Duration) time.Duration {
 	return d
 }
 
-// Serve accepts connections on ln and serves each on its own goroutine
-// until Shutdown, when it returns ErrServerClosed. It closes ln on return.
+// Serve accepts connections on ln until Shutdown, when it returns
+// ErrServerClosed, and serves each on a goroutine of its own while it lasts
+// (a worker that may have served earlier ones; workers.go). It closes ln on
+// return.
 func (srv *Server) Serve(ln net.Listener) error {
 	srv.init()
 	if srv.hooks.Load() == nil {
@@ -232,7 +241,7 @@ func (srv *Server) Serve(ln net.Listener) error {
 		srv.conns[c] = struct{}{}
 		srv.wg.Add(1)
 		srv.mu.Unlock()
-		go c.serve()
+		srv.start(c)
 	}
 }
 
@@ -263,7 +272,9 @@ func Listen(addr string) (net.Listener, error) {
 func (srv *Server) Shutdown(ctx context.Context) error {
 	srv.init()
 	srv.mu.Lock()
-	srv.draining.Store(true)
+	if !srv.draining.Swap(true) {
+		close(srv.quit)
+	}
 	for ln := range srv.listeners {
 		ln.Close()
 	}
