@@ -115,6 +115,15 @@ func TestCheckBeforeUse(t *testing.T) {
 	if pc.sys.alive() {
 		t.Fatal("connection with unsolicited bytes reported alive")
 	}
+	// A read deadline left from the connection's last response (its
+	// response-header or read timeout) may pass while it idles; the check
+	// must still look at the socket, not report the deadline.
+	c3, _ := pair(t, ln)
+	pc3 := NewConn(c3, "a", &Limits{MaxIdle: 1}, time.Now())
+	c3.SetReadDeadline(time.Now().Add(-time.Second))
+	if !pc3.sys.alive() {
+		t.Fatal("open connection with a past read deadline reported dead")
+	}
 	c2, s2 := pair(t, ln)
 	pc2 := NewConn(c2, "a", &Limits{MaxIdle: 1}, time.Now())
 	s2.Close()

@@ -253,6 +253,28 @@ func TestStaleIdleConnectionsNeverUsed(t *testing.T) {
 	}
 }
 
+// A pooled connection that idles past the response-header and read
+// timeouts of its last request is still alive and is used again: those
+// deadlines belonged to that request, not to the connection.
+func TestIdleConnectionOutlivesLastRequestsTimeouts(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	opts := testOptions()
+	opts.ResponseHeaderTimeout = 50 * time.Millisecond
+	opts.ReadTimeout = 50 * time.Millisecond
+	hs := start(t, peers(opts, up.Addr()))
+	for i := 0; i < 3; i++ {
+		if i > 0 {
+			time.Sleep(150 * time.Millisecond)
+		}
+		if status, _ := hs.get(t, "/"); status != 200 {
+			t.Fatalf("request %d: status %d", i, status)
+		}
+	}
+	if n, s := up.Accepts(), hs.srv.Pool.Stats(); n != 1 || s.Stale != 0 {
+		t.Errorf("upstream accepted %d connections, want 1; pool %+v", n, s)
+	}
+}
+
 func TestHeaderTimeoutOnEveryRequest(t *testing.T) {
 	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
 	hs := start(t, peers(testOptions(), up.Addr()), func(s *Server) {
