@@ -12,21 +12,21 @@ import (
 	"time"
 )
 
-// clock is a settable clock for Options.Now.
-type clock struct {
+// fakeClock is a settable clock for Options.Now.
+type fakeClock struct {
 	mu sync.Mutex
 	t  time.Time
 }
 
-func newClock() *clock { return &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
+func newClock() *fakeClock { return &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
 
-func (c *clock) Now() time.Time {
+func (c *fakeClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.t
 }
 
-func (c *clock) Add(d time.Duration) {
+func (c *fakeClock) Add(d time.Duration) {
 	c.mu.Lock()
 	c.t = c.t.Add(d)
 	c.mu.Unlock()
@@ -73,7 +73,7 @@ func letter(s *Server) string {
 
 // testOptions are Options with an injected clock and randomness, and
 // passive rules off unless a test turns them on.
-func testOptions(c *clock) Options {
+func testOptions(c *fakeClock) Options {
 	return Options{Now: c.Now, Rand: newRand(1), MaxFails: -1, ConsecutiveFailures: -1}
 }
 

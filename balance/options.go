@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/netip"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/clock"
 )
 
 // Options are a group's passive-health, slow-start and DNS settings, and the
@@ -59,7 +61,7 @@ type Options struct {
 	Resolver func(ctx context.Context, host string) ([]netip.Addr, error)
 
 	// Now is the clock for every health and slow-start decision (default
-	// time.Now). Background work (active checks, DNS) waits on real timers.
+	// the monotonic clock of internal/clock). Background work (active checks, DNS) waits on real timers.
 	Now func() time.Time
 	// Rand is the randomness of the P2C and Random policies and of the
 	// active checks' jitter (default the math/rand/v2 global source). It
@@ -131,7 +133,7 @@ func (o Options) withDefaults() Options {
 		}
 	}
 	if o.Now == nil {
-		o.Now = time.Now
+		o.Now = clock.Now
 	}
 	return o
 }

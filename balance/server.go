@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/clock"
 )
 
 // Server is one upstream endpoint (an address) with its weight, role and
@@ -92,7 +94,7 @@ func (s *Server) now() time.Time {
 	if s.g != nil {
 		return s.g.opts.Now()
 	}
-	return time.Now()
+	return clock.Now()
 }
 
 // availableAt reports whether the server may take requests at now: it

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-proxy/sluice/internal/clock"
+
 	"github.com/sluice-proxy/sluice/h1"
 )
 
@@ -120,10 +122,10 @@ type Pool struct {
 }
 
 // New returns a pool holding at most maxTotal idle connections in all. now
-// is the clock (nil = time.Now). It starts one goroutine, stopped by Close.
+// is the clock (nil = the monotonic clock of internal/clock). It starts one goroutine, stopped by Close.
 func New(maxTotal int, now func() time.Time) *Pool {
 	if now == nil {
-		now = time.Now
+		now = clock.Now
 	}
 	p := &Pool{
 		maxTotal: maxTotal,

@@ -33,13 +33,13 @@ func listen(t *testing.T) net.Listener {
 	return ln
 }
 
-type clock struct {
+type fakeClock struct {
 	mu  sync.Mutex
 	now time.Time
 }
 
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Add(d time.Duration) {
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) Add(d time.Duration) {
 	c.mu.Lock()
 	c.now = c.now.Add(d)
 	c.mu.Unlock()
@@ -135,7 +135,7 @@ func TestCheckBeforeUse(t *testing.T) {
 
 func TestLimits(t *testing.T) {
 	ln := listen(t)
-	clk := &clock{now: time.Unix(1000, 0)}
+	clk := &fakeClock{now: time.Unix(1000, 0)}
 	p := New(3, clk.Now)
 	defer p.Close()
 	l := &Limits{MaxIdle: 2, IdleTimeout: 10 * time.Second, MaxRequests: 5, MaxAge: time.Hour}
@@ -208,7 +208,7 @@ func TestNoPooling(t *testing.T) {
 
 func TestClosingWindowOnlyForRecyclingServers(t *testing.T) {
 	ln := listen(t)
-	clk := &clock{now: time.Unix(1000, 0)}
+	clk := &fakeClock{now: time.Unix(1000, 0)}
 	p := New(0, clk.Now)
 	defer p.Close()
 	l := &Limits{MaxIdle: 8, IdleTimeout: time.Minute}

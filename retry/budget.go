@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/clock"
 )
 
 // Budget caps retries to a share of the requests of an upstream, so that
@@ -32,10 +34,11 @@ type budgetBucket struct {
 }
 
 // NewBudget returns a budget allowing retries up to ratio of requests plus
-// minPerSecond retries per second. now is the clock (nil = time.Now).
+// minPerSecond retries per second. now is the clock (nil = the monotonic
+// clock of internal/clock).
 func NewBudget(ratio, minPerSecond float64, now func() time.Time) *Budget {
 	if now == nil {
-		now = time.Now
+		now = clock.Now
 	}
 	return &Budget{ratio: ratio, reserve: minPerSecond * budgetWindow, now: now}
 }

@@ -1,0 +1,34 @@
+package clock
+
+import (
+	"testing"
+	"time"
+)
+
+func TestNowFollowsTheMonotonicClock(t *testing.T) {
+	a := Now()
+	time.Sleep(20 * time.Millisecond)
+	b := Now()
+	if d := b.Sub(a); d < 20*time.Millisecond || d > 5*time.Second {
+		t.Fatalf("20ms sleep measured as %v", d)
+	}
+	// Now carries a monotonic reading: Since and Until use it.
+	if d := time.Since(b); d < 0 || d > 5*time.Second {
+		t.Fatalf("time.Since(Now()) = %v", d)
+	}
+	if w := b.Sub(time.Now()); w > time.Second || w < -time.Second {
+		t.Fatalf("Now is %v away from time.Now", w)
+	}
+}
+
+func BenchmarkNow(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		Now()
+	}
+}
+
+func BenchmarkTimeNow(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		time.Now()
+	}
+}
