@@ -77,7 +77,8 @@ type Timeouts struct {
 	// Body (key "body", default 60s, > 0) bounds each wait for the next
 	// bytes of a request body.
 	Body time.Duration
-	// Send (key "send", default 60s, > 0) bounds each write to a client.
+	// Send (key "send", default 60s, > 0) bounds each write to a client
+	// (within a sixteenth of it, at most a second, late; never early).
 	Send time.Duration
 }
 

@@ -199,3 +199,38 @@ func TestParseResponse(t *testing.T) {
 		})
 	}
 }
+
+func TestHasHead(t *testing.T) {
+	for _, tc := range []struct {
+		in        string
+		skipEmpty bool
+		want      bool
+	}{
+		{"", true, false},
+		{"GET / HTTP/1.1\r\nHost: a\r\n", true, false},
+		{"GET / HTTP/1.1\r\nHost: a\r\n\r\n", true, true},
+		{"GET / HTTP/1.1\nHost: a\n\n", true, true},
+		{"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /next", true, true},
+		// Empty lines before a request are skipped, not taken for its end.
+		{"\r\n\r\n", true, false},
+		{"\r\n\r\nGET / HTTP/1.1\r\n", true, false},
+		{"\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", true, true},
+		{"\r\n\r\n", false, true},
+	} {
+		r := NewReader(strings.NewReader(tc.in))
+		if tc.in != "" {
+			if err := r.Fill(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := r.HasHead(tc.skipEmpty); got != tc.want {
+			t.Errorf("HasHead(%q, skipEmpty %v) = %v, want %v", tc.in, tc.skipEmpty, got, tc.want)
+		}
+		if tc.want {
+			// ReadHead then finds it without reading: the source is spent.
+			if _, err := r.ReadHead(1<<10, tc.skipEmpty); err != nil {
+				t.Errorf("ReadHead after HasHead(%q): %v", tc.in, err)
+			}
+		}
+	}
+}

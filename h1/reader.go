@@ -190,13 +190,7 @@ func (b *Reader) growTo(n int) {
 func (b *Reader) ReadHead(max int, skipEmpty bool) ([]byte, error) {
 	for {
 		if skipEmpty {
-			for b.r < b.w && (b.buf[b.r] == '\n' || (b.buf[b.r] == '\r' && b.r+1 < b.w && b.buf[b.r+1] == '\n')) {
-				if b.buf[b.r] == '\r' {
-					b.r++
-				}
-				b.r++
-				b.scan = 0
-			}
+			b.skipEmptyLines()
 		}
 		if end := b.headEnd(); end > 0 {
 			if end > max {
@@ -224,6 +218,26 @@ func (b *Reader) ReadHead(max int, skipEmpty bool) ([]byte, error) {
 			}
 			return nil, err
 		}
+	}
+}
+
+// HasHead reports whether a whole head is buffered, so that ReadHead with
+// the same skipEmpty will not read from the connection.
+func (b *Reader) HasHead(skipEmpty bool) bool {
+	if skipEmpty {
+		b.skipEmptyLines()
+	}
+	return b.headEnd() > 0
+}
+
+// skipEmptyLines consumes the empty lines at the front of the buffer.
+func (b *Reader) skipEmptyLines() {
+	for b.r < b.w && (b.buf[b.r] == '\n' || (b.buf[b.r] == '\r' && b.r+1 < b.w && b.buf[b.r+1] == '\n')) {
+		if b.buf[b.r] == '\r' {
+			b.r++
+		}
+		b.r++
+		b.scan = 0
 	}
 }
 

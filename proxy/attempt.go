@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/h1"
+	"github.com/sluice-proxy/sluice/internal/clock"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/retry"
 )
@@ -33,7 +34,7 @@ func (s *Session) try(peer *Peer, a *Attempt) bool {
 	syncBody := s.body.prepare(opts.policy())
 	wbuf = append(wbuf, s.body.replay...)
 	s.c.wbuf = wbuf[:0]
-	up.SetWriteDeadline(time.Now().Add(opts.writeTimeout()))
+	up.SetWriteDeadline(clock.Now().Add(opts.writeTimeout()))
 	n, err := up.Write(wbuf)
 	a.Wrote += int64(n)
 	if err != nil {
@@ -44,7 +45,7 @@ func (s *Session) try(peer *Peer, a *Attempt) bool {
 	if !syncBody {
 		s.body.start(up, opts)
 	} else {
-		up.SetReadDeadline(time.Now().Add(opts.responseHeaderTimeout()))
+		up.SetReadDeadline(clock.Now().Add(opts.responseHeaderTimeout()))
 	}
 	return s.readResponse(peer, a)
 }
@@ -52,7 +53,7 @@ func (s *Session) try(peer *Peer, a *Attempt) bool {
 // connect takes a pooled connection to peer or dials one, into s.up.
 func (s *Session) connect(peer *Peer, a *Attempt) bool {
 	opts := peer.Options
-	now := time.Now()
+	now := a.Start
 	if opts.limits().MaxIdle > 0 && !a.StaleResend {
 		// After a pooled connection turned out dead, the retry dials: the
 		// pool may hold more connections to the same dead process, and

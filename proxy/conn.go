@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/h1"
+	"github.com/sluice-proxy/sluice/internal/clock"
 )
 
 var errTooManyFiles = syscall.EMFILE
@@ -39,6 +40,12 @@ type conn struct {
 	// bytes, so that they do not turn the close into a reset that could
 	// destroy the answer before the client reads it.
 	linger bool
+
+	// writeBy is the write deadline set on nc (zero: none). write moves it
+	// only when it falls short of the send timeout, and then past it by
+	// deadlineSlack, so that a client taking response after response costs
+	// one deadline change per slack, not one per write.
+	writeBy time.Time
 
 	// mu guards idle, set while the goroutine waits for the next request,
 	// so that Shutdown can wake exactly those.
@@ -122,10 +129,11 @@ func (c *conn) readRequest() next {
 		// Idle: no request has begun. Hold no buffer while waiting.
 		c.r.Release()
 		c.giveBack()
-		idleDeadline := time.Now().Add(srv.idleTimeout())
+		now := clock.Now()
+		idleDeadline := now.Add(srv.idleTimeout())
 		var err error
 		if p := srv.parker; p != nil && srv.idleTimeout() > parkAfter {
-			if !c.idleUntil(time.Now().Add(parkAfter)) {
+			if !c.idleUntil(now.Add(parkAfter)) {
 				return closeIt
 			}
 			if err = c.ready.fillIdle(); isTimeout(err) {
@@ -147,7 +155,12 @@ func (c *conn) readRequest() next {
 			return closeIt
 		}
 	}
-	c.nc.SetReadDeadline(time.Now().Add(srv.headerTimeout()))
+	if !c.r.HasHead(true) {
+		// The header timeout bounds the wait for the rest of the head. A
+		// head that came whole needs no deadline: every later read from
+		// the client sets its own.
+		c.nc.SetReadDeadline(clock.Now().Add(srv.headerTimeout()))
+	}
 	head, err := c.r.ReadHead(srv.maxHeaderBytes(), true)
 	if err != nil {
 		switch {
@@ -227,9 +240,14 @@ func (c *conn) wakeIfIdle() {
 	c.mu.Unlock()
 }
 
-// write sends b to the client within the send timeout.
+// write sends b to the client within the send timeout (and at most
+// deadlineSlack more).
 func (c *conn) write(b []byte) error {
-	c.nc.SetWriteDeadline(time.Now().Add(c.srv.sendTimeout()))
+	timeout := c.srv.sendTimeout()
+	if by := clock.Now().Add(timeout); c.writeBy.Before(by) {
+		c.writeBy = by.Add(deadlineSlack(timeout))
+		c.nc.SetWriteDeadline(c.writeBy)
+	}
 	n, err := c.nc.Write(b)
 	if c.s != nil {
 		c.s.BytesOut += int64(n)
@@ -254,6 +272,13 @@ func (c *conn) close() {
 		}
 	}
 	c.nc.Close()
+}
+
+// deadlineSlack is how far past a timeout a lazily moved deadline may
+// reach: a sixteenth of it, at most a second (nginx keeps a timer that is
+// within 300ms of its new value, for the same reason).
+func deadlineSlack(timeout time.Duration) time.Duration {
+	return min(timeout/16, time.Second)
 }
 
 func isTimeout(err error) bool {

@@ -211,6 +211,7 @@ func (s *Session) tunnel(peer *Peer, a *Attempt) {
 	s.keepAlive = false
 	client := s.c.nc
 	client.SetDeadline(time.Time{})
+	s.c.writeBy = time.Time{}
 	up.SetDeadline(time.Time{})
 
 	// Bytes that arrived behind the heads belong to the new protocol.

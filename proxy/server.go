@@ -47,7 +47,9 @@ type Server struct {
 	IdleTimeout time.Duration
 	// BodyTimeout bounds each wait for request body bytes; 0 means 60s.
 	BodyTimeout time.Duration
-	// SendTimeout bounds each write to the client; 0 means 60s.
+	// SendTimeout bounds each write to the client; 0 means 60s. It is
+	// enforced lazily: a write may run up to a sixteenth of it (at most a
+	// second) longer, never shorter.
 	SendTimeout time.Duration
 	// MaxHeaderBytes bounds a request head (431 above it); 0 means 64 KiB.
 	MaxHeaderBytes int

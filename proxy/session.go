@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/h1"
+	"github.com/sluice-proxy/sluice/internal/clock"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/retry"
 )
@@ -102,7 +103,7 @@ func (s *Session) Server() *Server { return s.srv }
 // serve handles the request whose head is in s.Request and reports whether
 // the connection may carry another.
 func (s *Session) serve() bool {
-	s.Start = time.Now()
+	s.Start = clock.Now()
 	req := &s.Request
 	f, err := h1.ValidateRequest(req)
 	if err != nil {
@@ -197,14 +198,15 @@ func (s *Session) proxy() {
 			return
 		}
 		pol := peer.Options.policy()
+		now := clock.Now()
 		if first.IsZero() {
-			first = time.Now()
+			first = now
 			if pol != nil && pol.Budget != nil {
 				pol.Budget.Request()
 			}
 		}
 		s.tries++
-		s.Attempts = append(s.Attempts, Attempt{Peer: peer, Start: time.Now()})
+		s.Attempts = append(s.Attempts, Attempt{Peer: peer, Start: now})
 		a := &s.Attempts[len(s.Attempts)-1]
 		if n := len(s.Attempts); n > 1 {
 			prev := &s.Attempts[n-2]

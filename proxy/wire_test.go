@@ -318,6 +318,41 @@ func TestIdleTimeoutBetweenRequests(t *testing.T) {
 	}
 }
 
+// A client that stops reading its response is dropped after the send
+// timeout (and at most its slack), on the first response and on a later one.
+func TestSendTimeout(t *testing.T) {
+	big := strings.Repeat("x", 16<<20) // more than the socket buffers hold
+	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+		if r.Target == "/big" {
+			c.Respond(200, big)
+			return
+		}
+		c.Respond(200, "ok")
+	})
+	const timeout = 300 * time.Millisecond
+	opts := testOptions()
+	opts.ResponseHeaderTimeout = 10 * time.Second
+	hs := start(t, peers(opts, up.Addr()), func(s *Server) { s.SendTimeout = timeout })
+	for _, first := range []bool{true, false} {
+		c := hs.dial(t)
+		if !first {
+			if resp, _ := c.roundTrip("GET / HTTP/1.1\r\nHost: a\r\n\r\n"); resp.StatusCode != 200 {
+				t.Fatal(resp.Status)
+			}
+		}
+		c.send("GET /big HTTP/1.1\r\nHost: a\r\n\r\n")
+		// The client reads nothing; the proxy must give up on its own.
+		start := time.Now()
+		waitFor(t, "the stalled response to end", func() bool {
+			return strings.Count(hs.access.String(), "/big") == map[bool]int{true: 1, false: 2}[first]
+		})
+		if d := time.Since(start); d < timeout {
+			t.Errorf("gave up after %v, before the send timeout", d)
+		}
+		c.nc.Close()
+	}
+}
+
 func TestExpectContinue(t *testing.T) {
 	up := upstreamtest.StartStreaming(t, upstreamtest.Continue(upstreamtest.Echo()))
 	hs := start(t, peers(testOptions(), up.Addr()))
