@@ -138,3 +138,33 @@ func BenchmarkProxyRoundTrip(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkProxyConnPerRequest measures one small GET on a new client
+// connection that the proxy closes after the response (the upstream
+// connection is pooled). allocs/op counts the client's dial too.
+func BenchmarkProxyConnPerRequest(b *testing.B) {
+	rt, stop := benchProxy(b, 64)
+	defer stop()
+	addr := rt.nc.RemoteAddr().String()
+	req := []byte("GET /bench HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+	buf := make([]byte, 4096)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := nc.Write(req); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			if _, err := nc.Read(buf); err == io.EOF {
+				break
+			} else if err != nil {
+				b.Fatal(err)
+			}
+		}
+		nc.Close()
+	}
+}

@@ -59,7 +59,7 @@ type options struct {
 func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
-	proxiesFlag := fs.String("proxies", "sluice,nginx,haproxy,caddy", "comma-separated `list` of proxies to compare")
+	proxiesFlag := fs.String("proxies", "sluice,nginx,haproxy,caddy,go-relay", "comma-separated `list` of proxies to compare")
 	scenariosFlag := fs.String("scenarios", "small,16k,1m,post4k,close,idle", "comma-separated `list` of scenarios")
 	fs.IntVar(&o.rounds, "rounds", 5, "measured rounds per scenario (at most 3 for idle); the median is reported")
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "length of one measured wrk run (whole seconds)")
@@ -90,7 +90,7 @@ func parseFlags(args []string) (options, error) {
 	}
 	for _, name := range splitList(*proxiesFlag) {
 		if _, ok := proxyByName(name); !ok {
-			return o, fmt.Errorf("-proxies: unknown proxy %q (known: sluice, nginx, haproxy, caddy)", name)
+			return o, fmt.Errorf("-proxies: unknown proxy %q (known: sluice, sluice-reuse, nginx, haproxy, caddy, go-relay)", name)
 		}
 		o.proxies = append(o.proxies, name)
 	}
@@ -236,7 +236,7 @@ func (b *bench) findTools() bool {
 			needs = append(needs, need{p.tool, p.pkg})
 		}
 	}
-	if b.opt.sluice == "" && slices.ContainsFunc(b.opt.proxies, isSluice) {
+	if slices.Contains(b.opt.proxies, "go-relay") || b.opt.sluice == "" && slices.ContainsFunc(b.opt.proxies, isSluice) {
 		needs = append(needs, need{"go", "golang-go"})
 	}
 	var missing, pkgs []string
@@ -253,7 +253,7 @@ func (b *bench) findTools() bool {
 		case "wrk", "taskset", "nginx":
 			fatal = true
 		case "go":
-			b.note("sluice skipped: no `go` to build it with and no -sluice binary given")
+			b.note("sluice (unless -sluice is given) and go-relay skipped: no `go` to build them with")
 		default:
 			b.note(n.tool + " skipped: not installed")
 		}
@@ -313,6 +313,17 @@ func (b *bench) setup() error {
 				b.note("sluice skipped: " + err.Error())
 				continue
 			}
+		case name == "go-relay":
+			if b.tools["go"] == "" {
+				continue
+			}
+			path := filepath.Join(b.dir, "go-relay")
+			out, err := exec.Command(b.tools["go"], "build", "-o", path, "github.com/sluice-proxy/sluice/bench/relay").CombinedOutput()
+			if err != nil {
+				b.note(fmt.Sprintf("go-relay skipped: go build ./bench/relay: %v %s", err, out))
+				continue
+			}
+			b.tools["go-relay"] = path
 		case b.tools[p.tool] == "":
 			continue
 		}
@@ -393,8 +404,11 @@ func (b *bench) startProxy(p proxy, tag string) (*child, int, error) {
 		return nil, 0, err
 	}
 	bin := b.tools[p.tool]
-	if isSluice(p.name) {
+	switch {
+	case isSluice(p.name):
 		bin = b.tools["sluice"]
+	case builtHere(p.name):
+		bin = b.tools[p.name]
 	}
 	argv, env, err := p.configure(site{dir: dir, port: port, upstream: b.upstream,
 		noFile: b.noFile, idleConns: b.opt.idleConns, binary: bin})

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -35,6 +36,8 @@ type proxy struct {
 	// the command that runs it in the foreground and the environment it
 	// needs on top of this program's.
 	configure func(s site) (argv, env []string, err error)
+	// notIn lists scenarios the proxy sits out.
+	notIn []string
 }
 
 var proxies = []proxy{
@@ -47,7 +50,20 @@ var proxies = []proxy{
 	{name: "nginx", tool: "nginx", pkg: "nginx", version: []string{"-v"}, configure: nginxConfig},
 	{name: "haproxy", tool: "haproxy", pkg: "haproxy", version: []string{"-v"}, configure: haproxyConfig},
 	{name: "caddy", tool: "caddy", pkg: "caddy", version: []string{"version"}, configure: caddyConfig},
+	// go-relay (bench/relay) is the least a Go proxy does per request: a
+	// goroutine per connection, Go's netpoller, pooled upstream
+	// connections, nothing else. It shows what the runtime costs apart
+	// from sluice's own work. It holds 68 KiB of buffers per connection,
+	// so it sits out the idle scenario.
+	{name: "go-relay", configure: relayConfig, notIn: []string{"idle"}},
 }
+
+// builtHere reports whether a proxy is built from this module rather
+// than found in PATH.
+func builtHere(name string) bool { return isSluice(name) || name == "go-relay" }
+
+// sitsOut reports whether p is left out of scenario sc.
+func (p proxy) sitsOut(sc string) bool { return slices.Contains(p.notIn, sc) }
 
 // isSluice reports whether a proxy runs the sluice binary built here.
 func isSluice(name string) bool { return strings.HasPrefix(name, "sluice") }
@@ -71,6 +87,11 @@ func pinned(cpu string, argv ...string) []string {
 }
 
 func sluiceConfig(s site) ([]string, []string, error) { return sluiceWith(s, "") }
+
+func relayConfig(s site) ([]string, []string, error) {
+	return pinned(proxyCPU, s.binary, "-listen", fmt.Sprintf("127.0.0.1:%d", s.port), "-upstream", s.upstream),
+		[]string{"GOMAXPROCS=1"}, nil
+}
 
 func sluiceReuseConfig(s site) ([]string, []string, error) {
 	return sluiceWith(s, ", non_idempotent_max_idle: 1s")

@@ -80,6 +80,10 @@ func (b *bench) loadScenario(sc scenario) []loadRow {
 	rows := make([]loadRow, len(b.targets))
 	for i, p := range b.targets {
 		rows[i] = loadRow{sc: sc, name: p.name}
+		if p.sitsOut(sc.name) {
+			rows[i].failure = "sits out this scenario"
+			continue
+		}
 		l := &live{row: &rows[i], p: p}
 		if p.name == direct.name {
 			l.port, _ = strconv.Atoi(b.upstream[strings.LastIndexByte(b.upstream, ':')+1:])
@@ -180,7 +184,7 @@ func (b *bench) idleScenario(sc scenario) []idleRow {
 	small, _ := scenarioByName("small")
 	var targets []proxy
 	for _, p := range b.targets {
-		if p.name != direct.name {
+		if p.name != direct.name && !p.sitsOut(sc.name) {
 			targets = append(targets, p)
 		}
 	}
