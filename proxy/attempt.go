@@ -43,6 +43,10 @@ func (s *Session) try(peer *Peer, a *Attempt) bool {
 		return false
 	}
 	if !syncBody {
+		// The response may come while the body still flows: no read
+		// deadline until the pump sets the response-header timeout at the
+		// body's end, and none left from this connection's last request.
+		up.SetReadDeadline(time.Time{})
 		s.body.start(up, opts)
 	} else {
 		up.SetReadDeadline(clock.Now().Add(opts.responseHeaderTimeout()))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -272,6 +273,32 @@ func TestIdleConnectionOutlivesLastRequestsTimeouts(t *testing.T) {
 	}
 	if n, s := up.Accepts(), hs.srv.Pool.Stats(); n != 1 || s.Stale != 0 {
 		t.Errorf("upstream accepted %d connections, want 1; pool %+v", n, s)
+	}
+}
+
+// The same for a request whose body streams through the pump: the
+// response is read while the body still flows, and a read deadline left
+// from the connection's last request must not cut that read short.
+func TestStreamedBodyOnConnectionIdlePastLastTimeouts(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	opts := testOptions()
+	opts.ResponseHeaderTimeout = 50 * time.Millisecond
+	opts.ReadTimeout = 50 * time.Millisecond
+	hs := start(t, peers(opts, up.Addr()))
+	if status, _ := hs.get(t, "/"); status != 200 {
+		t.Fatalf("first request: status %d", status)
+	}
+	time.Sleep(150 * time.Millisecond)
+	c := hs.dial(t)
+	body := strings.Repeat("b", 1000)
+	c.send("PUT /p HTTP/1.1\r\nHost: a\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body[:10])
+	time.Sleep(30 * time.Millisecond) // the rest of the body comes later: the pump carries it
+	c.send(body[10:])
+	if resp, got := c.response("PUT"); resp.StatusCode != 200 || got != "ok" {
+		t.Fatalf("PUT on a pooled connection: %d %q\n%s", resp.StatusCode, got, hs.errors)
+	}
+	if n, s := up.Accepts(), hs.srv.Pool.Stats(); n != 1 {
+		t.Errorf("upstream accepted %d connections, want 1; pool %+v\n%s", n, s, hs.access)
 	}
 }
 
