@@ -76,6 +76,27 @@ func TestMedian(t *testing.T) {
 	}
 }
 
+func TestPairedRatio(t *testing.T) {
+	// The machine slows down in round 2: both targets take twice the CPU
+	// there. A ratio of medians would mix the rounds; paired, each round
+	// says 1.5.
+	at := func(round int, cpu float64) sample {
+		return sample{wrkResult: wrkResult{requests: 1000}, cpu: cpu, round: round}
+	}
+	a := []sample{at(0, 3), at(1, 3), at(2, 6)}
+	b := []sample{at(0, 2), at(1, 2), at(2, 4)}
+	if got := pairedRatio(a, b, cpuPerRequest); math.Abs(got-1.5) > 1e-9 {
+		t.Errorf("pairedRatio = %v, want 1.5", got)
+	}
+	// A round the reference has no sample for is left out.
+	if got := pairedRatio([]sample{at(0, 3), at(5, 100)}, b, cpuPerRequest); math.Abs(got-1.5) > 1e-9 {
+		t.Errorf("pairedRatio with an unpaired round = %v, want 1.5", got)
+	}
+	if !math.IsNaN(pairedRatio(a, nil, cpuPerRequest)) {
+		t.Error("pairedRatio without a reference is not NaN")
+	}
+}
+
 func TestBusySince(t *testing.T) {
 	t0 := cpuTimes{busy: []uint64{100, 50}, total: []uint64{1000, 1000}}
 	t1 := cpuTimes{busy: []uint64{175, 50}, total: []uint64{1100, 1000}}

@@ -130,6 +130,25 @@ func medianOf(ss []sample, f func(sample) float64) float64 {
 	return median(xs)
 }
 
+// pairedRatio is the median over rounds of f(a's sample) / f(b's sample
+// of the same round): a ratio between two targets measured moments apart,
+// which drift in the machine's speed moves far less than a ratio of
+// medians. Rounds where either has no sample are left out.
+func pairedRatio(a, b []sample, f func(sample) float64) float64 {
+	var xs []float64
+	for _, s := range a {
+		for _, t := range b {
+			if t.round == s.round && f(t) != 0 {
+				xs = append(xs, f(s)/f(t))
+			}
+		}
+	}
+	return median(xs)
+}
+
+func cpuPerRequest(s sample) float64 { return s.cpu / float64(max(s.requests, 1)) }
+func reqPerSecond(s sample) float64  { return rate(s.requests, s.duration) }
+
 // loadStats is a loadRow reduced to the reported figures: each the
 // median over the rounds, except errors, which are summed.
 type loadStats struct {
@@ -209,11 +228,12 @@ func (b *bench) loadTable(w io.Writer, rows []loadRow) {
 	fmt.Fprintf(w, "\n### Load\n\n")
 	fmt.Fprintln(w, "| scenario | proxy | req/s | ÷ nginx | p50 | p99 | errors | MB/s | proxy CPU s / 100k req | CPU/req ÷ nginx | proxy CPU | others on CPU0 | CPU1 busy | req/s spread | peak RSS |")
 	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
-	// The nginx row of each scenario is the reference for the ratios.
-	ref := map[string]loadStats{}
+	// The nginx row of each scenario is the reference for the ratios,
+	// taken round by round.
+	ref := map[string]loadRow{}
 	for _, r := range rows {
 		if r.name == "nginx" && len(r.samples) > 0 {
-			ref[r.sc.name] = r.stats()
+			ref[r.sc.name] = r
 		}
 	}
 	for _, r := range rows {
@@ -228,9 +248,9 @@ func (b *bench) loadTable(w io.Writer, rows []loadRow) {
 		st := r.stats()
 		rpsRatio, cpuRatio := "—", "—"
 		if n, ok := ref[r.sc.name]; ok {
-			rpsRatio = fmt.Sprintf("%.2f", st.rps/n.rps)
+			rpsRatio = fmtFloat(pairedRatio(r.samples, n.samples, reqPerSecond), "%.2f")
 			if !math.IsNaN(st.cpuPer100k) {
-				cpuRatio = fmt.Sprintf("%.2f", st.cpuPer100k/n.cpuPer100k)
+				cpuRatio = fmtFloat(pairedRatio(r.samples, n.samples, cpuPerRequest), "%.2f")
 			}
 		}
 		peak := "—"

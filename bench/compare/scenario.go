@@ -43,6 +43,7 @@ type sample struct {
 	wall       time.Duration // the wrk process's run, the window of the CPU figures
 	cpu        float64       // proxy CPU seconds in the window; -1 for direct
 	cpu0, cpu1 float64       // share of the window each CPU was busy, all processes
+	round      int           // which round it was measured in
 }
 
 // others0 is the share of CPU 0 that went to processes other than the
@@ -118,6 +119,7 @@ func (b *bench) loadScenario(sc scenario) []loadRow {
 				fmt.Fprintf(os.Stderr, "compare: [%s] %s: %v\n", sc.name, l.p.name, err)
 				continue
 			}
+			s.round = r
 			l.row.samples = append(l.row.samples, s)
 			fmt.Fprintf(os.Stderr, "compare: [%s] round %d/%d %-7s %8.0f req/s  p99 %-9s errors %d  proxy CPU %s  others on CPU0 %s  CPU1 busy %s\n",
 				sc.name, r+1, b.opt.rounds, l.p.name, rate(s.requests, s.duration), fmtLatency(s.p99),
