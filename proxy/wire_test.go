@@ -254,15 +254,22 @@ func TestStaleIdleConnectionsNeverUsed(t *testing.T) {
 	}
 }
 
-// A pooled connection that idles past the response-header and read
-// timeouts of its last request is still alive and is used again: those
-// deadlines belonged to that request, not to the connection.
-func TestIdleConnectionOutlivesLastRequestsTimeouts(t *testing.T) {
+// startWithShortUpstreamTimeouts serves a proxy whose response-header and
+// read timeouts (50ms) pass while its pooled connection idles between a
+// test's requests.
+func startWithShortUpstreamTimeouts(t *testing.T) (*upstreamtest.Server, *harness) {
 	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
 	opts := testOptions()
 	opts.ResponseHeaderTimeout = 50 * time.Millisecond
 	opts.ReadTimeout = 50 * time.Millisecond
-	hs := start(t, peers(opts, up.Addr()))
+	return up, start(t, peers(opts, up.Addr()))
+}
+
+// A pooled connection that idles past the response-header and read
+// timeouts of its last request is still alive and is used again: those
+// deadlines belonged to that request, not to the connection.
+func TestIdleConnectionOutlivesLastRequestsTimeouts(t *testing.T) {
+	up, hs := startWithShortUpstreamTimeouts(t)
 	for i := 0; i < 3; i++ {
 		if i > 0 {
 			time.Sleep(150 * time.Millisecond)
@@ -280,11 +287,7 @@ func TestIdleConnectionOutlivesLastRequestsTimeouts(t *testing.T) {
 // response is read while the body still flows, and a read deadline left
 // from the connection's last request must not cut that read short.
 func TestStreamedBodyOnConnectionIdlePastLastTimeouts(t *testing.T) {
-	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
-	opts := testOptions()
-	opts.ResponseHeaderTimeout = 50 * time.Millisecond
-	opts.ReadTimeout = 50 * time.Millisecond
-	hs := start(t, peers(opts, up.Addr()))
+	up, hs := startWithShortUpstreamTimeouts(t)
 	if status, _ := hs.get(t, "/"); status != 200 {
 		t.Fatalf("first request: status %d", status)
 	}
