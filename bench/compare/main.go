@@ -51,6 +51,7 @@ type options struct {
 	threads   int
 	idleConns int
 	sluice    string
+	sluiceB   string
 	direct    bool
 	keep      bool
 	verbose   bool
@@ -68,6 +69,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.threads, "threads", 1, "wrk threads (all on CPU 1)")
 	fs.IntVar(&o.idleConns, "idle-conns", 10000, "connections opened in the idle scenario")
 	fs.StringVar(&o.sluice, "sluice", "", "sluice `binary` to test (default: build ./cmd/sluice into the temp dir)")
+	fs.StringVar(&o.sluiceB, "sluice-b", "", "a second sluice `binary`, run as proxy sluice-b beside sluice: an A/B comparison of two builds")
 	fs.BoolVar(&o.direct, "direct", true, "also run wrk straight against the upstream, as a ceiling")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temp dir (configs and logs) and print its path")
 	fs.BoolVar(&o.verbose, "v", false, "print wrk's own output to stderr")
@@ -88,9 +90,13 @@ func parseFlags(args []string) (options, error) {
 			o.duration = 2 * time.Second
 		}
 	}
-	for _, name := range splitList(*proxiesFlag) {
+	list := splitList(*proxiesFlag)
+	if o.sluiceB != "" && !slices.Contains(list, "sluice-b") {
+		list = append(list, "sluice-b")
+	}
+	for _, name := range list {
 		if _, ok := proxyByName(name); !ok {
-			return o, fmt.Errorf("-proxies: unknown proxy %q (known: sluice, sluice-reuse, nginx, haproxy, caddy, go-relay)", name)
+			return o, fmt.Errorf("-proxies: unknown proxy %q (known: sluice, sluice-reuse, sluice-b, nginx, haproxy, caddy, go-relay)", name)
 		}
 		o.proxies = append(o.proxies, name)
 	}
@@ -115,6 +121,8 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("-connections and -threads must be at least 1, threads <= connections")
 	case o.idleConns < 1:
 		return o, errors.New("-idle-conns must be at least 1")
+	case (o.sluiceB != "") != slices.Contains(o.proxies, "sluice-b"):
+		return o, errors.New("-sluice-b and the proxy sluice-b go together: give both or neither")
 	}
 	return o, nil
 }
@@ -308,6 +316,16 @@ func (b *bench) setup() error {
 	for _, name := range b.opt.proxies {
 		p, _ := proxyByName(name)
 		switch {
+		case name == "sluice-b":
+			path, err := exec.LookPath(b.opt.sluiceB)
+			if err == nil {
+				path, err = filepath.Abs(path)
+			}
+			if err != nil {
+				b.note("sluice-b skipped: " + err.Error())
+				continue
+			}
+			b.tools["sluice-b"] = path
 		case isSluice(name):
 			if err := b.sluiceBinary(); err != nil {
 				b.note("sluice skipped: " + err.Error())
@@ -405,10 +423,10 @@ func (b *bench) startProxy(p proxy, tag string) (*child, int, error) {
 	}
 	bin := b.tools[p.tool]
 	switch {
+	case p.name == "sluice-b", p.name == "go-relay":
+		bin = b.tools[p.name]
 	case isSluice(p.name):
 		bin = b.tools["sluice"]
-	case builtHere(p.name):
-		bin = b.tools[p.name]
 	}
 	argv, env, err := p.configure(site{dir: dir, port: port, upstream: b.upstream,
 		noFile: b.noFile, idleConns: b.opt.idleConns, binary: bin})

@@ -47,6 +47,9 @@ var proxies = []proxy{
 	// sluice dials for them, which no upstream recycling its workers can
 	// turn into a 502 (see the README).
 	{name: "sluice-reuse", version: []string{"version"}, configure: sluiceReuseConfig},
+	// sluice-b is the binary given with -sluice-b, configured as sluice:
+	// two builds side by side, round by round.
+	{name: "sluice-b", version: []string{"version"}, configure: sluiceConfig},
 	{name: "nginx", tool: "nginx", pkg: "nginx", version: []string{"-v"}, configure: nginxConfig},
 	{name: "haproxy", tool: "haproxy", pkg: "haproxy", version: []string{"-v"}, configure: haproxyConfig},
 	{name: "caddy", tool: "caddy", pkg: "caddy", version: []string{"version"}, configure: caddyConfig},
@@ -58,14 +61,10 @@ var proxies = []proxy{
 	{name: "go-relay", configure: relayConfig, notIn: []string{"idle"}},
 }
 
-// builtHere reports whether a proxy is built from this module rather
-// than found in PATH.
-func builtHere(name string) bool { return isSluice(name) || name == "go-relay" }
-
 // sitsOut reports whether p is left out of scenario sc.
 func (p proxy) sitsOut(sc string) bool { return slices.Contains(p.notIn, sc) }
 
-// isSluice reports whether a proxy runs the sluice binary built here.
+// isSluice reports whether a proxy is sluice, in any configuration or build.
 func isSluice(name string) bool { return strings.HasPrefix(name, "sluice") }
 
 func proxyByName(name string) (proxy, bool) {

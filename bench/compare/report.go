@@ -44,6 +44,9 @@ func (b *bench) environment() environment {
 	for _, p := range b.targets {
 		switch {
 		case p.name == "sluice-reuse":
+		case p.name == "sluice-b":
+			add("sluice-b", b.tools["sluice-b"], "version")
+			e.versions[len(e.versions)-1][2] = b.opt.sluiceB
 		case p.name == "go-relay":
 			e.versions = append(e.versions, [3]string{"go-relay", "bench/relay", "built by this run with the same toolchain"})
 		case p.name == "sluice":
