@@ -57,6 +57,7 @@ type Conn struct {
 	IdleLimit time.Duration
 
 	// Intrusive list links: per key (most recent first) and global LRU.
+	list         *idleList // its key's list while idle; nil while in use
 	prev, next   *Conn
 	gprev, gnext *Conn
 	id           uint64 // the watcher's name for it, from its first Put
@@ -105,8 +106,7 @@ type Pool struct {
 	now      func() time.Time
 
 	mu      sync.Mutex
-	keys    map[string]*Conn // head of each key's list, most recently used first
-	counts  map[string]int
+	keys    map[string]*idleList       // each key's idle connections; empty lists go at the next sweep
 	lru     struct{ head, tail *Conn } // all idle conns; head is the most recent
 	byID    map[uint64]*Conn
 	nextID  uint64
@@ -130,8 +130,7 @@ func New(maxTotal int, now func() time.Time) *Pool {
 	p := &Pool{
 		maxTotal: maxTotal,
 		now:      now,
-		keys:     make(map[string]*Conn),
-		counts:   make(map[string]int),
+		keys:     make(map[string]*idleList),
 		byID:     make(map[uint64]*Conn),
 		servers:  make(map[string]*server),
 		done:     make(chan struct{}),
@@ -156,6 +155,14 @@ func New(maxTotal int, now func() time.Time) *Pool {
 // connection and nothing else, so it never counts, and its pool is not
 // bypassed after each of those closes.
 const ClosingWindow = 2 * time.Second
+
+// idleList is one key's idle connections, most recently used first. It
+// stays in the pool's map while empty until the next sweep, so that a key
+// whose only connection goes out and comes back costs no map changes.
+type idleList struct {
+	head, tail *Conn
+	n          int
+}
 
 // server is what the pool has learned of one server (key).
 type server struct {
@@ -182,7 +189,12 @@ func (p *Pool) Get(key string, maxIdle time.Duration) *Conn {
 	if sv := p.servers[key]; sv != nil && sv.recycles && now.Sub(sv.lastClose) < ClosingWindow {
 		closing, hasClosing = sv.lastClose, true
 	}
-	for c := p.keys[key]; c != nil; {
+	list := p.keys[key]
+	var c *Conn
+	if list != nil {
+		c = list.head
+	}
+	for c != nil {
 		next := c.next
 		if expired(c, now) {
 			p.remove(c)
@@ -212,7 +224,12 @@ func (p *Pool) Get(key string, maxIdle time.Duration) *Conn {
 		dead = append(dead, c)
 		p.mu.Lock()
 		p.died(c, now)
-		c = p.keys[key] // the list may have changed while unlocked
+		// The list may have changed while unlocked, or been swept away
+		// empty and made anew.
+		c = nil
+		if list = p.keys[key]; list != nil {
+			c = list.head
+		}
 	}
 	p.mu.Unlock()
 	p.misses.Add(1)
@@ -278,12 +295,14 @@ func (p *Pool) Put(c *Conn) bool {
 		return false
 	}
 	var drop []*Conn
+	list := p.keys[c.Key]
+	if list == nil {
+		list = &idleList{}
+		p.keys[c.Key] = list
+	}
 	// Per-key limit: drop this key's least recently used.
-	if p.counts[c.Key] >= l.MaxIdle {
-		last := p.keys[c.Key]
-		for last.next != nil {
-			last = last.next
-		}
+	if list.n >= l.MaxIdle {
+		last := list.tail
 		p.remove(last)
 		drop = append(drop, last)
 	}
@@ -293,7 +312,7 @@ func (p *Pool) Put(c *Conn) bool {
 		p.remove(last)
 		drop = append(drop, last)
 	}
-	p.insert(c)
+	p.insert(c, list)
 	p.mu.Unlock()
 	for _, d := range drop {
 		p.evicted.Add(1)
@@ -351,14 +370,16 @@ func expired(c *Conn, now time.Time) bool {
 }
 
 // insert adds c at the front of its key's list and of the LRU; p.mu held.
-func (p *Pool) insert(c *Conn) {
-	head := p.keys[c.Key]
-	c.prev, c.next = nil, head
-	if head != nil {
-		head.prev = c
+func (p *Pool) insert(c *Conn, list *idleList) {
+	c.list = list
+	c.prev, c.next = nil, list.head
+	if list.head != nil {
+		list.head.prev = c
+	} else {
+		list.tail = c
 	}
-	p.keys[c.Key] = c
-	p.counts[c.Key]++
+	list.head = c
+	list.n++
 
 	c.gprev, c.gnext = nil, p.lru.head
 	if p.lru.head != nil {
@@ -383,20 +404,19 @@ func (p *Pool) insert(c *Conn) {
 func (p *Pool) remove(c *Conn) {
 	delete(p.byID, c.id)
 
+	list := c.list
 	if c.prev != nil {
 		c.prev.next = c.next
-	} else if c.next != nil {
-		p.keys[c.Key] = c.next
 	} else {
-		delete(p.keys, c.Key)
+		list.head = c.next
 	}
 	if c.next != nil {
 		c.next.prev = c.prev
+	} else {
+		list.tail = c.prev
 	}
-	c.prev, c.next = nil, nil
-	if p.counts[c.Key]--; p.counts[c.Key] <= 0 {
-		delete(p.counts, c.Key)
-	}
+	c.prev, c.next, c.list = nil, nil, nil
+	list.n--
 
 	if c.gprev != nil {
 		c.gprev.gnext = c.gnext
@@ -461,6 +481,11 @@ func (p *Pool) sweep() {
 			old = append(old, c)
 		}
 		c = prev
+	}
+	for key, list := range p.keys {
+		if list.n == 0 {
+			delete(p.keys, key)
+		}
 	}
 	p.mu.Unlock()
 	for _, c := range old {

@@ -251,3 +251,42 @@ func TestClosingWindowOnlyForRecyclingServers(t *testing.T) {
 		t.Fatal("skips not counted")
 	}
 }
+
+// The per-key limit pushes out the key's least recently used connection,
+// and a key's empty list goes at the next sweep.
+func TestPerKeyLimitEvictsLeastRecentlyUsed(t *testing.T) {
+	ln := listen(t)
+	p := New(0, nil)
+	defer p.Close()
+	l := &Limits{MaxIdle: 2, IdleTimeout: time.Minute}
+	var conns []*Conn
+	for i := 0; i < 3; i++ {
+		c, _ := pair(t, ln)
+		pc := NewConn(c, "a", l, time.Now())
+		conns = append(conns, pc)
+		p.Put(pc)
+	}
+	if got := p.Get("a", 0); got != conns[2] {
+		t.Fatal("Get did not return the most recently used connection")
+	}
+	if got := p.Get("a", 0); got != conns[1] {
+		t.Fatal("the per-key limit evicted another than the least recently used")
+	}
+	if p.Get("a", 0) != nil {
+		t.Fatal("the evicted connection is still pooled")
+	}
+	p.Put(conns[1]) // back and out again: the list is reused
+	if p.Get("a", 0) != conns[1] {
+		t.Fatal("a connection put back was not handed out")
+	}
+	p.sweep()
+	p.mu.Lock()
+	keys := len(p.keys)
+	p.mu.Unlock()
+	if keys != 0 {
+		t.Fatalf("%d key lists left after the sweep, want 0", keys)
+	}
+	if s := p.Stats(); s.Evicted != 1 || s.Idle != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
