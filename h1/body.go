@@ -201,14 +201,7 @@ func (b *Reader) line(max int) ([]byte, error) {
 		if b.w-b.r >= max {
 			return nil, ErrChunkLine
 		}
-		if b.bp != nil && b.w == len(b.buf) {
-			if b.r > 0 {
-				b.w = copy(b.buf, b.buf[b.r:b.w])
-				b.r = 0
-			} else {
-				b.growTo(min(2*len(b.buf), max+2))
-			}
-		}
+		b.makeRoom(max + 2)
 		if err := b.Fill(); err != nil {
 			if err == io.EOF {
 				return nil, ErrTruncated

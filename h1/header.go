@@ -73,19 +73,13 @@ func (h *Header) Count(name string) int {
 // Add appends a field. The name and value are not validated; callers that
 // take them from untrusted input must check them with ValidName and
 // ValidValue.
-func (h *Header) Add(name, value string) {
-	f := field{n0: int32(len(h.arena))}
-	h.arena = append(h.arena, name...)
-	f.n1 = int32(len(h.arena))
-	f.v0 = f.n1
-	h.arena = append(h.arena, value...)
-	f.v1 = int32(len(h.arena))
-	h.fields = append(h.fields, f)
-}
+func (h *Header) Add(name, value string) { addField(h, name, value) }
 
 // AddBytes is Add for byte slices. The slices may alias h's own arena: a
 // grown arena leaves the old array, and so the source bytes, untouched.
-func (h *Header) AddBytes(name, value []byte) {
+func (h *Header) AddBytes(name, value []byte) { addField(h, name, value) }
+
+func addField[S string | []byte](h *Header, name, value S) {
 	f := field{n0: int32(len(h.arena))}
 	h.arena = append(h.arena, name...)
 	f.n1 = int32(len(h.arena))

@@ -204,14 +204,7 @@ func (b *Reader) ReadHead(max int, skipEmpty bool) ([]byte, error) {
 		if b.w-b.r >= max {
 			return nil, b.tooLarge(max)
 		}
-		if b.buf != nil && b.w == len(b.buf) {
-			if b.r > 0 {
-				b.w = copy(b.buf, b.buf[b.r:b.w])
-				b.r = 0
-			} else {
-				b.growTo(min(2*len(b.buf), max+4))
-			}
-		}
+		b.makeRoom(max + 4)
 		if err := b.Fill(); err != nil {
 			if err == io.EOF && b.r < b.w {
 				return nil, io.ErrUnexpectedEOF
@@ -219,6 +212,20 @@ func (b *Reader) ReadHead(max int, skipEmpty bool) ([]byte, error) {
 			return nil, err
 		}
 	}
+}
+
+// makeRoom readies a full buffer for Fill: it moves the unread bytes to the
+// front, or, when they fill it, grows it (doubling, up to limit).
+func (b *Reader) makeRoom(limit int) {
+	if b.buf == nil || b.w < len(b.buf) {
+		return
+	}
+	if b.r > 0 {
+		b.w = copy(b.buf, b.buf[b.r:b.w])
+		b.r = 0
+		return
+	}
+	b.growTo(min(2*len(b.buf), limit))
 }
 
 // HasHead reports whether a whole head is buffered, so that ReadHead with

@@ -45,19 +45,27 @@ func (c *fakeClock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
+// putNew puts n new connections for key into p, oldest first, and returns
+// them in that order.
+func putNew(t *testing.T, p *Pool, ln net.Listener, key string, l *Limits, n int) []*Conn {
+	t.Helper()
+	var conns []*Conn
+	for i := 0; i < n; i++ {
+		c, _ := pair(t, ln)
+		pc := NewConn(c, key, l, time.Now())
+		conns = append(conns, pc)
+		p.Put(pc)
+	}
+	return conns
+}
+
 func TestGetReturnsMostRecentFirst(t *testing.T) {
 	ln := listen(t)
 	p := New(0, nil)
 	defer p.Close()
-	l := &Limits{MaxIdle: 4, IdleTimeout: time.Minute}
-	var conns []*Conn
-	for i := 0; i < 3; i++ {
-		c, _ := pair(t, ln)
-		pc := NewConn(c, "a", l, time.Now())
-		conns = append(conns, pc)
-		if !p.Put(pc) {
-			t.Fatal("not pooled")
-		}
+	conns := putNew(t, p, ln, "a", &Limits{MaxIdle: 4, IdleTimeout: time.Minute}, 3)
+	if s := p.Stats(); s.Idle != 3 {
+		t.Fatalf("%d pooled, want 3", s.Idle)
 	}
 	for i := 2; i >= 0; i-- {
 		if got := p.Get("a", 0); got != conns[i] {
@@ -147,7 +155,7 @@ func TestLimits(t *testing.T) {
 		return pc
 	}
 	// Per-key limit: the third connection for "a" pushes out the oldest.
-	a1 := put("a", 1)
+	put("a", 1)
 	put("a", 1)
 	put("a", 1)
 	if s := p.Stats(); s.Idle != 2 || s.Evicted != 1 {
@@ -159,7 +167,6 @@ func TestLimits(t *testing.T) {
 	if s := p.Stats(); s.Idle != 3 || s.Evicted != 2 {
 		t.Fatalf("overall limit: %+v", s)
 	}
-	_ = a1
 	// max_requests retires.
 	if put("c", 5); p.Stats().Retired != 1 {
 		t.Fatal("connection at max_requests was pooled")
@@ -258,14 +265,7 @@ func TestPerKeyLimitEvictsLeastRecentlyUsed(t *testing.T) {
 	ln := listen(t)
 	p := New(0, nil)
 	defer p.Close()
-	l := &Limits{MaxIdle: 2, IdleTimeout: time.Minute}
-	var conns []*Conn
-	for i := 0; i < 3; i++ {
-		c, _ := pair(t, ln)
-		pc := NewConn(c, "a", l, time.Now())
-		conns = append(conns, pc)
-		p.Put(pc)
-	}
+	conns := putNew(t, p, ln, "a", &Limits{MaxIdle: 2, IdleTimeout: time.Minute}, 3)
 	if got := p.Get("a", 0); got != conns[2] {
 		t.Fatal("Get did not return the most recently used connection")
 	}
