@@ -244,7 +244,10 @@ func (b *bench) findTools() bool {
 			needs = append(needs, need{p.tool, p.pkg})
 		}
 	}
-	if slices.Contains(b.opt.proxies, "go-relay") || b.opt.sluice == "" && slices.ContainsFunc(b.opt.proxies, isSluice) {
+	builtHere := func(name string) bool {
+		return name == "go-relay" || b.opt.sluice == "" && isSluice(name) && name != "sluice-b"
+	}
+	if slices.ContainsFunc(b.opt.proxies, builtHere) {
 		needs = append(needs, need{"go", "golang-go"})
 	}
 	var missing, pkgs []string
@@ -317,10 +320,7 @@ func (b *bench) setup() error {
 		p, _ := proxyByName(name)
 		switch {
 		case name == "sluice-b":
-			path, err := exec.LookPath(b.opt.sluiceB)
-			if err == nil {
-				path, err = filepath.Abs(path)
-			}
+			path, err := givenBinary(b.opt.sluiceB)
 			if err != nil {
 				b.note("sluice-b skipped: " + err.Error())
 				continue
@@ -332,13 +332,9 @@ func (b *bench) setup() error {
 				continue
 			}
 		case name == "go-relay":
-			if b.tools["go"] == "" {
-				continue
-			}
-			path := filepath.Join(b.dir, "go-relay")
-			out, err := exec.Command(b.tools["go"], "build", "-o", path, "github.com/sluice-proxy/sluice/bench/relay").CombinedOutput()
+			path, err := b.build("go-relay", "bench/relay")
 			if err != nil {
-				b.note(fmt.Sprintf("go-relay skipped: go build ./bench/relay: %v %s", err, out))
+				b.note("go-relay skipped: " + err.Error())
 				continue
 			}
 			b.tools["go-relay"] = path
@@ -359,24 +355,13 @@ func (b *bench) sluiceBinary() error {
 		return nil // built for another sluice variant
 	}
 	if b.opt.sluice != "" {
-		path, err := exec.LookPath(b.opt.sluice)
-		if err == nil {
-			path, err = filepath.Abs(path)
-		}
-		if err != nil {
-			return err
-		}
+		path, err := givenBinary(b.opt.sluice)
 		b.tools["sluice"] = path
-		return nil
+		return err
 	}
-	if b.tools["go"] == "" {
-		return errors.New("no go toolchain")
-	}
-	path := filepath.Join(b.dir, "sluice")
-	fmt.Fprintln(os.Stderr, "compare: building ./cmd/sluice")
-	cmd := exec.Command(b.tools["go"], "build", "-o", path, "github.com/sluice-proxy/sluice/cmd/sluice")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build ./cmd/sluice: %v\n%s", err, out)
+	path, err := b.build("sluice", "cmd/sluice")
+	if err != nil {
+		return err
 	}
 	b.tools["sluice"] = path
 	b.built = "built by this run from the work tree"
@@ -387,6 +372,30 @@ func (b *bench) sluiceBinary() error {
 		}
 	}
 	return nil
+}
+
+// givenBinary is the absolute path of a binary named on the command line.
+func givenBinary(name string) (string, error) {
+	path, err := exec.LookPath(name)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Abs(path)
+}
+
+// build builds the module's package dir (such as cmd/sluice) into the temp
+// dir as name.
+func (b *bench) build(name, dir string) (string, error) {
+	if b.tools["go"] == "" {
+		return "", errors.New("no go toolchain")
+	}
+	path := filepath.Join(b.dir, name)
+	fmt.Fprintf(os.Stderr, "compare: building ./%s\n", dir)
+	out, err := exec.Command(b.tools["go"], "build", "-o", path, "github.com/sluice-proxy/sluice/"+dir).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build ./%s: %v\n%s", dir, err, out)
+	}
+	return path, nil
 }
 
 func (b *bench) startUpstream() error {
