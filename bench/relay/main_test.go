@@ -36,6 +36,12 @@ func TestRelay(t *testing.T) {
 	}
 	defer ln.Close()
 	r := &relay{upstream: up.Addr().String(), idle: make(chan *upConn, 4)}
+	defer func() {
+		// The relay's pooled upstream connections end with the test.
+		for len(r.idle) > 0 {
+			(<-r.idle).nc.Close()
+		}
+	}()
 	go func() {
 		for {
 			c, err := ln.Accept()
