@@ -10,3 +10,6 @@ type sysConn struct{ fd int }
 
 func (s *sysConn) init(net.Conn) { s.fd = -1 }
 func (s *sysConn) alive() bool   { return true }
+
+// send leaves the whole of req to Write.
+func (s *sysConn) send(req []byte) (int, bool, error) { return 0, false, nil }

@@ -4,17 +4,27 @@ package pool
 
 import (
 	"net"
+	"os"
 	"syscall"
 )
 
-// sysConn holds what the liveness check and the watcher need of the socket,
-// found once per connection so that neither allocates per request.
+// sysConn holds what the liveness check, the watcher and Send need of the
+// socket, found once per connection so that none allocates per request.
 type sysConn struct {
 	rc   syscall.RawConn
 	fd   int
 	live bool
 	peek func(fd uintptr)
 	buf  [1]byte
+
+	// send's state, kept here so that its callback is made once, and
+	// the addresses its errors name, as the net package's do
+	local, remote net.Addr
+	out           []byte
+	wrote         int
+	werr          error
+	sent          bool
+	write         func(fd uintptr) bool
 }
 
 func (s *sysConn) init(c net.Conn) {
@@ -27,13 +37,34 @@ func (s *sysConn) init(c net.Conn) {
 	if err != nil {
 		return
 	}
-	s.rc = rc
+	s.rc, s.local, s.remote = rc, c.LocalAddr(), c.RemoteAddr()
 	rc.Control(func(fd uintptr) { s.fd = int(fd) })
 	s.peek = func(fd uintptr) {
 		_, _, err := syscall.Recvfrom(int(fd), s.buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		// EAGAIN: nothing to read, the connection is fine. EOF (n == 0),
 		// an error such as ECONNRESET, or a byte nobody asked for: dead.
 		s.live = err == syscall.EAGAIN || err == syscall.EWOULDBLOCK || err == syscall.EINTR
+	}
+	s.write = func(fd uintptr) bool {
+		if s.sent {
+			return true // the poller reports the answer's first bytes, or the wait ended
+		}
+		s.sent = true
+		for {
+			n, err := syscall.Write(int(fd), s.out[s.wrote:])
+			if n > 0 {
+				s.wrote += n
+			}
+			if err == syscall.EINTR {
+				continue
+			}
+			if err != nil && err != syscall.EAGAIN {
+				s.werr = err
+			}
+			// Wait for the answer only once all of the request is out;
+			// otherwise Send writes the rest the ordinary way.
+			return s.wrote < len(s.out) || s.werr != nil
+		}
 	}
 }
 
@@ -53,4 +84,25 @@ func (s *sysConn) alive() bool {
 		return false
 	}
 	return s.live
+}
+
+// send writes req with one write(2) from inside a RawConn.Read, whose
+// poller registration is re-armed before the callback runs, and, if all of
+// req went out, waits there until the socket is readable. It reports
+// whether it wrote at all (false: the connection cannot be used this way,
+// or was closed); a write error comes back as Write would return it.
+func (s *sysConn) send(req []byte) (n int, tried bool, err error) {
+	if s.rc == nil {
+		return 0, false, nil
+	}
+	s.out, s.wrote, s.werr, s.sent = req, 0, nil, false
+	// An error of the wait itself (the read deadline passed, the
+	// connection was closed) is left for the next Read to report.
+	s.rc.Read(s.write)
+	n, tried, err = s.wrote, s.sent, s.werr
+	s.out, s.werr = nil, nil
+	if err != nil {
+		err = &net.OpError{Op: "write", Net: "tcp", Source: s.local, Addr: s.remote, Err: os.NewSyscallError("write", err)}
+	}
+	return n, tried, err
 }

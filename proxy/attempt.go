@@ -34,8 +34,18 @@ func (s *Session) try(peer *Peer, a *Attempt) bool {
 	syncBody := s.body.prepare(opts.policy())
 	wbuf = append(wbuf, s.body.replay...)
 	s.c.wbuf = wbuf[:0]
-	up.SetWriteDeadline(clock.Now().Add(opts.writeTimeout()))
-	n, err := up.Write(wbuf)
+	now := clock.Now()
+	up.SetWriteDeadline(now.Add(opts.writeTimeout()))
+	var n int
+	var err error
+	if syncBody {
+		// The whole request goes in this write; Send then waits for the
+		// answer within the response-header timeout.
+		up.SetReadDeadline(now.Add(opts.responseHeaderTimeout()))
+		n, err = up.Send(wbuf)
+	} else {
+		n, err = up.Write(wbuf)
+	}
 	a.Wrote += int64(n)
 	if err != nil {
 		a.Err = fault.FromIO(err, fault.PhaseWrite)
@@ -48,8 +58,6 @@ func (s *Session) try(peer *Peer, a *Attempt) bool {
 		// body's end, and none left from this connection's last request.
 		up.SetReadDeadline(time.Time{})
 		s.body.start(up, opts)
-	} else {
-		up.SetReadDeadline(clock.Now().Add(opts.responseHeaderTimeout()))
 	}
 	return s.readResponse(peer, a)
 }
