@@ -52,6 +52,13 @@ type conn struct {
 	mu   sync.Mutex
 	idle bool
 
+	// The wait for the next request: when it times out (idleEnd), whether
+	// the deadline set is the earlier one to park at, and what
+	// serveInline left to do when it stopped.
+	idleEnd time.Time
+	parkDue bool
+	left    next
+
 	// The parker's record of the connection while it waits without a
 	// goroutine (park_linux.go); guarded by the parker's lock.
 	parkID       uint64
@@ -64,9 +71,10 @@ type conn struct {
 type next uint8
 
 const (
-	serveIt next = iota // a request is in c.s
-	closeIt             // the connection is done
-	parked              // the parker holds it; the goroutine must end
+	serveIt  next = iota // a request is in c.s
+	closeIt              // the connection is done
+	parked               // the parker holds it; the goroutine must end
+	readHead             // a head has begun in the buffer
 )
 
 func newConn(srv *Server, nc net.Conn) *conn {
@@ -78,7 +86,7 @@ func newConn(srv *Server, nc net.Conn) *conn {
 	} else if a := nc.RemoteAddr(); a != nil {
 		c.client = a.String()
 	}
-	c.ready.init(nc, &c.r)
+	c.ready.init(nc, &c.r, c.serveInline)
 	return c
 }
 
@@ -122,39 +130,104 @@ func (c *conn) serve() {
 // readRequest waits for the next request head (idle timeout), reads it
 // (header timeout, counted from its first byte) and parses it into c.s. It
 // answers a malformed head itself. A connection that stays idle past
-// parkAfter is handed to the parker, and its goroutine ends.
+// parkAfter is handed to the parker, and its goroutine ends. While it
+// waits, requests that need nothing more from the client are served
+// inline (see serveInline).
 func (c *conn) readRequest() next {
-	srv := c.srv
 	if c.r.Buffered() == 0 {
-		// Idle: no request has begun. Hold no buffer while waiting.
-		c.r.Release()
-		c.giveBack()
-		now := clock.Now()
-		idleDeadline := now.Add(srv.idleTimeout())
-		var err error
-		if p := srv.parker; p != nil && srv.idleTimeout() > parkAfter {
-			if !c.idleUntil(now.Add(parkAfter)) {
-				return closeIt
-			}
-			if err = c.ready.fillIdle(); isTimeout(err) {
-				if !srv.Draining() && p.park(c, idleDeadline) {
-					return parked
-				}
-			}
+		if n := c.awaitRequest(); n != readHead {
+			return n
 		}
-		if (err == nil && c.r.Buffered() == 0) || isTimeout(err) {
-			if !c.idleUntil(idleDeadline) {
-				return closeIt
-			}
-			err = c.ready.fillIdle()
-		}
+	}
+	return c.takeRequest()
+}
+
+// awaitRequest waits for bytes of a request, holding no buffer. It returns
+// readHead when bytes have come, serveIt when serveInline left a request
+// in c.s, closeIt or parked.
+func (c *conn) awaitRequest() next {
+	if !c.beginIdle() {
+		return closeIt
+	}
+	for {
+		c.left = readHead
+		err := c.ready.fillIdle()
 		c.setIdle(false)
-		if err != nil {
+		if err == nil {
+			return c.left
+		}
+		if !isTimeout(err) || c.srv.Draining() || !c.parkDue {
 			// Closed, reset, idle too long, or woken by Shutdown:
 			// nothing had begun, so nothing is owed.
 			return closeIt
 		}
+		// parkAfter has passed: park, or wait on with the goroutine.
+		c.parkDue = false
+		if c.srv.parker.park(c, c.idleEnd) {
+			return parked
+		}
+		if !c.idleUntil(c.idleEnd) {
+			return closeIt
+		}
 	}
+}
+
+// beginIdle starts a wait for the next request: the connection gives back
+// its buffers and Session, and its read deadline becomes the time to park
+// (or, without a parker, the idle timeout). It reports false when the
+// server is draining.
+func (c *conn) beginIdle() bool {
+	c.r.Release()
+	c.giveBack()
+	srv := c.srv
+	now := clock.Now()
+	c.idleEnd = now.Add(srv.idleTimeout())
+	c.parkDue = srv.parker != nil && srv.idleTimeout() > parkAfter
+	if c.parkDue {
+		return c.idleUntil(now.Add(parkAfter))
+	}
+	return c.idleUntil(c.idleEnd)
+}
+
+// serveInline is called from inside the wait for the next request
+// (readiness.fillIdle) each time bytes have come. It serves every request
+// in the buffer that needs nothing more from the client (its whole head
+// is there and it has no body and asks for no upgrade) and reports whether
+// the connection is idle again: the wait then goes on, and after a read
+// that drained the socket it needs no read that would find nothing. When
+// it stops, c.left tells awaitRequest what is left to do.
+//
+// Inside the wait the connection's read lock is held: nothing served
+// inline may read from the client through nc.
+func (c *conn) serveInline() bool {
+	c.setIdle(false)
+	for c.r.HasHead(true) {
+		if c.left = c.takeRequest(); c.left != serveIt {
+			return false
+		}
+		if !c.s.bodiless() {
+			return false // for the serve loop, which can read the body
+		}
+		if !c.s.serve() || c.srv.Draining() {
+			c.left = closeIt
+			return false
+		}
+	}
+	if c.r.Buffered() > 0 {
+		c.left = readHead // the start of a head: read the rest
+		return false
+	}
+	if !c.beginIdle() {
+		c.left = closeIt
+		return false
+	}
+	return true
+}
+
+// takeRequest reads the request head that has begun in the buffer (within
+// the header timeout) and parses it into c.s, answering a malformed one.
+func (c *conn) takeRequest() next {
+	srv := c.srv
 	if !c.r.HasHead(true) {
 		// The header timeout bounds the wait for the rest of the head. A
 		// head that came whole needs no deadline: every later read from

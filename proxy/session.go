@@ -49,9 +49,11 @@ type Session struct {
 	srv       *Server
 	c         *conn
 	hooks     *hooks
-	framing   h1.Framing // of the request body
-	keepAlive bool       // the client allows another request afterwards
-	upgrade   bool       // the client asked for a protocol upgrade
+	framing   h1.Framing // of the request body, or frameErr: invalid
+	frameErr  error
+	framed    bool // framing and frameErr are set
+	keepAlive bool // the client allows another request afterwards
+	upgrade   bool // the client asked for a protocol upgrade
 	body      reqBody
 	upReq     h1.Request
 	resp      h1.Response
@@ -105,12 +107,14 @@ func (s *Session) Server() *Server { return s.srv }
 func (s *Session) serve() bool {
 	s.Start = clock.Now()
 	req := &s.Request
-	f, err := h1.ValidateRequest(req)
+	if !s.framed {
+		s.framing, s.frameErr = h1.ValidateRequest(req)
+	}
+	f, err := s.framing, s.frameErr
 	if err != nil {
 		s.answerBadRequest(err)
 		return false
 	}
-	s.framing = f
 	s.keepAlive = h1.KeepAlive(req.Minor, &req.Header)
 	if s.srv.Draining() {
 		s.keepAlive = false
@@ -150,6 +154,15 @@ func (s *Session) serve() bool {
 	s.proxy()
 	s.finish()
 	return s.keepAlive && !s.Aborted && !s.Upgraded && s.body.complete()
+}
+
+// bodiless reports whether the request needs nothing more from the client
+// than its head: it has no body and asks for no protocol upgrade. A request
+// whose framing is invalid is not bodiless; serve answers it.
+func (s *Session) bodiless() bool {
+	s.framing, s.frameErr = h1.ValidateRequest(&s.Request)
+	s.framed = true
+	return s.frameErr == nil && s.framing.Empty() && !s.Request.Header.Has("Upgrade")
 }
 
 // normalizeTarget turns an absolute-form target into origin-form with the

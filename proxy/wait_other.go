@@ -19,9 +19,9 @@ type readiness struct {
 	fd int
 }
 
-func (w *readiness) init(_ net.Conn, r *h1.Reader) { w.r, w.fd = r, -1 }
-func (w *readiness) fillIdle() error               { return w.r.Fill() }
-func (w *readiness) reader() io.Reader             { return neverReader{} }
+func (w *readiness) init(_ net.Conn, r *h1.Reader, _ func() bool) { w.r, w.fd = r, -1 }
+func (w *readiness) fillIdle() error                              { return w.r.Fill() }
+func (w *readiness) reader() io.Reader                            { return neverReader{} }
 
 type neverReader struct{}
 

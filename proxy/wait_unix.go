@@ -19,12 +19,16 @@ var errWouldBlock = errors.New("would block")
 //   - fillIdle waits for the next request holding no read buffer: it takes
 //     a buffer from the pool only when bytes are there, so an idle
 //     keep-alive connection costs only its goroutine and small structures.
-//     It makes the same system calls as a plain Read (a read that finds
-//     nothing, then the poller, then the read that succeeds).
+//     Each time bytes come it lets inline serve what it can, and goes on
+//     waiting while inline reports the connection idle again. Its first
+//     wait makes the system calls of a plain Read (a read that finds
+//     nothing, then the poller, then the read that succeeds); the waits
+//     after inline served a request skip the read that finds nothing.
 //   - reader reads what the socket holds now, never waiting.
 type readiness struct {
 	fd      int // the socket, for the parker; -1 when unknown
 	rc      syscall.RawConn
+	inline  func() bool // serveInline, or nil
 	fill    func(fd uintptr) bool
 	readNow func(fd uintptr) bool
 	r       *h1.Reader
@@ -32,7 +36,7 @@ type readiness struct {
 	nb      nonblock
 }
 
-func (w *readiness) init(nc net.Conn, r *h1.Reader) {
+func (w *readiness) init(nc net.Conn, r *h1.Reader, inline func() bool) {
 	w.fd = -1
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
@@ -42,25 +46,38 @@ func (w *readiness) init(nc net.Conn, r *h1.Reader) {
 	if err != nil {
 		return
 	}
-	w.rc, w.r, w.nb.w = rc, r, w
+	w.rc, w.r, w.nb.w, w.inline = rc, r, w, inline
 	rc.Control(func(fd uintptr) { w.fd = int(fd) })
 	w.fill = func(fd uintptr) bool {
-		n, err := syscall.Read(int(fd), w.r.Grab())
-		switch {
-		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
-			w.r.Release() // nothing yet: wait for the poller, holding no buffer
-			return false
-		case err == syscall.EINTR:
-			return false
-		case err != nil:
-			w.err = err
-		case n == 0:
-			w.err = io.EOF
-		default:
+		for {
+			buf := w.r.Grab()
+			n, err := syscall.Read(int(fd), buf)
+			switch {
+			case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
+				w.r.Release() // nothing yet: wait for the poller, holding no buffer
+				return false
+			case err == syscall.EINTR:
+				return false
+			case err != nil:
+				w.err = err
+				return true
+			case n == 0:
+				w.err = io.EOF
+				return true
+			}
 			w.r.Commit(n)
 			w.err = nil
+			if w.inline == nil || !w.inline() {
+				return true
+			}
+			// Served inline and idle again. A read that did not fill
+			// the buffer drained the socket, and the poller, armed
+			// before it, reports whatever comes after: wait for that
+			// report instead of reading now and finding nothing.
+			if n < len(buf) {
+				return false
+			}
 		}
-		return true
 	}
 	w.readNow = func(fd uintptr) bool {
 		n, err := syscall.Read(int(fd), w.nb.p)
