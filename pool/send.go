@@ -1,10 +1,17 @@
 package pool
 
+import (
+	"time"
+
+	"github.com/sluice-proxy/sluice/internal/clock"
+)
+
 // Send writes req, a whole request, and then waits for the upstream to
 // begin its answer: when Send returns, a read of the connection finds the
 // first bytes of the response (or the close, reset or expired read
 // deadline that ended the wait). The connection's read deadline bounds the
-// wait, its write deadline any part of the write that has to wait. Send
+// wait; writeTimeout (0: none) bounds a write that has to wait for room,
+// which only a request larger than the socket's free buffer does. Send
 // returns how much of req was written and the write's error.
 //
 // Send does the work of Write followed by the first Read with one system
@@ -13,16 +20,18 @@ package pool
 // one, is skipped. It waits for the poller's report instead, which is safe
 // because the report is armed before the request leaves: no answer can
 // come in between unseen.
-func (c *Conn) Send(req []byte) (int, error) {
+func (c *Conn) Send(req []byte, writeTimeout time.Duration) (int, error) {
 	n, tried, err := c.sys.send(req)
-	if !tried {
-		return c.Conn.Write(req)
+	if tried && (err != nil || n == len(req)) {
+		return n, err
 	}
-	if err == nil && n < len(req) {
-		// The socket took part of it: the rest waits for room.
-		var m int
-		m, err = c.Conn.Write(req[n:])
-		n += m
+	// The socket took part of it, or cannot be written to directly: the
+	// rest waits for room.
+	var deadline time.Time
+	if writeTimeout > 0 {
+		deadline = clock.Now().Add(writeTimeout)
 	}
-	return n, err
+	c.SetWriteDeadline(deadline)
+	m, err := c.Conn.Write(req[n:])
+	return n + m, err
 }

@@ -110,7 +110,7 @@ func TestSend(t *testing.T) {
 			if tc.deadline > 0 {
 				pc.SetReadDeadline(time.Now().Add(tc.deadline))
 			}
-			n, err := pc.Send(req)
+			n, err := pc.Send(req, 0)
 			if n != len(req) || err != nil {
 				t.Fatalf("Send = %d, %v; want %d, nil", n, err, len(req))
 			}
@@ -142,12 +142,25 @@ func TestSendMoreThanTheSocketTakes(t *testing.T) {
 		done <- n
 	}()
 	pc := NewConn(c, "k", nil, time.Now())
-	pc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	if n, err := pc.Send(req); n != len(req) || err != nil {
+	if n, err := pc.Send(req, 10*time.Second); n != len(req) || err != nil {
 		t.Fatalf("Send = %d, %v; want %d, nil", n, err, len(req))
 	}
 	if n := <-done; n != int64(len(req)) {
 		t.Fatalf("upstream read %d bytes, want %d", n, len(req))
+	}
+}
+
+// TestSendWriteTimeout: the write timeout bounds the part of a request
+// that waits for room, against an upstream that reads nothing.
+func TestSendWriteTimeout(t *testing.T) {
+	ln := listen(t)
+	c, _ := pair(t, ln)
+	pc := NewConn(c, "k", nil, time.Now())
+	pc.SetWriteDeadline(time.Now().Add(time.Hour)) // left from an earlier use
+	req := make([]byte, 32<<20)
+	n, err := pc.Send(req, 100*time.Millisecond)
+	if !errors.Is(err, os.ErrDeadlineExceeded) || n == 0 || n == len(req) {
+		t.Fatalf("Send = %d, %v; want part of %d and the deadline", n, err, len(req))
 	}
 }
 
@@ -162,7 +175,7 @@ func TestSendWriteError(t *testing.T) {
 		time.Sleep(time.Millisecond) // wait for the reset to arrive
 	}
 	pc := NewConn(c, "k", nil, time.Now())
-	_, err := pc.Send([]byte("GET / HTTP/1.1\r\n\r\n"))
+	_, err := pc.Send([]byte("GET / HTTP/1.1\r\n\r\n"), 0)
 	if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
 		t.Fatalf("Send error = %v; want a reset or broken pipe", err)
 	}
@@ -178,7 +191,7 @@ func TestSendWithoutSocket(t *testing.T) {
 	defer b.Close()
 	go io.Copy(io.Discard, b)
 	pc := NewConn(a, "k", nil, time.Now())
-	if n, err := pc.Send([]byte("hello")); n != 5 || err != nil {
+	if n, err := pc.Send([]byte("hello"), time.Second); n != 5 || err != nil {
 		t.Fatalf("Send = %d, %v", n, err)
 	}
 }

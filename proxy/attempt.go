@@ -35,15 +35,15 @@ func (s *Session) try(peer *Peer, a *Attempt) bool {
 	wbuf = append(wbuf, s.body.replay...)
 	s.c.wbuf = wbuf[:0]
 	now := clock.Now()
-	up.SetWriteDeadline(now.Add(opts.writeTimeout()))
 	var n int
 	var err error
 	if syncBody {
 		// The whole request goes in this write; Send then waits for the
 		// answer within the response-header timeout.
 		up.SetReadDeadline(now.Add(opts.responseHeaderTimeout()))
-		n, err = up.Send(wbuf)
+		n, err = up.Send(wbuf, opts.writeTimeout())
 	} else {
+		up.SetWriteDeadline(now.Add(opts.writeTimeout()))
 		n, err = up.Write(wbuf)
 	}
 	a.Wrote += int64(n)
