@@ -191,11 +191,11 @@ func (c *conn) beginIdle() bool {
 
 // serveInline is called from inside the wait for the next request
 // (readiness.fillIdle) each time bytes have come. It serves every request
-// in the buffer that needs nothing more from the client (its whole head
-// is there and it has no body and asks for no upgrade) and reports whether
-// the connection is idle again: the wait then goes on, and after a read
-// that drained the socket it needs no read that would find nothing. When
-// it stops, c.left tells awaitRequest what is left to do.
+// in the buffer that needs nothing more from the client (see
+// Session.arrivedWhole) and reports whether the connection is idle again:
+// the wait then goes on, and after a read that drained the socket it needs
+// no read that would find nothing. When it stops, c.left tells
+// awaitRequest what is left to do.
 //
 // Inside the wait the connection's read lock is held: nothing served
 // inline may read from the client through nc.
@@ -205,8 +205,8 @@ func (c *conn) serveInline() bool {
 		if c.left = c.takeRequest(); c.left != serveIt {
 			return false
 		}
-		if !c.s.bodiless() {
-			return false // for the serve loop, which can read the body
+		if !c.s.arrivedWhole() {
+			return false // for the serve loop, which can read the rest
 		}
 		if !c.s.serve() || c.srv.Draining() {
 			c.left = closeIt

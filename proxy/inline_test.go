@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,10 +14,10 @@ func echoBody(c *upstreamtest.Conn, r *upstreamtest.Request) {
 	c.Respond(200, r.Method+" "+r.Target+" "+string(r.RawBody))
 }
 
-// TestRequestsOfEveryKindOnOneConnection: bodiless requests are served
-// from inside the wait for the next request (serveInline), the rest by the
-// serve loop; one keep-alive connection alternates between them, one
-// request at a time and pipelined, and each is answered in order.
+// TestRequestsOfEveryKindOnOneConnection: requests that arrived whole are
+// served from inside the wait for the next request (serveInline), the rest
+// by the serve loop; one keep-alive connection alternates between them,
+// one request at a time and pipelined, and each is answered in order.
 func TestRequestsOfEveryKindOnOneConnection(t *testing.T) {
 	up := upstreamtest.Start(t, echoBody)
 	hs := start(t, peers(testOptions(), up.Addr()))
@@ -44,6 +45,40 @@ func TestRequestsOfEveryKindOnOneConnection(t *testing.T) {
 			if resp.StatusCode != 200 || body != s.want {
 				t.Fatalf("after %q: got %d %q, want 200 %q", s.req, resp.StatusCode, body, s.want)
 			}
+		}
+	}
+}
+
+// TestBodiesInPiecesAfterInlineRequests: requests whose body is not all
+// there with the head (it follows later, or it is larger than preread
+// takes) are left to the serve loop, between requests served inline.
+func TestBodiesInPiecesAfterInlineRequests(t *testing.T) {
+	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+		c.Respond(200, fmt.Sprintf("%s %s %d", r.Method, r.Target, len(r.RawBody)))
+	})
+	hs := start(t, peers(testOptions(), up.Addr()))
+	c := hs.dial(t)
+	big := strings.Repeat("b", prereadMax+1)
+	steps := []struct {
+		parts []string
+		want  string
+	}{
+		{[]string{"GET /1 HTTP/1.1\r\nHost: a\r\n\r\n"}, "GET /1 0"},
+		{[]string{"POST /late HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhe", "llo"}, "POST /late 5"},
+		{[]string{"POST /whole HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello"}, "POST /whole 5"},
+		{[]string{fmt.Sprintf("POST /big HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n%s", len(big), big)}, fmt.Sprintf("POST /big %d", len(big))},
+		{[]string{"GET /2 HTTP/1.1\r\nHost: a\r\n\r\n"}, "GET /2 0"},
+	}
+	for _, st := range steps {
+		for i, p := range st.parts {
+			if i > 0 {
+				time.Sleep(20 * time.Millisecond)
+			}
+			c.send(p)
+		}
+		method, _, _ := strings.Cut(st.parts[0], " ")
+		if resp, body := c.response(method); resp.StatusCode != 200 || body != st.want {
+			t.Fatalf("got %d %q, want 200 %q", resp.StatusCode, body, st.want)
 		}
 	}
 }

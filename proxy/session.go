@@ -156,13 +156,18 @@ func (s *Session) serve() bool {
 	return s.keepAlive && !s.Aborted && !s.Upgraded && s.body.complete()
 }
 
-// bodiless reports whether the request needs nothing more from the client
-// than its head: it has no body and asks for no protocol upgrade. A request
-// whose framing is invalid is not bodiless; serve answers it.
-func (s *Session) bodiless() bool {
+// arrivedWhole reports whether the request needs nothing more from the
+// client than what is already read: no body, or a Content-Length body
+// small enough for preread that is all in the buffer, and no protocol
+// upgrade. A request whose framing is invalid has not; serve answers it.
+func (s *Session) arrivedWhole() bool {
 	s.framing, s.frameErr = h1.ValidateRequest(&s.Request)
 	s.framed = true
-	return s.frameErr == nil && s.framing.Empty() && !s.Request.Header.Has("Upgrade")
+	f := s.framing
+	if s.frameErr != nil || s.Request.Header.Has("Upgrade") {
+		return false
+	}
+	return f.Empty() || (f.Kind == h1.Length && f.Length <= prereadMax && f.Length <= int64(s.c.r.Buffered()))
 }
 
 // normalizeTarget turns an absolute-form target into origin-form with the
