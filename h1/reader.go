@@ -103,6 +103,10 @@ func (b *Reader) Fill() error {
 
 var errBufferFull = errorf(500, "h1: reader buffer full")
 
+// Full reports whether the last read filled the buffer: the connection
+// may hold more bytes already.
+func (b *Reader) Full() bool { return b.bp != nil && b.w == len(b.buf) }
+
 // Grow makes the buffer at least n bytes, for reading a large body in
 // fewer, larger reads; the larger buffer goes back to the pool on Release.
 func (b *Reader) Grow(n int) {

@@ -13,3 +13,6 @@ func (s *sysConn) alive() bool   { return true }
 
 // send leaves the whole of req to Write.
 func (s *sysConn) send(req []byte) (int, bool, error) { return 0, false, nil }
+
+// readNow cannot read without waiting here.
+func (s *sysConn) readNow([]byte) (int, error) { return 0, ErrNothingYet }

@@ -3,6 +3,7 @@
 package pool
 
 import (
+	"io"
 	"net"
 	"os"
 	"syscall"
@@ -25,6 +26,12 @@ type sysConn struct {
 	werr          error
 	sent          bool
 	write         func(fd uintptr) bool
+
+	// readNow's state
+	in    []byte
+	got   int
+	rerr  error
+	read1 func(fd uintptr) bool
 }
 
 func (s *sysConn) init(c net.Conn) {
@@ -66,6 +73,33 @@ func (s *sysConn) init(c net.Conn) {
 			return s.wrote < len(s.out) || s.werr != nil
 		}
 	}
+	s.read1 = func(fd uintptr) bool {
+		n, err := syscall.Read(int(fd), s.in)
+		switch {
+		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK || err == syscall.EINTR:
+			s.got, s.rerr = 0, ErrNothingYet
+		case err != nil:
+			s.got, s.rerr = 0, &net.OpError{Op: "read", Net: "tcp", Source: s.local, Addr: s.remote, Err: os.NewSyscallError("read", err)}
+		case n == 0:
+			s.got, s.rerr = 0, io.EOF
+		default:
+			s.got, s.rerr = n, nil
+		}
+		return true
+	}
+}
+
+// readNow makes one read(2) into p and does not wait. When the poller
+// refuses the read (an expired deadline, a closed connection), it reports
+// nothing yet: an ordinary read reports that.
+func (s *sysConn) readNow(p []byte) (int, error) {
+	if s.rc == nil {
+		return 0, ErrNothingYet
+	}
+	s.in, s.got, s.rerr = p, 0, ErrNothingYet
+	s.rc.Read(s.read1)
+	s.in = nil
+	return s.got, s.rerr
 }
 
 // alive reports whether an idle connection can still carry a request: its

@@ -1,6 +1,8 @@
 package pool
 
 import (
+	"errors"
+	"io"
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/clock"
@@ -35,3 +37,17 @@ func (c *Conn) Send(req []byte, writeTimeout time.Duration) (int, error) {
 	m, err := c.Conn.Write(req[n:])
 	return n + m, err
 }
+
+// ErrNothingYet is what a Now reader returns when the socket holds no bytes.
+var ErrNothingYet = errors.New("pool: nothing to read yet")
+
+// Now returns a reader of what the socket holds now: each Read makes one
+// read(2) and never waits. ErrNothingYet stands for EAGAIN, and for a
+// read the poller refuses (expired deadline, closed connection), which an
+// ordinary Read then reports; a reset or an end of stream comes back as
+// Read's would. On a connection that is not a socket it reads nothing.
+func (c *Conn) Now() io.Reader { return nowReader{c} }
+
+type nowReader struct{ c *Conn }
+
+func (r nowReader) Read(p []byte) (int, error) { return r.c.sys.readNow(p) }

@@ -195,3 +195,34 @@ func TestSendWithoutSocket(t *testing.T) {
 		t.Fatalf("Send = %d, %v", n, err)
 	}
 }
+
+// TestNow: a Now reader takes what the socket holds and never waits.
+func TestNow(t *testing.T) {
+	ln := listen(t)
+	c, s := pair(t, ln)
+	pc := NewConn(c, "k", nil, time.Now())
+	buf := make([]byte, 64)
+	if n, err := pc.Now().Read(buf); n != 0 || err != ErrNothingYet {
+		t.Fatalf("empty socket: %d, %v; want 0, ErrNothingYet", n, err)
+	}
+	s.Write([]byte("hello"))
+	for !readable(t, c) {
+		time.Sleep(time.Millisecond)
+	}
+	if n, err := pc.Now().Read(buf); string(buf[:n]) != "hello" || err != nil {
+		t.Fatalf("got %q, %v", buf[:n], err)
+	}
+	pc.SetReadDeadline(time.Now().Add(-time.Second))
+	if _, err := pc.Now().Read(buf); err != ErrNothingYet {
+		t.Fatalf("expired deadline: %v; want ErrNothingYet", err)
+	}
+	pc.SetReadDeadline(time.Time{})
+	s.(*net.TCPConn).SetLinger(0)
+	s.Close()
+	for !readable(t, c) {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := pc.Now().Read(buf); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("after a reset: %v; want ECONNRESET", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/h1"
+	"github.com/sluice-proxy/sluice/pool"
 )
 
 // relay sends the response whose head is in s.resp to the client and
@@ -54,6 +55,7 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 
 	var body h1.Body
 	up.Reader.SetReadTimeout(peer.Options.readTimeout())
+	full := up.Reader.Full()
 	switch {
 	case frame.Kind == h1.UntilClose || frame.Kind == h1.Chunked:
 		up.Reader.Grow(largeBuffer)
@@ -63,6 +65,18 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 		up.Reader.Grow(int(min(largeBuffer, frame.Length+int64(up.Reader.Buffered()))))
 	}
 	body.Init(&up.Reader, frame, decode, maxResponseHead)
+	var early error // how that read found the connection, if broken
+	if rest := frame.Length - int64(up.Reader.Buffered()); full && frame.Kind == h1.Length && rest > 0 && rest <= maxCopiedTail {
+		// The read of the head filled the buffer, so the rest of a body
+		// that came whole is likely in the socket already: take what is
+		// there, without waiting, and head and body leave in one write
+		// instead of two. (An end of stream is left for the next read,
+		// which sees it again; a reset is not, and is kept.)
+		_, err := up.Reader.FillWith(up.Now(), int(frame.Length))
+		if err != nil && err != pool.ErrNothingYet && err != io.EOF {
+			early = err
+		}
+	}
 
 	// The head and whatever of the body is already buffered go out in one
 	// write; a body still on its way is not waited for, so streamed
@@ -78,6 +92,10 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 		}
 	}
 	s.c.wbuf = wbuf[:0]
+	if early != nil && !body.Done() {
+		s.failBody(peer, a, wbuf, early)
+		return
+	}
 	s.Status = resp.Status
 	if body.Done() {
 		// The whole response is in wbuf: the upstream connection goes

@@ -1,0 +1,67 @@
+package proxy
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+)
+
+// TestBodyAfterFullHeadRead: the read of a response head that fills the
+// buffer is followed by a read that does not wait, for the rest of a body
+// that came whole. A body whose rest comes later, or that comes whole, or
+// that is cut by a reset, must reach the client as with ordinary reads.
+func TestBodyAfterFullHeadRead(t *testing.T) {
+	body := strings.Repeat("0123456789abcdef", 750) // 12000 bytes
+	head := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", len(body))
+	cases := []struct {
+		name string
+		send func(c *upstreamtest.Conn)
+		want int // status the client gets; 0: the connection is cut
+	}{
+		{"whole", func(c *upstreamtest.Conn) { c.WriteString(head + body) }, 200},
+		{"rest later", func(c *upstreamtest.Conn) {
+			c.WriteString(head + body[:5000])
+			time.Sleep(50 * time.Millisecond)
+			c.WriteString(body[5000:])
+		}, 200},
+		{"reset after part", func(c *upstreamtest.Conn) {
+			c.WriteString(head + body[:5000])
+			c.Reset()
+		}, 0},
+		{"reset after the first read's worth", func(c *upstreamtest.Conn) {
+			// Exactly what fills sluice's first read (4 KiB): the read
+			// that does not wait then finds the reset, not data.
+			c.WriteString(head + body[:4096-len(head)])
+			c.Reset()
+		}, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) { tc.send(c) })
+			hs := start(t, peers(testOptions(), up.Addr()))
+			c := hs.dial(t)
+			c.send("GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+			if tc.want == 0 {
+				if resp, err := readHTTP(c); err == nil {
+					buf := make([]byte, len(body))
+					n, _ := resp.Body.Read(buf)
+					for m := n; m > 0 && n < len(body); n += m {
+						m, _ = resp.Body.Read(buf[n:])
+					}
+					if n == len(body) {
+						t.Fatal("the whole body arrived from an upstream that reset the connection")
+					}
+				}
+				waitFor(t, "the reset in the error log", func() bool { return strings.Contains(hs.errors.String(), "connection_reset") })
+				return
+			}
+			resp, got := c.response("GET")
+			if resp.StatusCode != tc.want || got != body {
+				t.Fatalf("got %d and %d bytes, want %d and %d", resp.StatusCode, len(got), tc.want, len(body))
+			}
+		})
+	}
+}
