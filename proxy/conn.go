@@ -192,7 +192,8 @@ func (c *conn) beginIdle() bool {
 // serveInline is called from inside the wait for the next request
 // (readiness.fillIdle) each time bytes have come. It serves every request
 // in the buffer that needs nothing more from the client (see
-// Session.arrivedWhole) and reports whether the connection is idle again:
+// Session.bodyToCome; a small body's rest is read without waiting when the
+// socket may hold it) and reports whether the connection is idle again:
 // the wait then goes on, and after a read that drained the socket it needs
 // no read that would find nothing. When it stops, c.left tells
 // awaitRequest what is left to do.
@@ -205,7 +206,16 @@ func (c *conn) serveInline() bool {
 		if c.left = c.takeRequest(); c.left != serveIt {
 			return false
 		}
-		if !c.s.arrivedWhole() {
+		rest := c.s.bodyToCome()
+		if rest > 0 && !c.ready.drained {
+			// The head's read filled the buffer: the rest of a small
+			// body may be in the socket already. Room for a byte more
+			// than the body, so that a read that takes all there is
+			// shows the socket drained.
+			c.r.FillWith(c.ready.reader(), c.r.Buffered()+int(rest)+1)
+			rest = c.s.bodyToCome()
+		}
+		if rest != 0 {
 			return false // for the serve loop, which can read the rest
 		}
 		if !c.s.serve() || c.srv.Draining() {

@@ -59,6 +59,9 @@ func TestBodiesInPiecesAfterInlineRequests(t *testing.T) {
 	hs := start(t, peers(testOptions(), up.Addr()))
 	c := hs.dial(t)
 	big := strings.Repeat("b", prereadMax+1)
+	six := strings.Repeat("s", 6000) // with its head, more than the first read's 4 KiB
+	sixHead := "POST /six HTTP/1.1\r\nHost: a\r\nContent-Length: 6000\r\n\r\n"
+	firstRead := 4096 - len(sixHead) // what of the body fills the first read
 	steps := []struct {
 		parts []string
 		want  string
@@ -67,6 +70,9 @@ func TestBodiesInPiecesAfterInlineRequests(t *testing.T) {
 		{[]string{"POST /late HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhe", "llo"}, "POST /late 5"},
 		{[]string{"POST /whole HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello"}, "POST /whole 5"},
 		{[]string{fmt.Sprintf("POST /big HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n%s", len(big), big)}, fmt.Sprintf("POST /big %d", len(big))},
+		{[]string{sixHead + six}, "POST /six 6000"},
+		{[]string{sixHead + six[:firstRead], six[firstRead:]}, "POST /six 6000"},
+		{[]string{sixHead + six[:firstRead+10], six[firstRead+10:]}, "POST /six 6000"},
 		{[]string{"GET /2 HTTP/1.1\r\nHost: a\r\n\r\n"}, "GET /2 0"},
 	}
 	for _, st := range steps {

@@ -156,18 +156,27 @@ func (s *Session) serve() bool {
 	return s.keepAlive && !s.Aborted && !s.Upgraded && s.body.complete()
 }
 
-// arrivedWhole reports whether the request needs nothing more from the
-// client than what is already read: no body, or a Content-Length body
-// small enough for preread that is all in the buffer, and no protocol
-// upgrade. A request whose framing is invalid has not; serve answers it.
-func (s *Session) arrivedWhole() bool {
-	s.framing, s.frameErr = h1.ValidateRequest(&s.Request)
-	s.framed = true
-	f := s.framing
-	if s.frameErr != nil || s.Request.Header.Has("Upgrade") {
-		return false
+// bodyToCome reports, for serveInline, how many bytes of the request's
+// body are still to be read when preread can take it in whole (a
+// Content-Length body of at most 64 KiB): 0 when the request has arrived
+// whole. It is -1 for a request that is served reading the client as it
+// goes: a chunked or larger body, an upgrade, or invalid framing (which
+// serve answers).
+func (s *Session) bodyToCome() int64 {
+	if !s.framed {
+		s.framing, s.frameErr = h1.ValidateRequest(&s.Request)
+		s.framed = true
 	}
-	return f.Empty() || (f.Kind == h1.Length && f.Length <= prereadMax && f.Length <= int64(s.c.r.Buffered()))
+	f := s.framing
+	switch {
+	case s.frameErr != nil || s.Request.Header.Has("Upgrade"):
+		return -1
+	case f.Empty():
+		return 0
+	case f.Kind == h1.Length && f.Length <= prereadMax:
+		return max(0, f.Length-int64(s.c.r.Buffered()))
+	}
+	return -1
 }
 
 // normalizeTarget turns an absolute-form target into origin-form with the

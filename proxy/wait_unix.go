@@ -34,6 +34,12 @@ type readiness struct {
 	r       *h1.Reader
 	err     error
 	nb      nonblock
+
+	// inside is set while fill runs inline: reads then go straight to
+	// the socket, which is read-locked by fill's RawConn.Read. drained
+	// records whether the last read left the socket empty.
+	inside  bool
+	drained bool
 }
 
 func (w *readiness) init(nc net.Conn, r *h1.Reader, inline func() bool) {
@@ -67,14 +73,21 @@ func (w *readiness) init(nc net.Conn, r *h1.Reader, inline func() bool) {
 			}
 			w.r.Commit(n)
 			w.err = nil
-			if w.inline == nil || !w.inline() {
+			w.drained = n < len(buf)
+			if w.inline == nil {
+				return true
+			}
+			w.inside = true
+			idle := w.inline()
+			w.inside = false
+			if !idle {
 				return true
 			}
 			// Served inline and idle again. A read that did not fill
 			// the buffer drained the socket, and the poller, armed
 			// before it, reports whatever comes after: wait for that
 			// report instead of reading now and finding nothing.
-			if n < len(buf) {
+			if w.drained {
 				return false
 			}
 		}
@@ -91,6 +104,7 @@ func (w *readiness) init(nc net.Conn, r *h1.Reader, inline func() bool) {
 		default:
 			w.nb.n, w.nb.err = n, nil
 		}
+		w.drained = w.nb.n < len(w.nb.p)
 		return true
 	}
 }
@@ -118,7 +132,9 @@ type nonblock struct {
 
 func (nb *nonblock) Read(p []byte) (int, error) {
 	nb.p = p
-	if err := nb.w.rc.Read(nb.w.readNow); err != nil {
+	if nb.w.inside {
+		nb.w.readNow(uintptr(nb.w.fd))
+	} else if err := nb.w.rc.Read(nb.w.readNow); err != nil {
 		return 0, err
 	}
 	return nb.n, nb.err
