@@ -15,8 +15,9 @@ var errWouldBlock = errors.New("would block")
 // readiness reads through the net package where the raw socket cannot be
 // read: an idle connection then holds its read buffer while it waits.
 type readiness struct {
-	r  *h1.Reader
-	fd int
+	r       *h1.Reader
+	fd      int
+	drained bool // unused: nothing is served inline here
 }
 
 func (w *readiness) init(_ net.Conn, r *h1.Reader, _ func() bool) { w.r, w.fd = r, -1 }
