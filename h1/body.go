@@ -53,6 +53,24 @@ func (b *Body) Init(r *Reader, f Framing, decode bool, maxTrailer int) {
 // segment holding its last byte has been returned.
 func (b *Body) Done() bool { return b.err == io.EOF }
 
+// Ready reports whether Next would return without reading: the bytes it
+// needs are buffered, or the body has ended. It may report false when Next
+// would not read (in decode mode it does not look past a chunk line), never
+// true when Next would.
+func (b *Body) Ready() bool {
+	if b.err != nil {
+		return true
+	}
+	buffered := b.r.buf[b.r.r:b.r.w]
+	switch {
+	case b.kind == Chunked && b.state == stData:
+		return len(buffered) > 0
+	case b.kind == Chunked:
+		return !b.decode && bytes.IndexByte(buffered, '\n') >= 0
+	}
+	return len(buffered) > 0
+}
+
 // Next returns the next segment of the body. The slice aliases the Reader's
 // buffer and is valid until the next call on b or on the Reader. At the end
 // of the body it returns io.EOF. A connection that closes before the framing

@@ -85,6 +85,9 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 	if up.Reader.Buffered() > 0 || body.Done() {
 		seg, err := body.Next()
 		wbuf = append(wbuf, seg...)
+		if err == nil {
+			wbuf, err = gather(wbuf, &body, &up.Reader)
+		}
 		if err != nil && err != io.EOF {
 			s.c.wbuf = wbuf[:0]
 			s.failBody(peer, a, wbuf, err)
@@ -116,7 +119,20 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 			s.failBody(peer, a, nil, err)
 			return
 		}
-		if body.Done() && len(seg) <= maxCopiedTail {
+		if !body.Done() && len(seg) < coalesceMax && body.Ready() {
+			// More is buffered behind a small segment (the next
+			// chunk's size line, say): one write for all of it.
+			out, err := gather(append(s.c.wbuf[:0], seg...), &body, &up.Reader)
+			s.c.wbuf = out[:0]
+			if err != nil && err != io.EOF {
+				s.failBody(peer, a, out, err)
+				return
+			}
+			seg = out // a copy: the upstream may go back before the write
+			if body.Done() {
+				s.releaseUpstream(a, upKeep)
+			}
+		} else if body.Done() && len(seg) <= maxCopiedTail {
 			// As above; seg aliases the upstream's buffer, which goes
 			// back with the connection, so a small tail is copied.
 			tail := append(s.c.wbuf[:0], seg...)
@@ -146,6 +162,24 @@ const (
 // maxCopiedTail bounds the last body segment copied so that the upstream
 // connection can be released before the client write.
 const maxCopiedTail = 16 << 10
+
+// coalesceMax bounds the bytes gather copies into one write.
+const coalesceMax = 16 << 10
+
+// gather appends to out the body segments already buffered in r (Next
+// reads nothing for them), while out stays within coalesceMax: a chunked
+// body's size lines, data and CRLFs, which Next returns one by one, then
+// leave in one write, and a body still on its way is not waited for.
+func gather(out []byte, body *h1.Body, r *h1.Reader) ([]byte, error) {
+	for !body.Done() && body.Ready() && len(out)+r.Buffered() <= coalesceMax {
+		seg, err := body.Next()
+		out = append(out, seg...)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
 
 // releaseUpstream ends the try after a complete response: the request body
 // pump is stopped and the connection goes back to the pool when both sides

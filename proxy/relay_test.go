@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -63,5 +64,53 @@ func TestBodyAfterFullHeadRead(t *testing.T) {
 				t.Fatalf("got %d and %d bytes, want %d and %d", resp.StatusCode, len(got), tc.want, len(body))
 			}
 		})
+	}
+}
+
+// TestChunksGatheredNotHeld: chunks that arrive together reach the client
+// byte for byte (in one write), and a chunk that arrives alone reaches it
+// before the upstream sends the next: gathering never waits for more.
+func TestChunksGatheredNotHeld(t *testing.T) {
+	var many strings.Builder
+	for i := 1; i <= 50; i++ {
+		fmt.Fprintf(&many, "%x;n=%d\r\n%s\r\n", i, i, strings.Repeat("x", i))
+	}
+	many.WriteString("0\r\nX-Trailer: t\r\n\r\n")
+	got := make(chan struct{})
+	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+		c.WriteString("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+		if r.Target == "/many" {
+			c.WriteString(many.String())
+			return
+		}
+		c.WriteString("5\r\nfirst\r\n")
+		select {
+		case <-got: // the client has the first chunk
+		case <-time.After(5 * time.Second):
+		}
+		c.WriteString("6\r\nsecond\r\n0\r\n\r\n")
+	})
+	hs := start(t, peers(testOptions(), up.Addr()))
+	c := hs.dial(t)
+
+	c.send("GET /many HTTP/1.1\r\nHost: a\r\n\r\n")
+	readRawHead(t, c)
+	body := make([]byte, many.Len())
+	if _, err := io.ReadFull(c.br, body); err != nil || string(body) != many.String() {
+		t.Fatalf("body %q, %v; want %q", body, err, many.String())
+	}
+
+	c.send("GET /one-by-one HTTP/1.1\r\nHost: a\r\n\r\n")
+	readRawHead(t, c)
+	first := make([]byte, len("5\r\nfirst\r\n"))
+	c.nc.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if _, err := io.ReadFull(c.br, first); err != nil || string(first) != "5\r\nfirst\r\n" {
+		t.Fatalf("first chunk %q, %v: held back while the upstream waited", first, err)
+	}
+	close(got)
+	rest := make([]byte, len("6\r\nsecond\r\n0\r\n\r\n"))
+	c.nc.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if _, err := io.ReadFull(c.br, rest); err != nil || string(rest) != "6\r\nsecond\r\n0\r\n\r\n" {
+		t.Fatalf("rest %q, %v", rest, err)
 	}
 }
