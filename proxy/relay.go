@@ -66,7 +66,7 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 	}
 	body.Init(&up.Reader, frame, decode, maxResponseHead)
 	var early error // how that read found the connection, if broken
-	if rest := frame.Length - int64(up.Reader.Buffered()); full && frame.Kind == h1.Length && rest > 0 && rest <= maxCopiedTail {
+	if rest := frame.Length - int64(up.Reader.Buffered()); full && frame.Kind == h1.Length && rest > 0 && rest <= maxCopied {
 		// The read of the head filled the buffer, so the rest of a body
 		// that came whole is likely in the socket already: take what is
 		// there, without waiting, and head and body leave in one write
@@ -119,26 +119,21 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 			s.failBody(peer, a, nil, err)
 			return
 		}
-		if !body.Done() && len(seg) < coalesceMax && body.Ready() {
-			// More is buffered behind a small segment (the next
-			// chunk's size line, say): one write for all of it.
+		if len(seg) <= maxCopied && (body.Done() || body.Ready()) {
+			// A small segment is copied, with what is buffered behind it
+			// (the next chunk's size line, say), into one write; the
+			// copy lets the upstream connection go back before the
+			// write when the body has ended.
 			out, err := gather(append(s.c.wbuf[:0], seg...), &body, &up.Reader)
 			s.c.wbuf = out[:0]
 			if err != nil && err != io.EOF {
 				s.failBody(peer, a, out, err)
 				return
 			}
-			seg = out // a copy: the upstream may go back before the write
+			seg = out
 			if body.Done() {
 				s.releaseUpstream(a, upKeep)
 			}
-		} else if body.Done() && len(seg) <= maxCopiedTail {
-			// As above; seg aliases the upstream's buffer, which goes
-			// back with the connection, so a small tail is copied.
-			tail := append(s.c.wbuf[:0], seg...)
-			s.c.wbuf = tail[:0]
-			s.releaseUpstream(a, upKeep)
-			seg = tail
 		}
 		if len(seg) > 0 {
 			if werr := s.c.write(seg); werr != nil {
@@ -159,19 +154,18 @@ const (
 	largeBuffer = 64 << 10
 )
 
-// maxCopiedTail bounds the last body segment copied so that the upstream
-// connection can be released before the client write.
-const maxCopiedTail = 16 << 10
-
-// coalesceMax bounds the bytes gather copies into one write.
-const coalesceMax = 16 << 10
+// maxCopied bounds the body bytes copied into one write (rather than
+// written from the upstream connection's buffer): a small last segment, so
+// that the connection goes back before the client write, and the pieces
+// gather collects.
+const maxCopied = 16 << 10
 
 // gather appends to out the body segments already buffered in r (Next
-// reads nothing for them), while out stays within coalesceMax: a chunked
+// reads nothing for them), while out stays within maxCopied: a chunked
 // body's size lines, data and CRLFs, which Next returns one by one, then
 // leave in one write, and a body still on its way is not waited for.
 func gather(out []byte, body *h1.Body, r *h1.Reader) ([]byte, error) {
-	for !body.Done() && body.Ready() && len(out)+r.Buffered() <= coalesceMax {
+	for !body.Done() && body.Ready() && len(out)+r.Buffered() <= maxCopied {
 		seg, err := body.Next()
 		out = append(out, seg...)
 		if err != nil {
