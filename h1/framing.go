@@ -183,7 +183,7 @@ func contentLength(h *Header) (n int64, present bool, err error) {
 			} else {
 				item = trimOWS(v)
 			}
-			m, ok := parseDecimal(item)
+			m, ok := ParseDecimal(item)
 			if !ok {
 				return 0, true, errorf(400, "malformed Content-Length")
 			}
@@ -202,9 +202,10 @@ func contentLength(h *Header) (n int64, present bool, err error) {
 	return n, true, nil
 }
 
-// parseDecimal parses 1*DIGIT into a non-negative int64, refusing signs,
-// spaces, and values of more than 18 digits (over an exabyte).
-func parseDecimal(b []byte) (int64, bool) {
+// ParseDecimal parses 1*DIGIT (RFC 9110's form for Content-Length and
+// other counts) into a non-negative int64, refusing signs, spaces, and
+// values of more than 18 digits (over an exabyte).
+func ParseDecimal(b []byte) (int64, bool) {
 	if len(b) == 0 || len(b) > 18 {
 		return 0, false
 	}

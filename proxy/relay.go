@@ -337,8 +337,8 @@ func parseKeepAlive(v []byte) (idle time.Duration, remaining int) {
 		if !ok {
 			continue
 		}
-		n, ok := smallNumber(bytes.Trim(bytes.TrimSpace(val), `"`))
-		if !ok {
+		n, ok := h1.ParseDecimal(bytes.Trim(bytes.TrimSpace(val), `"`))
+		if !ok || n > maxKeepAliveNumber {
 			continue
 		}
 		switch {
@@ -350,23 +350,13 @@ func parseKeepAlive(v []byte) (idle time.Duration, remaining int) {
 			}
 			idle = t - margin
 		case h1.EqualFold(bytes.TrimSpace(name), "max"):
-			remaining = n
+			remaining = int(n)
 		}
 	}
 	return idle, remaining
 }
 
-// smallNumber parses 1 to 9 decimal digits.
-func smallNumber(b []byte) (int, bool) {
-	if len(b) == 0 || len(b) > 9 {
-		return 0, false
-	}
-	n := 0
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n, true
-}
+// maxKeepAliveNumber bounds the numbers taken from Keep-Alive: a timeout
+// of more seconds would overflow a time.Duration, and such limits mean
+// none.
+const maxKeepAliveNumber = 999_999_999
