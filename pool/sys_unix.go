@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"syscall"
+
+	"github.com/sluice-proxy/sluice/internal/sock"
 )
 
 // sysConn holds what the liveness check, the watcher and Send need of the
@@ -35,17 +37,12 @@ type sysConn struct {
 }
 
 func (s *sysConn) init(c net.Conn) {
-	s.fd = -1
-	sc, ok := c.(syscall.Conn)
+	rc, fd, ok := sock.Raw(c)
+	s.fd = fd
 	if !ok {
 		return
 	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return
-	}
 	s.rc, s.local, s.remote = rc, c.LocalAddr(), c.RemoteAddr()
-	rc.Control(func(fd uintptr) { s.fd = int(fd) })
 	s.peek = func(fd uintptr) {
 		_, _, err := syscall.Recvfrom(int(fd), s.buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		// EAGAIN: nothing to read, the connection is fine. EOF (n == 0),

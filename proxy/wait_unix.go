@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/sluice-proxy/sluice/h1"
+	"github.com/sluice-proxy/sluice/internal/sock"
 )
 
 var errWouldBlock = errors.New("would block")
@@ -43,17 +44,12 @@ type readiness struct {
 }
 
 func (w *readiness) init(nc net.Conn, r *h1.Reader, inline func() bool) {
-	w.fd = -1
-	sc, ok := nc.(syscall.Conn)
+	rc, fd, ok := sock.Raw(nc)
+	w.fd = fd
 	if !ok {
 		return
 	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return
-	}
 	w.rc, w.r, w.nb.w, w.inline = rc, r, w, inline
-	rc.Control(func(fd uintptr) { w.fd = int(fd) })
 	w.fill = func(fd uintptr) bool {
 		for {
 			buf := w.r.Grab()

@@ -1,0 +1,29 @@
+// Package sock finds the socket under a connection, for the reads and
+// checks the net package does not offer (a peek, a read that never waits,
+// a write followed by a wait without a read).
+package sock
+
+import (
+	"net"
+	"syscall"
+)
+
+// Raw returns c's RawConn and file descriptor, found once so that the
+// per-request operations on it allocate nothing; ok is false when c is not
+// a socket (a net.Pipe in tests, say). The descriptor is valid until c is
+// closed.
+func Raw(c net.Conn) (rc syscall.RawConn, fd int, ok bool) {
+	sc, isSock := c.(syscall.Conn)
+	if !isSock {
+		return nil, -1, false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil, -1, false
+	}
+	fd = -1
+	if err := rc.Control(func(s uintptr) { fd = int(s) }); err != nil {
+		return nil, -1, false
+	}
+	return rc, fd, true
+}
