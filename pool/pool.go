@@ -14,9 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluice-proxy/sluice/internal/clock"
-
 	"github.com/sluice-proxy/sluice/h1"
+	"github.com/sluice-proxy/sluice/internal/clock"
 )
 
 // Limits govern the connections of one upstream. A Limits value is shared by
@@ -122,7 +121,8 @@ type Pool struct {
 }
 
 // New returns a pool holding at most maxTotal idle connections in all. now
-// is the clock (nil = the monotonic clock of internal/clock). It starts one goroutine, stopped by Close.
+// is the clock (nil = the monotonic clock of internal/clock). It starts one
+// goroutine, stopped by Close.
 func New(maxTotal int, now func() time.Time) *Pool {
 	if now == nil {
 		now = clock.Now

@@ -107,10 +107,7 @@ func (s *Session) Server() *Server { return s.srv }
 func (s *Session) serve() bool {
 	s.Start = clock.Now()
 	req := &s.Request
-	if !s.framed {
-		s.framing, s.frameErr = h1.ValidateRequest(req)
-	}
-	f, err := s.framing, s.frameErr
+	f, err := s.validate()
 	if err != nil {
 		s.answerBadRequest(err)
 		return false
@@ -156,6 +153,16 @@ func (s *Session) serve() bool {
 	return s.keepAlive && !s.Aborted && !s.Upgraded && s.body.complete()
 }
 
+// validate checks the request head's framing once per request: serve and
+// serveInline (through bodyToCome) both need it.
+func (s *Session) validate() (h1.Framing, error) {
+	if !s.framed {
+		s.framing, s.frameErr = h1.ValidateRequest(&s.Request)
+		s.framed = true
+	}
+	return s.framing, s.frameErr
+}
+
 // bodyToCome reports, for serveInline, how many bytes of the request's
 // body are still to be read when preread can take it in whole (a
 // Content-Length body of at most 64 KiB): 0 when the request has arrived
@@ -163,13 +170,9 @@ func (s *Session) serve() bool {
 // goes: a chunked or larger body, an upgrade, or invalid framing (which
 // serve answers).
 func (s *Session) bodyToCome() int64 {
-	if !s.framed {
-		s.framing, s.frameErr = h1.ValidateRequest(&s.Request)
-		s.framed = true
-	}
-	f := s.framing
+	f, err := s.validate()
 	switch {
-	case s.frameErr != nil || s.Request.Header.Has("Upgrade"):
+	case err != nil || s.Request.Header.Has("Upgrade"):
 		return -1
 	case f.Empty():
 		return 0
