@@ -110,3 +110,57 @@ func TestBusySince(t *testing.T) {
 		t.Errorf("cpu2 (absent) = %v, want -1", got)
 	}
 }
+
+func TestCheck(t *testing.T) {
+	atMost := goal{limit: 1.2}
+	atLeast := goal{limit: 1, atLeast: true}
+	tests := []struct {
+		name   string
+		g      goal
+		got    float64
+		missBy float64
+	}{
+		{"under an upper bound", atMost, 1.1, 0},
+		{"on an upper bound", atMost, 1.2, 0},
+		{"over an upper bound", atMost, 1.32, 0.1},
+		{"over a lower bound", atLeast, 1.25, 0},
+		{"under a lower bound", atLeast, 0.93, 0.07},
+	}
+	for _, tt := range tests {
+		if v := check(tt.g, tt.got); math.Abs(v.missBy-tt.missBy) > 1e-9 {
+			t.Errorf("%s: missBy = %v, want %v", tt.name, v.missBy, tt.missBy)
+		}
+	}
+	if v := check(atMost, math.NaN()); !math.IsNaN(v.missBy) {
+		t.Errorf("not measured: missBy = %v, want NaN", v.missBy)
+	}
+}
+
+func TestVerdicts(t *testing.T) {
+	// sluice takes 1.1 times nginx's CPU per small GET in each round and
+	// serves as many requests; only goals of scenarios that ran are checked.
+	at := func(round int, cpu float64) sample {
+		return sample{wrkResult: wrkResult{requests: 1000, duration: time.Second, p99: time.Millisecond}, cpu: cpu, round: round}
+	}
+	small, _ := scenarioByName("small")
+	loads := []loadRow{
+		{sc: small, name: "sluice", samples: []sample{at(0, 1.1), at(1, 2.2)}},
+		{sc: small, name: "nginx", samples: []sample{at(0, 1), at(1, 2)}},
+	}
+	idles := []idleRow{{name: "sluice", samples: []idleSample{{beforeKB: 1000, afterKB: 1000 + 3*10000, held: 10000}}}}
+	vs := verdicts(loads, idles)
+	want := map[string]float64{
+		"small GET: CPU per request ÷ nginx":   0.1,
+		"small GET: req/s ÷ nginx":             0,
+		"small GET: p99 ÷ nginx":               0,
+		"idle keep-alive connection: RSS each": 0,
+	}
+	if len(vs) != len(want) {
+		t.Fatalf("%d verdicts, want %d: %+v", len(vs), len(want), vs)
+	}
+	for _, v := range vs {
+		if m, ok := want[v.what]; !ok || math.Abs(v.missBy-m) > 1e-9 {
+			t.Errorf("%s: got %v, missBy %v; want missBy %v", v.what, v.got, v.missBy, m)
+		}
+	}
+}

@@ -225,6 +225,9 @@ func (b *bench) report(w io.Writer, e environment, loads []loadRow, idles []idle
 	if len(idles) > 0 {
 		b.idleTable(w, idles)
 	}
+	if vs := verdicts(loads, idles); len(vs) > 0 {
+		b.targetTable(w, vs)
+	}
 }
 
 func (b *bench) loadTable(w io.Writer, rows []loadRow) {

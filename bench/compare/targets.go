@@ -1,0 +1,118 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+)
+
+// goal is one of the performance targets sluice is held to (issue 6),
+// checked against the run that printed it, so that a miss is stated with
+// its size next to the numbers it comes from.
+type goal struct {
+	scenario string  // the scenario it is measured in
+	what     string  // the figure, as the table names it
+	limit    float64 // the bound
+	atLeast  bool    // the figure must be ≥ limit (else ≤ limit)
+	unit     string  // "ratio" (to nginx, paired by round) or "bytes"
+	measure  func(sluice, nginx loadRow) float64
+}
+
+var goals = []goal{
+	{scenario: "small", what: "small GET: CPU per request ÷ nginx", limit: 1, unit: "ratio",
+		measure: func(s, n loadRow) float64 { return pairedRatio(s.samples, n.samples, cpuPerRequest) }},
+	{scenario: "small", what: "small GET: req/s ÷ nginx", limit: 1, atLeast: true, unit: "ratio",
+		measure: func(s, n loadRow) float64 { return pairedRatio(s.samples, n.samples, reqPerSecond) }},
+	{scenario: "small", what: "small GET: p99 ÷ nginx", limit: 1, unit: "ratio",
+		measure: func(s, n loadRow) float64 { return pairedRatio(s.samples, n.samples, p99) }},
+	{scenario: "1m", what: "1 MiB GET: CPU per MiB ÷ nginx", limit: 1, unit: "ratio",
+		measure: func(s, n loadRow) float64 { return pairedRatio(s.samples, n.samples, cpuPerByte) }},
+	{scenario: "1m", what: "1 MiB GET: MB/s ÷ nginx", limit: 1, atLeast: true, unit: "ratio",
+		measure: func(s, n loadRow) float64 { return pairedRatio(s.samples, n.samples, bytesPerSecond) }},
+	{scenario: "close", what: "conn per request: CPU per request ÷ nginx", limit: 1.2, unit: "ratio",
+		measure: func(s, n loadRow) float64 { return pairedRatio(s.samples, n.samples, cpuPerRequest) }},
+	{scenario: "idle", what: "idle keep-alive connection: RSS each", limit: 4096, unit: "bytes"},
+}
+
+func p99(s sample) float64            { return float64(s.p99) }
+func bytesPerSecond(s sample) float64 { return rate(s.bytes, s.duration) }
+func cpuPerByte(s sample) float64     { return s.cpu / float64(max(s.bytes, 1)) }
+
+// verdict is a goal checked: the figure measured, and by how much it
+// misses the limit (0 when met; NaN when not measured).
+type verdict struct {
+	goal
+	got    float64
+	missBy float64 // a fraction of the limit
+}
+
+func check(g goal, got float64) verdict {
+	v := verdict{goal: g, got: got, missBy: math.NaN()}
+	switch {
+	case math.IsNaN(got):
+	case g.atLeast:
+		v.missBy = max(0, (g.limit-got)/g.limit)
+	default:
+		v.missBy = max(0, (got-g.limit)/g.limit)
+	}
+	return v
+}
+
+// verdicts checks every goal whose scenario ran with both sluice and
+// nginx (idle: with sluice).
+func verdicts(loads []loadRow, idles []idleRow) []verdict {
+	var out []verdict
+	for _, g := range goals {
+		if g.unit == "bytes" {
+			for _, r := range idles {
+				if r.name == "sluice" && len(r.samples) > 0 {
+					out = append(out, check(g, r.bytesPerConn()))
+				}
+			}
+			continue
+		}
+		var s, n *loadRow
+		for i := range loads {
+			switch r := &loads[i]; {
+			case r.sc.name != g.scenario:
+			case r.name == "sluice":
+				s = r
+			case r.name == "nginx":
+				n = r
+			}
+		}
+		if s != nil && n != nil {
+			out = append(out, check(g, g.measure(*s, *n)))
+		}
+	}
+	return out
+}
+
+func (b *bench) targetTable(w io.Writer, vs []verdict) {
+	fmt.Fprintf(w, "\n### Targets\n\n")
+	fmt.Fprintln(w, "| target | wanted | measured | |")
+	fmt.Fprintln(w, "|---|--:|--:|---|")
+	for _, v := range vs {
+		op := "≤"
+		if v.atLeast {
+			op = "≥"
+		}
+		want, got := fmt.Sprintf("%s %.2f", op, v.limit), fmtFloat(v.got, "%.2f")
+		if v.unit == "bytes" {
+			want, got = fmt.Sprintf("%s %s", op, fmtBytes(v.limit)), fmtBytes(v.got)
+			if math.IsNaN(v.got) {
+				got = "—"
+			}
+		}
+		res := "met"
+		switch {
+		case math.IsNaN(v.missBy):
+			res = "not measured"
+		case v.missBy > 0 && v.missBy < 0.01:
+			res = "missed by <1%"
+		case v.missBy > 0:
+			res = fmt.Sprintf("missed by %.0f%%", 100*v.missBy)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", v.what, want, got, res)
+	}
+}
