@@ -3,6 +3,8 @@ package pool
 import (
 	"syscall"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/epoll"
 )
 
 // watcher notices idle connections whose peer closed them (FIN or RST),
@@ -15,56 +17,48 @@ import (
 // use catches what was missed (a peer that closed while the connection was
 // in use, or sent an unasked byte).
 type watcher struct {
-	ep     int
-	wakeR  int // read end of a pipe that interrupts epoll_wait on Close
+	set    *epoll.Set // nil when epoll is unavailable
+	wakeR  int        // read end of a pipe that interrupts the wait on Close
 	wakeW  int
 	events [64]syscall.EpollEvent
 }
 
 func newWatcher() watcher {
-	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	set, err := epoll.New()
 	if err != nil {
-		return watcher{ep: -1}
+		return watcher{}
 	}
 	var fds [2]int
 	if err := syscall.Pipe2(fds[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
-		syscall.Close(ep)
-		return watcher{ep: -1}
+		set.Close()
+		return watcher{}
 	}
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN}
-	ev.Fd, ev.Pad = 0, 0 // id 0 is the wake pipe
-	syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, fds[0], &ev)
-	return watcher{ep: ep, wakeR: fds[0], wakeW: fds[1]}
+	set.Control(syscall.EPOLL_CTL_ADD, fds[0], syscall.EPOLLIN, 0) // id 0 is the wake pipe
+	return watcher{set: set, wakeR: fds[0], wakeW: fds[1]}
 }
 
 const watchEvents = syscall.EPOLLRDHUP | 1<<31 // EPOLLET, which package syscall defines as a negative int
 
 // add registers c; p.mu held.
 func (w *watcher) add(c *Conn) {
-	if w.ep < 0 {
+	if w.set == nil || c.sys.fd < 0 {
 		return
 	}
-	fd := c.sys.fd
-	if fd < 0 {
-		return
-	}
-	ev := syscall.EpollEvent{Events: watchEvents, Fd: int32(uint32(c.id)), Pad: int32(uint32(c.id >> 32))}
-	syscall.EpollCtl(w.ep, syscall.EPOLL_CTL_ADD, fd, &ev)
+	w.set.Control(syscall.EPOLL_CTL_ADD, c.sys.fd, watchEvents, c.id)
 }
 
-// wait blocks up to d and appends the ids of connections with events.
+// wait waits up to d and appends the ids of connections with events.
 func (w *watcher) wait(ids []uint64, d time.Duration) []uint64 {
-	if w.ep < 0 {
+	if w.set == nil {
 		time.Sleep(d)
 		return ids
 	}
-	n, err := syscall.EpollWait(w.ep, w.events[:], int(d/time.Millisecond))
+	n, err := w.set.Wait(w.events[:], d)
 	if err != nil {
 		return ids
 	}
 	for _, ev := range w.events[:n] {
-		id := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
-		if id != 0 {
+		if id := epoll.ID(ev); id != 0 {
 			ids = append(ids, id)
 		}
 	}
@@ -72,14 +66,14 @@ func (w *watcher) wait(ids []uint64, d time.Duration) []uint64 {
 }
 
 func (w *watcher) wake() {
-	if w.ep >= 0 {
+	if w.set != nil {
 		syscall.Write(w.wakeW, []byte{1})
 	}
 }
 
 func (w *watcher) close() {
-	if w.ep >= 0 {
-		syscall.Close(w.ep)
+	if w.set != nil {
+		w.set.Close()
 		syscall.Close(w.wakeR)
 		syscall.Close(w.wakeW)
 	}

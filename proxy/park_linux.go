@@ -4,6 +4,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/epoll"
 )
 
 // parker holds idle client connections without a goroutine each. A
@@ -14,7 +16,7 @@ import (
 // thousand goroutine stacks. Busy connections never park.
 type parker struct {
 	srv    *Server
-	ep     int
+	set    *epoll.Set
 	wakeR  int
 	wakeW  int
 	mu     sync.Mutex
@@ -32,23 +34,22 @@ type parker struct {
 const parkAfter = 200 * time.Millisecond
 
 func newParker(srv *Server) *parker {
-	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	set, err := epoll.New()
 	if err != nil {
 		return nil
 	}
 	var fds [2]int
 	if err := syscall.Pipe2(fds[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
-		syscall.Close(ep)
+		set.Close()
 		return nil
 	}
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN} // id 0: the wake pipe
-	if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, fds[0], &ev); err != nil {
-		syscall.Close(ep)
+	if err := set.Control(syscall.EPOLL_CTL_ADD, fds[0], syscall.EPOLLIN, 0); err != nil { // id 0: the wake pipe
+		set.Close()
 		syscall.Close(fds[0])
 		syscall.Close(fds[1])
 		return nil
 	}
-	p := &parker{srv: srv, ep: ep, wakeR: fds[0], wakeW: fds[1], byID: make(map[uint64]*conn), done: make(chan struct{})}
+	p := &parker{srv: srv, set: set, wakeR: fds[0], wakeW: fds[1], byID: make(map[uint64]*conn), done: make(chan struct{})}
 	go p.run()
 	return p
 }
@@ -70,15 +71,11 @@ func (p *parker) park(c *conn, deadline time.Time) bool {
 		p.nextID++
 		c.parkID = p.nextID
 	}
-	ev := syscall.EpollEvent{
-		Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT,
-		Fd:     int32(uint32(c.parkID)), Pad: int32(uint32(c.parkID >> 32)),
-	}
 	op := syscall.EPOLL_CTL_ADD
 	if c.parkArmed {
 		op = syscall.EPOLL_CTL_MOD // a one-shot registration, disarmed by its last event
 	}
-	if err := syscall.EpollCtl(p.ep, op, fd, &ev); err != nil {
+	if err := p.set.Control(op, fd, syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLONESHOT, c.parkID); err != nil {
 		return false
 	}
 	c.parkArmed = true
@@ -119,26 +116,25 @@ func (p *parker) run() {
 	events := make([]syscall.EpollEvent, 128)
 	var resume, expired []*conn
 	for {
-		wait := -1
+		wait := time.Duration(-1)
 		p.mu.Lock()
 		if p.head != nil {
-			wait = int(time.Until(p.head.parkDeadline)/time.Millisecond) + 1
-			wait = max(wait, 0)
+			wait = max(time.Until(p.head.parkDeadline), 0)
 		}
 		closed := p.closed
 		p.mu.Unlock()
 		if closed {
 			return
 		}
-		n, err := syscall.EpollWait(p.ep, events, wait)
-		if err != nil && err != syscall.EINTR {
+		n, err := p.set.Wait(events, wait)
+		if err != nil {
 			return
 		}
 		resume, expired = resume[:0], expired[:0]
 		now := time.Now()
 		p.mu.Lock()
-		for _, ev := range events[:max(n, 0)] {
-			id := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
+		for _, ev := range events[:n] {
+			id := epoll.ID(ev)
 			if id == 0 {
 				var buf [64]byte
 				syscall.Read(p.wakeR, buf[:]) // drain the wake-ups
@@ -185,7 +181,7 @@ func (p *parker) closeAll() {
 	p.mu.Unlock()
 	syscall.Write(p.wakeW, []byte{1})
 	<-p.done
-	syscall.Close(p.ep)
+	p.set.Close()
 	syscall.Close(p.wakeR)
 	syscall.Close(p.wakeW)
 	for _, c := range all {

@@ -1,0 +1,111 @@
+//go:build linux
+
+// Package epoll is an epoll set that a goroutine waits on through Go's
+// poller, for the watchers that follow many idle sockets at once (the
+// pool's idle upstream connections, the proxy's parked clients).
+//
+// A goroutine that calls epoll_wait(2) with a timeout keeps its P, the
+// scheduler's right to run Go code, for as long as the call blocks: until
+// sysmon notices and hands the P to another thread, 10–20 ms on the
+// project machine. With GOMAXPROCS=1 every goroutine stalls that long,
+// each time a watcher goes back to waiting. An epoll descriptor is itself
+// readable while events are ready in it, so Set registers it with Go's
+// poller: Wait parks the goroutine there, and epoll_wait is only ever
+// called with a zero timeout.
+package epoll
+
+import (
+	"errors"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Set is an epoll instance. Its Wait is for one goroutine at a time;
+// Control may be called from any goroutine.
+type Set struct {
+	fd int
+	f  *os.File // fd, registered with Go's poller
+	rc syscall.RawConn
+
+	closed atomic.Bool
+}
+
+// New creates a Set.
+func New() (*Set, error) {
+	fd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		syscall.Close(fd)
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	// Nonblocking, so os registers it with the poller.
+	s := &Set{fd: fd, f: os.NewFile(uintptr(fd), "epoll")}
+	if s.rc, err = s.f.SyscallConn(); err == nil {
+		// A file the poller did not take has no deadlines: its Wait
+		// would fail, so fail here instead.
+		err = s.f.SetReadDeadline(time.Time{})
+	}
+	if err != nil {
+		s.f.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Control adds (syscall.EPOLL_CTL_ADD), changes or removes fd's
+// registration, which reports events with id.
+func (s *Set) Control(op, fd int, events uint32, id uint64) error {
+	ev := syscall.EpollEvent{Events: events, Fd: int32(uint32(id)), Pad: int32(uint32(id >> 32))}
+	return os.NewSyscallError("epoll_ctl", syscall.EpollCtl(s.fd, op, fd, &ev))
+}
+
+// ID is the id an event was registered with.
+func ID(ev syscall.EpollEvent) uint64 {
+	return uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
+}
+
+// Wait fills events with the events ready, waiting up to timeout for one
+// (forever if timeout < 0). It returns 0 and no error when the timeout
+// passes first, and os.ErrClosed once the Set is closed. When it fills
+// events, more may be ready: the next Wait returns them at once.
+func (s *Set) Wait(events []syscall.EpollEvent, timeout time.Duration) (int, error) {
+	var deadline time.Time
+	if timeout >= 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	if err := s.f.SetReadDeadline(deadline); err != nil {
+		return 0, err
+	}
+	var n int
+	var werr error
+	err := s.rc.Read(func(fd uintptr) bool {
+		for {
+			n, werr = syscall.EpollWait(int(fd), events, 0)
+			if werr != syscall.EINTR {
+				break
+			}
+		}
+		return n != 0 || werr != nil
+	})
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return 0, nil
+	case err != nil && s.closed.Load():
+		return 0, os.ErrClosed // the poller says "use of closed file"
+	case err != nil:
+		return 0, err
+	case werr != nil:
+		return 0, os.NewSyscallError("epoll_wait", werr)
+	}
+	return n, nil
+}
+
+// Close closes the Set; a Wait in progress returns os.ErrClosed.
+func (s *Set) Close() error {
+	s.closed.Store(true)
+	return s.f.Close()
+}
