@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/fault"
+	"github.com/sluice-proxy/sluice/internal/logbuf"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/retry"
@@ -328,16 +329,22 @@ func NewServer(cfg *Config, g *Generation, errorLog *slog.Logger) (*proxy.Server
 	closer := closers{poolCloser{srv.Pool}}
 	if cfg.AccessLog.Enabled {
 		var w io.Writer = os.Stderr
+		var f *os.File
 		if cfg.AccessLog.Path != "" {
-			f, err := os.OpenFile(cfg.AccessLog.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+			var err error
+			f, err = os.OpenFile(cfg.AccessLog.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 			if err != nil {
 				srv.Pool.Close()
 				return nil, nil, fmt.Errorf("access log: %w", err)
 			}
 			w = f
+		}
+		bw := logbuf.New(w, int(cfg.AccessLog.Buffer), cfg.AccessLog.Flush)
+		closer = append(closer, bw) // before the file: Close writes what it holds
+		if f != nil {
 			closer = append(closer, f)
 		}
-		srv.AccessLog = slog.New(Handler(w, cfg.AccessLog.Format, slog.LevelInfo))
+		srv.AccessLog = slog.New(Handler(bw, cfg.AccessLog.Format, slog.LevelInfo))
 	}
 	return srv, closer, nil
 }

@@ -106,6 +106,15 @@ type AccessLog struct {
 	// Path (key "path", default "") is the file the log is appended to;
 	// "" means standard error.
 	Path string
+	// Buffer (key "buffer", default 64KiB, 0..16MiB) gathers lines and
+	// writes them together: when it fills, and at the latest Flush after
+	// the first line it holds. 0 writes each line at once, a system call
+	// per request. Lines still in the buffer when the process is killed
+	// are lost; a shutdown writes them.
+	Buffer int64
+	// Flush (key "flush", default 1s) is the longest a line waits in the
+	// buffer.
+	Flush time.Duration
 }
 
 // Log configures the error and event log.
@@ -381,7 +390,7 @@ func defaults() *Config {
 			MaxHeaders:           100,
 			MaxIdleUpstreamConns: 1024,
 		},
-		AccessLog: AccessLog{Enabled: true, Format: "text"},
+		AccessLog: AccessLog{Enabled: true, Format: "text", Buffer: 64 << 10, Flush: time.Second},
 		Log:       Log{Level: "info", Format: "text"},
 		Forwarded: Forwarded{
 			XForwardedFor:   true,

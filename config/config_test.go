@@ -45,7 +45,7 @@ func TestParseMinimalGetsDefaults(t *testing.T) {
 			MaxHeaders:           100,
 			MaxIdleUpstreamConns: 1024,
 		},
-		AccessLog: AccessLog{Enabled: true, Format: "text", Path: ""},
+		AccessLog: AccessLog{Enabled: true, Format: "text", Path: "", Buffer: 64 << 10, Flush: time.Second},
 		Log:       Log{Level: "info", Format: "text"},
 		Forwarded: Forwarded{XForwardedFor: true, XForwardedProto: true, XForwardedHost: true, Via: true},
 		Metrics:   Metrics{Address: ""},
@@ -99,7 +99,7 @@ func TestParseEveryValue(t *testing.T) {
   - address: "[::1]:0"
 timeouts: {header: 5s, idle: 2m, drain: 0, body: 3s, send: 4s}
 limits: {max_header_bytes: 1MiB, max_headers: 10000, max_idle_upstream_conns: 0}
-access_log: {enabled: false, format: JSON, path: /var/log/sluice.log}
+access_log: {enabled: false, format: JSON, path: /var/log/sluice.log, buffer: 0, flush: 250ms}
 log: {level: debug, format: json}
 forwarded: {x_forwarded_for: false, x_forwarded_proto: false, x_forwarded_host: false, via: false}
 metrics: {address: "localhost:9090"}
@@ -146,7 +146,7 @@ upstreams:
 		Listen:    []Listener{{":8080"}, {"[::1]:0"}, {"[::1]:0"}},
 		Timeouts:  Timeouts{Header: 5 * time.Second, Idle: 2 * time.Minute, Drain: 0, Body: 3 * time.Second, Send: 4 * time.Second},
 		Limits:    Limits{MaxHeaderBytes: 1 << 20, MaxHeaders: 10000, MaxIdleUpstreamConns: 0},
-		AccessLog: AccessLog{Enabled: false, Format: "json", Path: "/var/log/sluice.log"},
+		AccessLog: AccessLog{Enabled: false, Format: "json", Path: "/var/log/sluice.log", Buffer: 0, Flush: 250 * time.Millisecond},
 		Log:       Log{Level: "debug", Format: "json"},
 		Forwarded: Forwarded{},
 		Metrics:   Metrics{Address: "localhost:9090"},
@@ -354,6 +354,8 @@ func TestParseProblem(t *testing.T) {
 		{"YAML 1.1 boolean", minimal + "forwarded: {via: yes}\n", 9, 18, "forwarded.via", `must be true or false, not "yes"`},
 		{"number as boolean", minimal + "access_log: {enabled: 1}\n", 9, 23, "access_log.enabled", "must be true or false, not the number 1"},
 		{"string given a list", minimal + "access_log: {path: [a]}\n", 9, 20, "access_log.path", "must be a single value, not a list"},
+		{"access log buffer too large", minimal + "access_log: {buffer: 32MiB}\n", 9, 22, "access_log.buffer", "must be between 0B and 16MiB"},
+		{"access log flush of zero", minimal + "access_log: {flush: 0}\n", 9, 21, "access_log.flush", "must be > 0"},
 		{"merge of a scalar", minimal + "    <<: 5\n", 9, 9, "upstreams.web", "a merge key (<<) must refer to a mapping"},
 	}
 	for _, tt := range tests {

@@ -407,6 +407,8 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 				{"enabled", d.boolean(&c.AccessLog.Enabled)},
 				{"format", d.enum(&c.AccessLog.Format, "text", "json")},
 				{"path", d.str(&c.AccessLog.Path, nil)},
+				{"buffer", d.size(&c.AccessLog.Buffer, 0, 16<<20)},
+				{"flush", d.duration(&c.AccessLog.Flush, true)},
 			})
 		}},
 		{"log", func(n *yaml.Node, path string) {
