@@ -2,7 +2,11 @@
 
 package proxy
 
-import "testing"
+import (
+	"io"
+	"log/slog"
+	"testing"
+)
 
 // TestRoundTripAllocations guards the hot path: a proxied GET on kept-alive
 // connections must not allocate more than twice per request (it allocates
@@ -28,5 +32,32 @@ func TestRoundTripAllocations(t *testing.T) {
 		if allocs > 2 {
 			t.Errorf("%d-byte response: %.2f allocations per request, want at most 2", size, allocs)
 		}
+	}
+}
+
+// TestAccessLogAllocations guards the access log's share: with the default
+// text access log on, a proxied GET allocates at most four times (three
+// today: the target as a string, the log record's attributes past its
+// first five, and the handler's own).
+func TestAccessLogAllocations(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	rt, stop := benchProxyWith(t, 64, func(srv *Server) {
+		srv.AccessLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+	})
+	defer stop()
+	var err error
+	allocs := testing.AllocsPerRun(2000, func() {
+		if e := rt.do(); e != nil {
+			err = e
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%.2f allocations per proxied request with the access log on", allocs)
+	if allocs > 4 {
+		t.Errorf("%.2f allocations per request with the access log on, want at most 4", allocs)
 	}
 }

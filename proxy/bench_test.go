@@ -72,11 +72,20 @@ func (r *roundTripper) do() error {
 }
 
 func benchProxy(tb testing.TB, body int) (*roundTripper, func()) {
+	return benchProxyWith(tb, body, nil)
+}
+
+// benchProxyWith is benchProxy with the Server changed by set before it
+// serves.
+func benchProxyWith(tb testing.TB, body int, set func(*Server)) (*roundTripper, func()) {
 	payload := bytes.Repeat([]byte("x"), body)
 	resp := append([]byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "+itoa(body)+"\r\n\r\n"), payload...)
 	up := fastUpstream(tb, resp)
 	opts := &PeerOptions{Pool: &pool.Limits{MaxIdle: 16, IdleTimeout: time.Minute}}
 	srv := &Server{Handler: &ordered{peers: []*Peer{{Addr: up, Options: opts}}}, Forwarding: Forwarding{}}
+	if set != nil {
+		set(srv)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)

@@ -228,6 +228,9 @@ type Attempt struct {
 
 // Upstreams formats the attempts the way nginx's $upstream_addr does.
 func upstreamList(as []Attempt, field func(*Attempt) string) string {
+	if len(as) == 1 {
+		return field(&as[0]) // the usual case, without building a string
+	}
 	var b []byte
 	for i := range as {
 		if i > 0 {
@@ -239,6 +242,9 @@ func upstreamList(as []Attempt, field func(*Attempt) string) string {
 }
 
 func attemptStatus(a *Attempt) string {
+	if a.Status >= 100 && a.Status < len(statusNumbers) {
+		return statusNumbers[a.Status]
+	}
 	if a.Status != 0 {
 		return strconv.Itoa(a.Status)
 	}
@@ -247,6 +253,15 @@ func attemptStatus(a *Attempt) string {
 	}
 	return "-"
 }
+
+// statusNumbers holds the decimal text of each status code, so that an
+// access log line need not format (and allocate) it for every request.
+var statusNumbers = func() (t [600]string) {
+	for i := 100; i < len(t); i++ {
+		t[i] = strconv.Itoa(i)
+	}
+	return t
+}()
 
 func attemptAddr(a *Attempt) string {
 	if a.Peer == nil {
