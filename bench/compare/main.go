@@ -61,7 +61,7 @@ func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	proxiesFlag := fs.String("proxies", "sluice,nginx,haproxy,caddy,go-relay", "comma-separated `list` of proxies to compare")
-	scenariosFlag := fs.String("scenarios", "small,16k,1m,post4k,close,idle", "comma-separated `list` of scenarios")
+	scenariosFlag := fs.String("scenarios", "small,16k,1m,post4k,close,logged,idle", "comma-separated `list` of scenarios")
 	fs.IntVar(&o.rounds, "rounds", 5, "measured rounds per scenario (at most 3 for idle); the median is reported")
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "length of one measured wrk run (whole seconds)")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured wrk run per proxy before each scenario")
@@ -420,8 +420,9 @@ func (b *bench) startUpstream() error {
 }
 
 // startProxy writes p's config into a fresh directory and starts it on
-// a free port, then checks that it proxies every path correctly.
-func (b *bench) startProxy(p proxy, tag string) (*child, int, error) {
+// a free port, then checks that it proxies every path correctly. With
+// logged, the proxy writes its access log to a file in that directory.
+func (b *bench) startProxy(p proxy, tag string, logged bool) (*child, int, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, 0, err
@@ -437,8 +438,11 @@ func (b *bench) startProxy(p proxy, tag string) (*child, int, error) {
 	case isSluice(p.name):
 		bin = b.tools["sluice"]
 	}
-	argv, env, err := p.configure(site{dir: dir, port: port, upstream: b.upstream,
-		noFile: b.noFile, idleConns: b.opt.idleConns, binary: bin})
+	s := site{dir: dir, port: port, upstream: b.upstream, noFile: b.noFile, idleConns: b.opt.idleConns, binary: bin}
+	if logged {
+		s.accessLog = filepath.Join(dir, "access.log")
+	}
+	argv, env, err := p.configure(s)
 	if err != nil {
 		return nil, 0, err
 	}

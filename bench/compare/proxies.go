@@ -24,6 +24,7 @@ type site struct {
 	noFile    uint64 // RLIMIT_NOFILE the proxy runs with
 	idleConns int    // idle client connections it must be able to hold
 	binary    string // the proxy's executable
+	accessLog string // the file to write the access log to; "" for none
 }
 
 // proxy is one reverse proxy under test.
@@ -51,7 +52,9 @@ var proxies = []proxy{
 	// two builds side by side, round by round.
 	{name: "sluice-b", version: []string{"version"}, configure: sluiceConfig},
 	{name: "nginx", tool: "nginx", pkg: "nginx", version: []string{"-v"}, configure: nginxConfig},
-	{name: "haproxy", tool: "haproxy", pkg: "haproxy", version: []string{"-v"}, configure: haproxyConfig},
+	// HAProxy logs to syslog, not to a file: it sits out the access log
+	// scenario.
+	{name: "haproxy", tool: "haproxy", pkg: "haproxy", version: []string{"-v"}, configure: haproxyConfig, notIn: []string{"logged"}},
 	{name: "caddy", tool: "caddy", pkg: "caddy", version: []string{"version"}, configure: caddyConfig},
 	// go-relay (bench/relay) is the least a Go proxy does per request: a
 	// goroutine per connection, Go's netpoller, pooled upstream
@@ -97,10 +100,15 @@ func sluiceReuseConfig(s site) ([]string, []string, error) {
 }
 
 func sluiceWith(s site, pool string) ([]string, []string, error) {
+	// With a log, sluice's defaults: text, 64 KiB batches.
+	accessLog := "{enabled: false}"
+	if s.accessLog != "" {
+		accessLog = fmt.Sprintf("{path: %q}", s.accessLog)
+	}
 	cfg := filepath.Join(s.dir, "sluice.yaml")
 	err := writeFile(cfg, fmt.Sprintf(`listen:
   - address: 127.0.0.1:%d
-access_log: {enabled: false}
+access_log: %s
 log: {level: error}
 routes:
   - upstream: app
@@ -109,7 +117,7 @@ upstreams:
     servers:
       - address: %s
     pool: {max_idle: 256, idle_timeout: 60s%s}
-`, s.port, s.upstream, pool))
+`, s.port, accessLog, s.upstream, pool))
 	return pinned(proxyCPU, s.binary, "run", "-c", cfg), []string{"GOMAXPROCS=1"}, err
 }
 
@@ -154,8 +162,13 @@ func nginxConfig(s site) ([]string, []string, error) {
 	// keepalive_requests is raised from its default of 1000 on both
 	// sides so that nginx, like the others, does not close connections
 	// after a number of requests.
+	// With a log, nginx's defaults: the combined format, a write per line.
+	accessLog := "off"
+	if s.accessLog != "" {
+		accessLog = s.accessLog
+	}
 	conf := common + fmt.Sprintf(`http {
-    access_log off;
+    access_log %s;
 %s    keepalive_requests 1000000;
     upstream app {
         server %s;
@@ -173,7 +186,7 @@ func nginxConfig(s site) ([]string, []string, error) {
         }
     }
 }
-`, nginxTemp(s.dir), s.upstream, s.port)
+`, accessLog, nginxTemp(s.dir), s.upstream, s.port)
 	if err := writeFile(filepath.Join(s.dir, "nginx.conf"), conf); err != nil {
 		return nil, nil, err
 	}
@@ -218,7 +231,12 @@ backend app
 
 func caddyConfig(s site) ([]string, []string, error) {
 	// Caddy writes no access log unless a site asks for one; the
-	// default (process) log is discarded.
+	// default (process) log is discarded. With a log, Caddy's default
+	// format (JSON).
+	siteLog := ""
+	if s.accessLog != "" {
+		siteLog = fmt.Sprintf("\tlog {\n\t\toutput file %s\n\t}\n", s.accessLog)
+	}
 	conf := fmt.Sprintf(`{
 	admin off
 	auto_https off
@@ -229,7 +247,7 @@ func caddyConfig(s site) ([]string, []string, error) {
 
 http://:%d {
 	bind 127.0.0.1
-	reverse_proxy %s {
+%s	reverse_proxy %s {
 		transport http {
 			keepalive 60s
 			keepalive_idle_conns 256
@@ -237,7 +255,7 @@ http://:%d {
 		}
 	}
 }
-`, s.port, s.upstream)
+`, s.port, siteLog, s.upstream)
 	cfg := filepath.Join(s.dir, "Caddyfile")
 	if err := writeFile(cfg, conf); err != nil {
 		return nil, nil, err

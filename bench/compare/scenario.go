@@ -17,6 +17,7 @@ type scenario struct {
 	lua    string // wrk script lines before the done hook
 	header string // extra request header for wrk's -H
 	idle   bool   // the idle-connections scenario, not a wrk run
+	logged bool   // the proxies write an access log, as each does by default
 }
 
 var scenarios = []scenario{
@@ -25,6 +26,7 @@ var scenarios = []scenario{
 	{name: "1m", title: "1 MiB GET", path: "/1m"},
 	{name: "post4k", title: "4 KiB POST", path: "/post", lua: postSetup},
 	{name: "close", title: "conn per request", path: "/small", header: "Connection: close"},
+	{name: "logged", title: "small GET, access log", path: "/small", logged: true},
 	{name: "idle", title: "idle connections", idle: true},
 }
 
@@ -89,7 +91,7 @@ func (b *bench) loadScenario(sc scenario) []loadRow {
 		if p.name == direct.name {
 			l.port, _ = strconv.Atoi(b.upstream[strings.LastIndexByte(b.upstream, ':')+1:])
 		} else {
-			c, port, err := b.startProxy(p, sc.name)
+			c, port, err := b.startProxy(p, sc.name, sc.logged)
 			if err != nil {
 				l.row.failure = "did not start: " + firstLine(err.Error())
 				fmt.Fprintf(os.Stderr, "compare: [%s] %s did not start: %v\n", sc.name, p.name, err)
@@ -221,7 +223,7 @@ func (b *bench) idleScenario(sc scenario) []idleRow {
 }
 
 func (b *bench) idleOnce(ctx context.Context, p proxy, warm scenario, round int) (idleSample, error) {
-	c, port, err := b.startProxy(p, fmt.Sprintf("idle%d", round))
+	c, port, err := b.startProxy(p, fmt.Sprintf("idle%d", round), false)
 	if err != nil {
 		return idleSample{}, err
 	}
