@@ -80,3 +80,73 @@ func TestAccessLogBuffer(t *testing.T) {
 		})
 	}
 }
+
+// TestReopenLogs rotates the access log as logrotate does: the file is
+// renamed, ReopenLogs is called, and the lines before go to the renamed
+// file (the buffer is written there first), the lines after to a new file
+// at the path.
+func TestReopenLogs(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	dir := t.TempDir()
+	path := filepath.Join(dir, "access.log")
+	yaml := fmt.Sprintf("listen: [{address: 127.0.0.1:0}]\n"+
+		"access_log: {path: %s, flush: 1h}\n"+
+		"routes: [{upstream: app}]\nupstreams:\n  app:\n    servers: [{address: %s}]\n", path, up.Addr())
+	cfg, err := config.Parse("t.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen, err := config.Build(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	gen.Start(ctx)
+	defer gen.Close()
+	srv, res, err := config.NewServer(cfg, gen, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := proxytest.Serve(t, srv)
+	get := func(path string) {
+		if resp, _ := proxytest.Do(t, addr, "GET "+path+" HTTP/1.1\r\nHost: t\r\n\r\n"); resp.StatusCode != 200 {
+			t.Fatalf("GET %s: status %d", path, resp.StatusCode)
+		}
+	}
+	get("/before")
+	rotated := path + ".1"
+	if err := os.Rename(path, rotated); err != nil {
+		t.Fatal(err)
+	}
+	if err := res.ReopenLogs(); err != nil {
+		t.Fatal(err)
+	}
+	get("/after")
+	if err := res.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []struct{ file, has, hasNot string }{
+		{rotated, "target=/before", "target=/after"},
+		{path, "target=/after", "target=/before"},
+	} {
+		b, err := os.ReadFile(f.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), f.has) || strings.Contains(string(b), f.hasNot) {
+			t.Errorf("%s holds %q; want %s and not %s", filepath.Base(f.file), b, f.has, f.hasNot)
+		}
+	}
+
+	// Off, or to standard error, there is nothing to reopen.
+	cfg.AccessLog.Path = ""
+	_, res, err = config.NewServer(cfg, gen, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	if err := res.ReopenLogs(); err != nil {
+		t.Errorf("ReopenLogs with the access log on standard error: %v", err)
+	}
+}

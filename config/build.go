@@ -304,11 +304,10 @@ func Policy(r Retry) (*retry.Policy, error) {
 	}, nil
 }
 
-// NewServer returns a proxy server configured by cfg and serving g. The
-// returned closer, for after the server's Shutdown, closes the server's
-// connection pool (stopping its watcher goroutine) and the access log file,
-// if any.
-func NewServer(cfg *Config, g *Generation, errorLog *slog.Logger) (*proxy.Server, io.Closer, error) {
+// NewServer returns a proxy server configured by cfg and serving g, and
+// the resources it opened for it: its connection pool and access log,
+// which Resources.Close closes after the server's Shutdown.
+func NewServer(cfg *Config, g *Generation, errorLog *slog.Logger) (*proxy.Server, *Resources, error) {
 	srv := &proxy.Server{
 		Handler:        g.Table,
 		HeaderTimeout:  cfg.Timeouts.Header,
@@ -326,27 +325,21 @@ func NewServer(cfg *Config, g *Generation, errorLog *slog.Logger) (*proxy.Server
 		Pool:     pool.New(max(1, cfg.Limits.MaxIdleUpstreamConns), nil),
 		ErrorLog: errorLog,
 	}
-	closer := closers{poolCloser{srv.Pool}}
+	res := &Resources{pool: srv.Pool}
 	if cfg.AccessLog.Enabled {
 		var w io.Writer = os.Stderr
-		var f *os.File
 		if cfg.AccessLog.Path != "" {
-			var err error
-			f, err = os.OpenFile(cfg.AccessLog.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+			f, err := openLogFile(cfg.AccessLog.Path)
 			if err != nil {
 				srv.Pool.Close()
 				return nil, nil, fmt.Errorf("access log: %w", err)
 			}
-			w = f
+			w, res.file = f, f
 		}
-		bw := logbuf.New(w, int(cfg.AccessLog.Buffer), cfg.AccessLog.Flush)
-		closer = append(closer, bw) // before the file: Close writes what it holds
-		if f != nil {
-			closer = append(closer, f)
-		}
-		srv.AccessLog = slog.New(Handler(bw, cfg.AccessLog.Format, slog.LevelInfo))
+		res.log = logbuf.New(w, int(cfg.AccessLog.Buffer), cfg.AccessLog.Flush)
+		srv.AccessLog = slog.New(Handler(res.log, cfg.AccessLog.Format, slog.LevelInfo))
 	}
-	return srv, closer, nil
+	return srv, res, nil
 }
 
 // Handler returns a slog handler writing format ("text" or "json") to w.
@@ -365,24 +358,4 @@ func Level(name string) slog.Level {
 		return slog.LevelInfo
 	}
 	return l
-}
-
-// closers closes each of its members and returns the first error.
-type closers []io.Closer
-
-func (cs closers) Close() error {
-	var first error
-	for _, c := range cs {
-		if err := c.Close(); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
-}
-
-type poolCloser struct{ p *pool.Pool }
-
-func (c poolCloser) Close() error {
-	c.p.Close()
-	return nil
 }

@@ -21,6 +21,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -142,12 +143,12 @@ func cmdRun(args []string, stderr io.Writer) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	gen.Start(ctx)
-	srv, closer, err := config.NewServer(cfg, gen, log)
+	srv, res, err := config.NewServer(cfg, gen, log)
 	if err != nil {
 		log.Error("starting", "error", err)
 		return 1
 	}
-	defer closer.Close()
+	defer res.Close()
 	r := &running{path: path, cfg: cfg, srv: srv, ctx: ctx, log: log}
 	r.gen.Store(gen)
 	defer func() { r.gen.Load().Close() }()
@@ -178,7 +179,14 @@ func cmdRun(args []string, stderr io.Writer) int {
 		}
 		lns = append(lns, ln)
 	}
-	return serve(srv, lns, cfg.Timeouts.Drain, log, r.reload)
+	reopen := func() {
+		if err := res.ReopenLogs(); err != nil {
+			log.Error("reopening the access log", "path", cfg.AccessLog.Path, "error", err)
+			return
+		}
+		log.Info("access log reopened", "path", cfg.AccessLog.Path)
+	}
+	return serve(srv, lns, cfg.Timeouts.Drain, log, r.reload, reopen)
 }
 
 // running is the proxy as sluice run serves it: one server, and the
@@ -236,9 +244,9 @@ func serveMetrics(addr string, m *observe.Metrics, log *slog.Logger) (stop func(
 // serve runs srv on lns until SIGINT or SIGTERM, then drains: no new
 // connections, in-flight requests get up to drain to finish. SIGHUP calls
 // reload, when there is one.
-func serve(srv *proxy.Server, lns []net.Listener, drain time.Duration, log *slog.Logger, reload func()) int {
+func serve(srv *proxy.Server, lns []net.Listener, drain time.Duration, log *slog.Logger, reload, reopen func()) int {
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	signal.Notify(sig, append([]os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}, reopenSignals...)...)
 	defer signal.Stop(sig)
 
 	var wg sync.WaitGroup
@@ -261,6 +269,12 @@ wait:
 			if s == syscall.SIGHUP {
 				if reload != nil {
 					reload()
+				}
+				continue
+			}
+			if slices.Contains(reopenSignals, s) {
+				if reopen != nil {
+					reopen()
 				}
 				continue
 			}

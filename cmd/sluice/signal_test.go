@@ -1,0 +1,112 @@
+//go:build unix
+
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+)
+
+// syncBuffer is a bytes.Buffer for a writer and a reader in two goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestRunReopensAccessLogOnUSR1 runs sluice run in this process, rotates
+// its access log the way logrotate does (rename, then USR1), and stops it
+// with TERM: the lines before the signal are in the renamed file, the
+// lines after it in a new file at the path.
+func TestRunReopensAccessLogOnUSR1(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "access.log")
+	cfgPath := filepath.Join(dir, "sluice.yaml")
+	cfg := fmt.Sprintf("listen: [{address: 127.0.0.1:0}]\naccess_log: {path: %s, flush: 1h}\n"+
+		"routes: [{upstream: app}]\nupstreams:\n  app:\n    servers: [{address: %s}]\n", logPath, up.Addr())
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run([]string{"run", "-c", cfgPath}, &bytes.Buffer{}, &stderr) }()
+
+	// Serving means the signal handlers are in place (serve sets them up
+	// before it starts the listeners).
+	listening := regexp.MustCompile(`msg=listening address=(127\.0\.0\.1:\d+)`)
+	var addr string
+	for i := 0; addr == ""; i++ {
+		if m := listening.FindStringSubmatch(stderr.String()); m != nil {
+			addr = m[1]
+		} else if i == 500 {
+			t.Fatalf("sluice run did not start listening in 5 s:\n%s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	get := func(path string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %d", path, resp.StatusCode)
+		}
+	}
+	get("/before")
+	if err := os.Rename(logPath, logPath+".1"); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(os.Getpid(), syscall.SIGUSR1)
+	for i := 0; !strings.Contains(stderr.String(), "access log reopened"); i++ {
+		if i == 500 {
+			t.Fatalf("no reopen 5 s after USR1:\n%s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	get("/after")
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("sluice run exited %d:\n%s", code, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("sluice run did not stop 10 s after TERM")
+	}
+	for _, f := range []struct{ file, has, hasNot string }{
+		{logPath + ".1", "target=/before", "target=/after"},
+		{logPath, "target=/after", "target=/before"},
+	} {
+		b, err := os.ReadFile(f.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), f.has) || strings.Contains(string(b), f.hasNot) {
+			t.Errorf("%s holds %q; want %s and not %s", filepath.Base(f.file), b, f.has, f.hasNot)
+		}
+	}
+}
