@@ -180,6 +180,10 @@ func cmdRun(args []string, stderr io.Writer) int {
 		lns = append(lns, ln)
 	}
 	reopen := func() {
+		if !cfg.AccessLog.Enabled || cfg.AccessLog.Path == "" {
+			log.Info("no access log file to reopen")
+			return
+		}
 		if err := res.ReopenLogs(); err != nil {
 			log.Error("reopening the access log", "path", cfg.AccessLog.Path, "error", err)
 			return
@@ -243,7 +247,7 @@ func serveMetrics(addr string, m *observe.Metrics, log *slog.Logger) (stop func(
 
 // serve runs srv on lns until SIGINT or SIGTERM, then drains: no new
 // connections, in-flight requests get up to drain to finish. SIGHUP calls
-// reload, when there is one.
+// reload and SIGUSR1 reopen, when there are.
 func serve(srv *proxy.Server, lns []net.Listener, drain time.Duration, log *slog.Logger, reload, reopen func()) int {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, append([]os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}, reopenSignals...)...)
