@@ -14,24 +14,20 @@ type goal struct {
 	what     string  // the figure, as the table names it
 	limit    float64 // the bound
 	atLeast  bool    // the figure must be ≥ limit (else ≤ limit)
-	unit     string  // "ratio" (to nginx, paired by round) or "bytes"
-	measure  func(sluice, nginx loadRow) float64
+	// figure is what sluice's samples are divided by nginx's, round by
+	// round; nil for the idle scenario, whose figure is bytes of RSS per
+	// connection.
+	figure func(sample) float64
 }
 
 var goals = []goal{
-	{scenario: "small", what: "small GET: CPU per request ÷ nginx", limit: 1, unit: "ratio",
-		measure: func(s, n loadRow) float64 { return pairedRatio(s.samples, n.samples, cpuPerRequest) }},
-	{scenario: "small", what: "small GET: req/s ÷ nginx", limit: 1, atLeast: true, unit: "ratio",
-		measure: func(s, n loadRow) float64 { return pairedRatio(s.samples, n.samples, reqPerSecond) }},
-	{scenario: "small", what: "small GET: p99 ÷ nginx", limit: 1, unit: "ratio",
-		measure: func(s, n loadRow) float64 { return pairedRatio(s.samples, n.samples, p99) }},
-	{scenario: "1m", what: "1 MiB GET: CPU per MiB ÷ nginx", limit: 1, unit: "ratio",
-		measure: func(s, n loadRow) float64 { return pairedRatio(s.samples, n.samples, cpuPerByte) }},
-	{scenario: "1m", what: "1 MiB GET: MB/s ÷ nginx", limit: 1, atLeast: true, unit: "ratio",
-		measure: func(s, n loadRow) float64 { return pairedRatio(s.samples, n.samples, bytesPerSecond) }},
-	{scenario: "close", what: "conn per request: CPU per request ÷ nginx", limit: 1.2, unit: "ratio",
-		measure: func(s, n loadRow) float64 { return pairedRatio(s.samples, n.samples, cpuPerRequest) }},
-	{scenario: "idle", what: "idle keep-alive connection: RSS each", limit: 4096, unit: "bytes"},
+	{scenario: "small", what: "small GET: CPU per request ÷ nginx", limit: 1, figure: cpuPerRequest},
+	{scenario: "small", what: "small GET: req/s ÷ nginx", limit: 1, atLeast: true, figure: reqPerSecond},
+	{scenario: "small", what: "small GET: p99 ÷ nginx", limit: 1, figure: p99},
+	{scenario: "1m", what: "1 MiB GET: CPU per MiB ÷ nginx", limit: 1, figure: cpuPerByte},
+	{scenario: "1m", what: "1 MiB GET: MB/s ÷ nginx", limit: 1, atLeast: true, figure: bytesPerSecond},
+	{scenario: "close", what: "conn per request: CPU per request ÷ nginx", limit: 1.2, figure: cpuPerRequest},
+	{scenario: "idle", what: "idle keep-alive connection: RSS each", limit: 4096},
 }
 
 func p99(s sample) float64            { return float64(s.p99) }
@@ -63,7 +59,7 @@ func check(g goal, got float64) verdict {
 func verdicts(loads []loadRow, idles []idleRow) []verdict {
 	var out []verdict
 	for _, g := range goals {
-		if g.unit == "bytes" {
+		if g.figure == nil {
 			for _, r := range idles {
 				if r.name == "sluice" && len(r.samples) > 0 {
 					out = append(out, check(g, r.bytesPerConn()))
@@ -82,7 +78,7 @@ func verdicts(loads []loadRow, idles []idleRow) []verdict {
 			}
 		}
 		if s != nil && n != nil {
-			out = append(out, check(g, g.measure(*s, *n)))
+			out = append(out, check(g, pairedRatio(s.samples, n.samples, g.figure)))
 		}
 	}
 	return out
@@ -98,7 +94,7 @@ func (b *bench) targetTable(w io.Writer, vs []verdict) {
 			op = "≥"
 		}
 		want, got := fmt.Sprintf("%s %.2f", op, v.limit), fmtFloat(v.got, "%.2f")
-		if v.unit == "bytes" {
+		if v.figure == nil {
 			want, got = fmt.Sprintf("%s %s", op, fmtBytes(v.limit)), fmtBytes(v.got)
 			if math.IsNaN(v.got) {
 				got = "—"
