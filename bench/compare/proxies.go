@@ -60,8 +60,8 @@ var proxies = []proxy{
 	// goroutine per connection, Go's netpoller, pooled upstream
 	// connections, nothing else. It shows what the runtime costs apart
 	// from sluice's own work. It holds 68 KiB of buffers per connection,
-	// so it sits out the idle scenario.
-	{name: "go-relay", configure: relayConfig, notIn: []string{"idle"}},
+	// so it sits out the idle scenario, and it writes no access log.
+	{name: "go-relay", configure: relayConfig, notIn: []string{"idle", "logged"}},
 }
 
 // sitsOut reports whether p is left out of scenario sc.
