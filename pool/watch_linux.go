@@ -18,8 +18,6 @@ import (
 // in use, or sent an unasked byte).
 type watcher struct {
 	set    *epoll.Set // nil when epoll is unavailable
-	wakeR  int        // read end of a pipe that interrupts the wait on Close
-	wakeW  int
 	events [64]syscall.EpollEvent
 }
 
@@ -28,13 +26,7 @@ func newWatcher() watcher {
 	if err != nil {
 		return watcher{}
 	}
-	var fds [2]int
-	if err := syscall.Pipe2(fds[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
-		set.Close()
-		return watcher{}
-	}
-	set.Control(syscall.EPOLL_CTL_ADD, fds[0], syscall.EPOLLIN, 0) // id 0 is the wake pipe
-	return watcher{set: set, wakeR: fds[0], wakeW: fds[1]}
+	return watcher{set: set}
 }
 
 const watchEvents = syscall.EPOLLRDHUP | 1<<31 // EPOLLET, which package syscall defines as a negative int
@@ -58,23 +50,19 @@ func (w *watcher) wait(ids []uint64, d time.Duration) []uint64 {
 		return ids
 	}
 	for _, ev := range w.events[:n] {
-		if id := epoll.ID(ev); id != 0 {
-			ids = append(ids, id)
-		}
+		ids = append(ids, epoll.ID(ev))
 	}
 	return ids
 }
 
 func (w *watcher) wake() {
 	if w.set != nil {
-		syscall.Write(w.wakeW, []byte{1})
+		w.set.Wake()
 	}
 }
 
 func (w *watcher) close() {
 	if w.set != nil {
 		w.set.Close()
-		syscall.Close(w.wakeR)
-		syscall.Close(w.wakeW)
 	}
 }

@@ -17,8 +17,6 @@ import (
 type parker struct {
 	srv    *Server
 	set    *epoll.Set
-	wakeR  int
-	wakeW  int
 	mu     sync.Mutex
 	byID   map[uint64]*conn
 	head   *conn // parked connections in the order they parked; their
@@ -38,18 +36,7 @@ func newParker(srv *Server) *parker {
 	if err != nil {
 		return nil
 	}
-	var fds [2]int
-	if err := syscall.Pipe2(fds[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
-		set.Close()
-		return nil
-	}
-	if err := set.Control(syscall.EPOLL_CTL_ADD, fds[0], syscall.EPOLLIN, 0); err != nil { // id 0: the wake pipe
-		set.Close()
-		syscall.Close(fds[0])
-		syscall.Close(fds[1])
-		return nil
-	}
-	p := &parker{srv: srv, set: set, wakeR: fds[0], wakeW: fds[1], byID: make(map[uint64]*conn), done: make(chan struct{})}
+	p := &parker{srv: srv, set: set, byID: make(map[uint64]*conn), done: make(chan struct{})}
 	go p.run()
 	return p
 }
@@ -82,7 +69,7 @@ func (p *parker) park(c *conn, deadline time.Time) bool {
 	c.parkDeadline = deadline
 	if p.head == nil {
 		// The parker may be waiting with no deadline: give it one.
-		syscall.Write(p.wakeW, []byte{1})
+		p.set.Wake()
 	}
 	p.byID[c.parkID] = c
 	c.pprev, c.pnext = p.tail, nil
@@ -134,13 +121,7 @@ func (p *parker) run() {
 		now := time.Now()
 		p.mu.Lock()
 		for _, ev := range events[:n] {
-			id := epoll.ID(ev)
-			if id == 0 {
-				var buf [64]byte
-				syscall.Read(p.wakeR, buf[:]) // drain the wake-ups
-				continue
-			}
-			if c := p.byID[id]; c != nil {
+			if c := p.byID[epoll.ID(ev)]; c != nil {
 				p.unlink(c)
 				resume = append(resume, c)
 			}
@@ -179,11 +160,9 @@ func (p *parker) closeAll() {
 		p.unlink(c)
 	}
 	p.mu.Unlock()
-	syscall.Write(p.wakeW, []byte{1})
+	p.set.Wake()
 	<-p.done
 	p.set.Close()
-	syscall.Close(p.wakeR)
-	syscall.Close(p.wakeW)
 	for _, c := range all {
 		c.close()
 		c.srv.forget(c)

@@ -11,5 +11,7 @@
 // poller: Wait parks the goroutine there, and epoll_wait is only ever
 // called with a zero timeout.
 //
-// It exists on Linux only; elsewhere the package is empty.
+// Wake ends a Wait from another goroutine, and a wake-up made between two
+// Waits is kept for the next. It exists on Linux only; elsewhere the
+// package is empty.
 package epoll

@@ -102,3 +102,35 @@ func waitParked(t *testing.T) {
 	}
 	t.Fatal("no goroutine parked in Wait")
 }
+
+// TestWake: a Wake ends the Wait in progress, and one made while no Wait
+// runs ends the next, so a wake-up is never lost between two Waits; Wait
+// reports no events for it.
+func TestWake(t *testing.T) {
+	s, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	events := make([]syscall.EpollEvent, 4)
+	s.Wake()
+	if n, err := s.Wait(events, time.Hour); n != 0 || err != nil {
+		t.Fatalf("Wait after Wake = %d, %v; want 0, nil", n, err)
+	}
+	done := make(chan error)
+	go func() {
+		n, err := s.Wait(events, time.Hour)
+		if n != 0 && err == nil {
+			err = errors.New("Wait woken by Wake reported events")
+		}
+		done <- err
+	}()
+	waitParked(t)
+	s.Wake()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Control(syscall.EPOLL_CTL_ADD, 0, syscall.EPOLLIN, 0); err == nil {
+		t.Error("Control with id 0, the Set's own, did not fail")
+	}
+}
