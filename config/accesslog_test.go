@@ -1,23 +1,19 @@
 package config_test
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 )
 
 // TestAccessLogBuffer serves a request with the access log in a file:
-// buffered, the line reaches the file when the server's closer runs, not
+// buffered, the line reaches the file when its Resources close, not
 // before; with buffer 0 it is there when the response is.
 func TestAccessLogBuffer(t *testing.T) {
 	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
@@ -33,23 +29,7 @@ func TestAccessLogBuffer(t *testing.T) {
 			yaml := fmt.Sprintf("listen: [{address: 127.0.0.1:0}]\n"+
 				"access_log: {path: %s, buffer: %s, flush: 1h}\n"+
 				"routes: [{upstream: app}]\nupstreams:\n  app:\n    servers: [{address: %s}]\n", path, tt.buffer, up.Addr())
-			cfg, err := config.Parse("t.yaml", []byte(yaml))
-			if err != nil {
-				t.Fatal(err)
-			}
-			gen, err := config.Build(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			gen.Start(ctx)
-			defer gen.Close()
-			srv, closer, err := config.NewServer(cfg, gen, slog.New(slog.NewTextHandler(io.Discard, nil)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			addr := proxytest.Serve(t, srv)
+			addr, res := serve(t, yaml, nil)
 			resp, _ := proxytest.Do(t, addr, "GET /logged HTTP/1.1\r\nHost: t\r\n\r\n")
 			if resp.StatusCode != 200 {
 				t.Fatalf("status %d", resp.StatusCode)
@@ -71,7 +51,7 @@ func TestAccessLogBuffer(t *testing.T) {
 			if logged() {
 				t.Fatal("buffered (flush 1h): the line was written before the buffer filled or closed")
 			}
-			if err := closer.Close(); err != nil {
+			if err := res.Close(); err != nil {
 				t.Fatal(err)
 			}
 			if !logged() {
@@ -92,23 +72,7 @@ func TestReopenLogs(t *testing.T) {
 	yaml := fmt.Sprintf("listen: [{address: 127.0.0.1:0}]\n"+
 		"access_log: {path: %s, flush: 1h}\n"+
 		"routes: [{upstream: app}]\nupstreams:\n  app:\n    servers: [{address: %s}]\n", path, up.Addr())
-	cfg, err := config.Parse("t.yaml", []byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gen, err := config.Build(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	gen.Start(ctx)
-	defer gen.Close()
-	srv, res, err := config.NewServer(cfg, gen, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := proxytest.Serve(t, srv)
+	addr, res := serve(t, yaml, nil)
 	get := func(path string) {
 		if resp, _ := proxytest.Do(t, addr, "GET "+path+" HTTP/1.1\r\nHost: t\r\n\r\n"); resp.StatusCode != 200 {
 			t.Fatalf("GET %s: status %d", path, resp.StatusCode)
@@ -140,12 +104,8 @@ func TestReopenLogs(t *testing.T) {
 	}
 
 	// Off, or to standard error, there is nothing to reopen.
-	cfg.AccessLog.Path = ""
-	_, res, err = config.NewServer(cfg, gen, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Close()
+	_, res = serve(t, fmt.Sprintf("listen: [{address: 127.0.0.1:0}]\n"+
+		"routes: [{upstream: app}]\nupstreams:\n  app:\n    servers: [{address: %s}]\n", up.Addr()), nil)
 	if err := res.ReopenLogs(); err != nil {
 		t.Errorf("ReopenLogs with the access log on standard error: %v", err)
 	}

@@ -56,8 +56,19 @@ func (o *tries) tried(addr string, want int) int {
 	}
 }
 
-// run builds a proxy from the YAML and serves it on 127.0.0.1:0.
+// run builds a proxy from the YAML and serves it on 127.0.0.1:0, counting
+// its tries.
 func run(t *testing.T, yaml string) (string, *tries) {
+	t.Helper()
+	obs := &tries{count: map[string]int{}, fails: map[string]int{}}
+	addr, _ := serve(t, yaml, func(srv *proxy.Server) { srv.Observer = obs })
+	return addr, obs
+}
+
+// serve builds a proxy from the YAML, lets set (if not nil) change the
+// Server, and serves it on 127.0.0.1:0. The Resources are closed after
+// the test's Shutdown; a test may close them before.
+func serve(t *testing.T, yaml string, set func(*proxy.Server)) (string, *config.Resources) {
 	t.Helper()
 	cfg, err := config.Parse("t.yaml", []byte(yaml))
 	if err != nil {
@@ -69,20 +80,20 @@ func run(t *testing.T, yaml string) (string, *tries) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	gen.Start(ctx)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, closer, err := config.NewServer(cfg, gen, log)
+	srv, res, err := config.NewServer(cfg, gen, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	obs := &tries{count: map[string]int{}, fails: map[string]int{}}
-	srv.Observer = obs
+	if set != nil {
+		set(srv)
+	}
 	t.Cleanup(func() {
 		// Registered before Serve's, so it runs after the Shutdown.
 		cancel()
 		gen.Close()
-		closer.Close()
+		res.Close()
 	})
-	return proxytest.Serve(t, srv), obs
+	return proxytest.Serve(t, srv), res
 }
 
 func get(t *testing.T, addr, path, extra string) (int, string, http.Header) {
