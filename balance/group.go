@@ -30,10 +30,17 @@ func (e *NoServerError) Error() string {
 // Is reports whether target is ErrNoServer.
 func (e *NoServerError) Is(target error) bool { return target == ErrNoServer }
 
-// Tries reports which servers the request being served has already tried
-// and failed on. The proxy's session implements it.
+// ErrAllExcluded is the error Pick returns when every server of the group
+// is one the request must not go to again (Tries.Excluded).
+var ErrAllExcluded = errors.New("every server already timed out on this request")
+
+// Tries reports what the request being served has been through: the
+// servers it already tried and failed on, and those it must not go to again
+// (it timed out there after it was sent, and the server may still be working
+// on it). The proxy's session implements it.
 type Tries interface {
 	Tried(addr string) bool
+	Excluded(addr string) bool
 }
 
 // Request is what server selection needs to know about one try of a
@@ -49,6 +56,10 @@ type Request struct {
 
 func (r *Request) tried(s *Server) bool {
 	return r.Tries != nil && r.Tries.Tried(s.Addr)
+}
+
+func (r *Request) excluded(s *Server) bool {
+	return r.Tries != nil && r.Tries.Excluded(s.Addr)
 }
 
 // Group is the servers of one upstream with its selection policy and health
@@ -163,9 +174,11 @@ func (g *Group) Servers() []*Server {
 //     than the servers, and a try beats a certain error.
 //
 // Available means not down by max_fails, not ejected and not failing its
-// active checks. The chosen server's outstanding count goes up by one until
-// the matching Report. Pick fails, with a *NoServerError matching
-// ErrNoServer, only when the group has no server at all.
+// active checks. No rule offers a server the request excludes. The chosen
+// server's outstanding count goes up by one until the matching Report. Pick
+// fails, with a *NoServerError matching ErrNoServer, when the group has no
+// server at all, and with ErrAllExcluded when the request excludes every
+// server.
 func (g *Group) Pick(req Request) (*Server, error) {
 	m := g.members.Load()
 	if len(m.all) == 0 {
@@ -176,6 +189,11 @@ func (g *Group) Pick(req Request) (*Server, error) {
 	c := candidatesPool.Get().(*Candidates)
 	c.Now, c.Rand = t, g.opts.Rand
 	g.candidates(c, m, &req, now)
+	if len(c.Servers) == 0 {
+		c.reset()
+		candidatesPool.Put(c)
+		return nil, ErrAllExcluded
+	}
 	s := g.policy.Pick(c, req)
 	if s == nil {
 		s = c.Servers[0] // a broken Policy; the first candidate is still right
@@ -207,6 +225,9 @@ func (g *Group) candidates(c *Candidates, m *members, req *Request, now int64) {
 			if st.need&available != 0 && !g.available(s, now) {
 				continue
 			}
+			if req.excluded(s) {
+				continue
+			}
 			if st.need&untried != 0 && req.tried(s) {
 				continue
 			}
@@ -222,13 +243,15 @@ func (g *Group) candidates(c *Candidates, m *members, req *Request, now int64) {
 		all = m.backups
 	}
 	for _, s := range all {
-		if !req.tried(s) {
+		if !req.tried(s) && !req.excluded(s) {
 			c.add(s, s.effectiveWeight(now, g.opts.SlowStart))
 		}
 	}
 	if len(c.Servers) == 0 {
 		for _, s := range all {
-			c.add(s, s.effectiveWeight(now, g.opts.SlowStart))
+			if !req.excluded(s) {
+				c.add(s, s.effectiveWeight(now, g.opts.SlowStart))
+			}
 		}
 	}
 }

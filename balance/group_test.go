@@ -47,9 +47,20 @@ func (r *lockedRand) Uint64() uint64 {
 }
 
 // tried is a Tries made of a set of addresses.
-type tried map[string]bool
+// tried says what the request went through at each address: a failed try,
+// or one that timed out after the request was sent, which also excludes
+// the server.
+type tried map[string]outcome
 
-func (t tried) Tried(addr string) bool { return t[addr] }
+type outcome uint8
+
+const (
+	failed outcome = iota + 1
+	excluded
+)
+
+func (t tried) Tried(addr string) bool    { return t[addr] != 0 }
+func (t tried) Excluded(addr string) bool { return t[addr] == excluded }
 
 // servers returns servers a, b, c, … at 10.0.0.1:80, 10.0.0.2:80, … with
 // the given weights.
@@ -112,19 +123,22 @@ func TestSelectionRules(t *testing.T) {
 		want    string // the letters Pick may return, all of which must occur
 	}{
 		{"all fine", []server{{1, false, false}, {1, false, false}}, nil, "ab"},
-		{"failed try is skipped", []server{{1, false, false}, {1, false, false}, {1, false, false}}, tried{"10.0.0.1:80": true}, "bc"},
-		{"single server retries itself", []server{{1, false, false}}, tried{"10.0.0.1:80": true}, "a"},
-		{"all tried: retry among them", []server{{1, false, false}, {1, false, false}}, tried{"10.0.0.1:80": true, "10.0.0.2:80": true}, "ab"},
+		{"failed try is skipped", []server{{1, false, false}, {1, false, false}, {1, false, false}}, tried{"10.0.0.1:80": failed}, "bc"},
+		{"single server retries itself", []server{{1, false, false}}, tried{"10.0.0.1:80": failed}, "a"},
+		{"all tried: retry among them", []server{{1, false, false}, {1, false, false}}, tried{"10.0.0.1:80": failed, "10.0.0.2:80": failed}, "ab"},
 		{"down is skipped", []server{{1, false, true}, {1, false, false}}, nil, "b"},
 		{"backup idle while a primary is up", []server{{1, false, false}, {1, true, false}}, nil, "a"},
 		{"backup when primaries are down", []server{{1, false, true}, {1, false, true}, {1, true, false}}, nil, "c"},
-		{"backup when primaries are tried", []server{{1, false, false}, {1, true, false}}, tried{"10.0.0.1:80": true}, "b"},
-		{"tried primary before tried backup", []server{{1, false, false}, {1, true, false}}, tried{"10.0.0.1:80": true, "10.0.0.2:80": true}, "a"},
+		{"backup when primaries are tried", []server{{1, false, false}, {1, true, false}}, tried{"10.0.0.1:80": failed}, "b"},
+		{"tried primary before tried backup", []server{{1, false, false}, {1, true, false}}, tried{"10.0.0.1:80": failed, "10.0.0.2:80": failed}, "a"},
 		{"panic: all down", []server{{1, false, true}, {1, false, true}}, nil, "ab"},
-		{"panic prefers untried", []server{{1, false, true}, {1, false, true}}, tried{"10.0.0.1:80": true}, "b"},
+		{"panic prefers untried", []server{{1, false, true}, {1, false, true}}, tried{"10.0.0.1:80": failed}, "b"},
 		{"panic uses primaries, not backups", []server{{1, false, true}, {1, true, true}}, nil, "a"},
 		{"only backups", []server{{1, true, false}, {1, true, false}}, nil, "ab"},
 		{"only backups, all down", []server{{1, true, true}, {1, true, true}}, nil, "ab"},
+		{"excluded is never offered", []server{{1, false, false}, {1, false, false}}, tried{"10.0.0.1:80": excluded, "10.0.0.2:80": failed}, "b"},
+		{"excluded primary: backup", []server{{1, false, false}, {1, true, false}}, tried{"10.0.0.1:80": excluded}, "b"},
+		{"panic skips excluded", []server{{1, false, true}, {1, false, true}}, tried{"10.0.0.1:80": failed, "10.0.0.2:80": excluded}, "a"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -158,6 +172,19 @@ func TestSelectionRules(t *testing.T) {
 	}
 }
 
+func TestPickFailsWhenEveryServerIsExcluded(t *testing.T) {
+	g := NewGroup("u", servers(1, 1), nil, testOptions(newClock()))
+	_, err := g.Pick(Request{Tries: tried{"10.0.0.1:80": excluded, "10.0.0.2:80": excluded}})
+	if !errors.Is(err, ErrAllExcluded) {
+		t.Fatalf("Pick = %v, want ErrAllExcluded", err)
+	}
+	for _, s := range g.Servers() {
+		if s.Outstanding() != 0 {
+			t.Fatalf("%s has %d outstanding after a failed Pick", s.Addr, s.Outstanding())
+		}
+	}
+}
+
 func TestEveryPolicyHonoursTheFilters(t *testing.T) {
 	for _, name := range PolicyNames() {
 		t.Run(name, func(t *testing.T) {
@@ -169,7 +196,7 @@ func TestEveryPolicyHonoursTheFilters(t *testing.T) {
 			ss[3].Backup = true
 			ss[1].activeDown.Store(true)
 			g := NewGroup("u", ss, newPolicy(), testOptions(newClock()))
-			req := Request{Tries: tried{"10.0.0.1:80": true}, HashKey: []byte("k")}
+			req := Request{Tries: tried{"10.0.0.1:80": failed}, HashKey: []byte("k")}
 			for i := range 200 {
 				req.HashKey = fmt.Appendf(req.HashKey[:0], "key-%d", i)
 				s, err := g.Pick(req)
@@ -258,7 +285,7 @@ func TestPickDoesNotAllocate(t *testing.T) {
 			o := testOptions(newClock())
 			o.SlowStart = time.Minute
 			g := NewGroup("u", servers(3, 1, 1, 2), newPolicy(), o)
-			req := Request{Tries: tried{"10.0.0.2:80": true}, HashKey: []byte("client-7")}
+			req := Request{Tries: tried{"10.0.0.2:80": failed}, HashKey: []byte("client-7")}
 			pick := func() {
 				s, err := g.Pick(req)
 				if err != nil {
@@ -326,7 +353,10 @@ func TestConcurrentUse(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					req := Request{Tries: tried{"10.0.0.1:80": w%2 == 0}}
+					req := Request{}
+					if w%2 == 0 {
+						req.Tries = tried{"10.0.0.1:80": failed}
+					}
 					for i := range 500 {
 						req.HashKey = fmt.Appendf(req.HashKey[:0], "k%d", i)
 						s, err := g.Pick(req)

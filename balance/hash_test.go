@@ -106,13 +106,13 @@ func TestHashThroughGroupSkipsTriedServer(t *testing.T) {
 		}
 		g.Report(s, Result{Status: 200})
 	}
-	retry, _ := g.Pick(Request{HashKey: key, Tries: tried{first.Addr: true}})
+	retry, _ := g.Pick(Request{HashKey: key, Tries: tried{first.Addr: failed}})
 	if retry == first {
 		t.Fatalf("retry went back to the failed %s", first)
 	}
 	g.Report(retry, Result{Status: 200})
 	for range 20 {
-		s, _ := g.Pick(Request{HashKey: key, Tries: tried{first.Addr: true}})
+		s, _ := g.Pick(Request{HashKey: key, Tries: tried{first.Addr: failed}})
 		if s != retry {
 			t.Fatalf("retries of one key went to %s and %s", retry, s)
 		}

@@ -208,6 +208,10 @@ func buildUpstream(cfg *Config, u *Upstream, log *slog.Logger) (*Group, error) {
 	if cfg.Limits.MaxIdleUpstreamConns == 0 {
 		maxIdle = 0
 	}
+	once, err := pool.ParseOnceMode(u.Pool.NonIdempotent)
+	if err != nil {
+		return nil, fmt.Errorf("%s:%d: upstream %s: pool.non_idempotent %w", cfg.File, u.Line, u.Name, err)
+	}
 	opts := &proxy.PeerOptions{
 		ConnectTimeout:        u.Timeouts.Connect,
 		ResponseHeaderTimeout: u.Timeouts.ResponseHeader,
@@ -218,9 +222,9 @@ func buildUpstream(cfg *Config, u *Upstream, log *slog.Logger) (*Group, error) {
 			IdleTimeout: u.Pool.IdleTimeout,
 			MaxRequests: u.Pool.MaxRequests,
 			MaxAge:      u.Pool.MaxAge,
+			Once:        pool.Once{Mode: once, MaxIdle: u.Pool.NonIdempotentMaxIdle},
 		},
-		NonIdempotentMaxIdle: u.Pool.NonIdempotentMaxIdle,
-		Retry:                pol,
+		Retry: pol,
 	}
 	var servers []*balance.Server
 	for _, s := range u.Servers {
@@ -292,12 +296,16 @@ func Policy(r Retry) (*retry.Policy, error) {
 	if buf == 0 {
 		buf = -1 // body_buffer: 0 keeps nothing
 	}
+	timeout := r.Timeout
+	if timeout == 0 {
+		timeout = -1 // timeout: 0s means no bound
+	}
 	return &retry.Policy{
 		Tries:             tries,
 		On:                on,
 		NonIdempotent:     mode,
 		IdempotencyHeader: r.IdempotencyHeader,
-		Timeout:           r.Timeout,
+		Timeout:           timeout,
 		Backoff:           retry.Backoff{Base: r.Backoff.Base, Max: r.Backoff.Max},
 		Budget:            retry.NewBudget(r.Budget.Ratio, r.Budget.MinPerSecond, nil),
 		BodyBuffer:        buf,

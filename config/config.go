@@ -2,9 +2,13 @@ package config
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluice-proxy/sluice/balance"
+	"github.com/sluice-proxy/sluice/pool"
+	"github.com/sluice-proxy/sluice/proxy"
+	"github.com/sluice-proxy/sluice/retry"
 )
 
 // Config is a validated sluice configuration. Every field holds either
@@ -223,7 +227,7 @@ type Server struct {
 type UpstreamTimeouts struct {
 	// Connect (key "connect", default 2s, > 0) bounds dialing a server.
 	Connect time.Duration
-	// ResponseHeader (key "response_header", default 30s, > 0) is the
+	// ResponseHeader (key "response_header", default 60s, > 0) is the
 	// time from the request being fully written (or from a 100 Continue)
 	// to the end of the response head.
 	ResponseHeader time.Duration
@@ -236,14 +240,14 @@ type UpstreamTimeouts struct {
 }
 
 // DefaultUpstreamTimeouts returns the timeouts an upstream gets when the
-// file does not set them: connect 2s, response_header 30s, read 60s,
-// write 60s.
+// file does not set them, the library's (proxy.PeerOptions): connect 2s,
+// response_header 60s, read 60s, write 60s.
 func DefaultUpstreamTimeouts() UpstreamTimeouts {
 	return UpstreamTimeouts{
-		Connect:        2 * time.Second,
-		ResponseHeader: 30 * time.Second,
-		Read:           60 * time.Second,
-		Write:          60 * time.Second,
+		Connect:        proxy.DefaultConnectTimeout,
+		ResponseHeader: proxy.DefaultResponseHeaderTimeout,
+		Read:           proxy.DefaultReadTimeout,
+		Write:          proxy.DefaultWriteTimeout,
 	}
 }
 
@@ -263,26 +267,32 @@ type Pool struct {
 	// MaxAge (key "max_age", default 0s, >= 0) retires a connection this
 	// long after it was opened; 0 means no limit.
 	MaxAge time.Duration
-	// NonIdempotentMaxIdle (key "non_idempotent_max_idle", default 0s,
-	// >= 0): a request that must not be sent twice (a POST, PATCH, ...
-	// that the retry policy cannot resend: without the idempotency header
-	// under keyed) is sent on a pooled connection only if it has been idle
-	// at most this long, and not opened before its server last announced
-	// a close; otherwise on a new connection. 0, the default, means such
-	// requests always get a new connection: the only choice that survives
-	// an upstream process that stops reading its kept-alive connections
-	// the moment it decides to exit (gunicorn's max_requests).
+	// NonIdempotent (key "non_idempotent", default "learn") says which
+	// connection a request that must not be sent twice takes (a POST,
+	// PATCH, ... that the retry policy cannot resend: without the
+	// idempotency header under keyed): "dial", always a new one; "reuse",
+	// a pooled one idle at most NonIdempotentMaxIdle; "learn", as reuse
+	// for a server that has completed 1000 exchanges since it last dropped
+	// such a connection and has never been seen recycling its processes
+	// (gunicorn's max_requests), as dial otherwise (see pool.Once).
+	NonIdempotent string
+	// NonIdempotentMaxIdle (key "non_idempotent_max_idle", default 1s,
+	// > 0) is the longest such a request's pooled connection may have
+	// been idle, below the idle timeouts servers keep without announcing
+	// them (gunicorn's 2s).
 	NonIdempotentMaxIdle time.Duration
 }
 
 // DefaultPool returns the pool settings an upstream gets when the file
-// does not set them: max_idle 32, idle_timeout 60s, max_requests 0,
-// max_age 0s, non_idempotent_max_idle 0s.
+// does not set them, the library's (proxy.DefaultPoolLimits): max_idle
+// 32, idle_timeout 60s, max_requests 0, max_age 0s, non_idempotent learn,
+// non_idempotent_max_idle 1s.
 func DefaultPool() Pool {
 	return Pool{
-		MaxIdle:              32,
-		IdleTimeout:          60 * time.Second,
-		NonIdempotentMaxIdle: 0,
+		MaxIdle:              proxy.DefaultPoolLimits.MaxIdle,
+		IdleTimeout:          proxy.DefaultPoolLimits.IdleTimeout,
+		NonIdempotent:        proxy.DefaultPoolLimits.Once.Mode.String(),
+		NonIdempotentMaxIdle: pool.DefaultOnceMaxIdle,
 	}
 }
 
@@ -319,9 +329,11 @@ type Retry struct {
 	// non-idempotent request retryable under "keyed". It must be a valid
 	// HTTP field name (RFC 9110, section 5.1).
 	IdempotencyHeader string
-	// Timeout (key "timeout", default 0s, >= 0) bounds the whole
-	// retrying, all attempts and backoff together; 0 means no bound
-	// besides Tries.
+	// Timeout (key "timeout", default 60s, >= 0): no try starts later
+	// than this after the first one started; 0 means no bound besides
+	// Tries. A request takes at most Timeout plus one try. The default is
+	// the response_header timeout's, so that a try that timed out waiting
+	// for its answer is the answer: a slow request runs once.
 	Timeout time.Duration
 	// Backoff (key "backoff") is the pause before retrying on the same
 	// server.
@@ -358,19 +370,21 @@ type Budget struct {
 }
 
 // DefaultRetry returns the retry policy an upstream gets when the file
-// does not set one: tries 3, on [error, timeout], non_idempotent keyed,
-// idempotency_header Idempotency-Key, timeout 0s, backoff {base: 0s,
-// max: 1s}, budget {ratio: 0.2, min_per_second: 10}, body_buffer 64KiB.
-// Each call returns a new On slice.
+// does not set one, the library's (a zero retry.Policy): tries 3, on
+// [error, timeout], non_idempotent keyed, idempotency_header
+// Idempotency-Key, timeout 60s, backoff {base: 0s, max: 1s}, budget
+// {ratio: 0.2, min_per_second: 10}, body_buffer 64KiB. Each call returns a
+// new On slice.
 func DefaultRetry() Retry {
 	return Retry{
-		Tries:             3,
-		On:                []string{"error", "timeout"},
-		NonIdempotent:     "keyed",
-		IdempotencyHeader: "Idempotency-Key",
-		Backoff:           Backoff{Max: time.Second},
-		Budget:            Budget{Ratio: 0.2, MinPerSecond: 10},
-		BodyBuffer:        64 << 10,
+		Tries:             retry.DefaultTries,
+		On:                strings.Fields(retry.DefaultOn.String()),
+		NonIdempotent:     retry.Keyed.String(),
+		IdempotencyHeader: retry.DefaultHeader,
+		Timeout:           retry.DefaultTimeout,
+		Backoff:           Backoff{Max: retry.DefaultBackoffMax},
+		Budget:            Budget{Ratio: retry.DefaultBudgetRatio, MinPerSecond: retry.DefaultBudgetPerSecond},
+		BodyBuffer:        retry.DefaultBodyBuffer,
 	}
 }
 

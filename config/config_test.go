@@ -59,7 +59,7 @@ func TestParseMinimalGetsDefaults(t *testing.T) {
 			Health:  DefaultHealth(),
 			Timeouts: UpstreamTimeouts{
 				Connect:        2 * time.Second,
-				ResponseHeader: 30 * time.Second,
+				ResponseHeader: 60 * time.Second,
 				Read:           60 * time.Second,
 				Write:          60 * time.Second,
 			},
@@ -68,14 +68,15 @@ func TestParseMinimalGetsDefaults(t *testing.T) {
 				IdleTimeout:          60 * time.Second,
 				MaxRequests:          0,
 				MaxAge:               0,
-				NonIdempotentMaxIdle: 0,
+				NonIdempotent:        "learn",
+				NonIdempotentMaxIdle: time.Second,
 			},
 			Retry: Retry{
 				Tries:             3,
 				On:                []string{"error", "timeout"},
 				NonIdempotent:     "keyed",
 				IdempotencyHeader: "Idempotency-Key",
-				Timeout:           0,
+				Timeout:           60 * time.Second,
 				Backoff:           Backoff{Base: 0, Max: time.Second},
 				Budget:            Budget{Ratio: 0.2, MinPerSecond: 10},
 				BodyBuffer:        64 << 10,
@@ -123,7 +124,7 @@ upstreams:
       active: {path: /healthz, method: head, host: app.internal, expect: [200, 204], body: ok, tcp: false, interval: 2s, timeout: 500ms, rise: 1, fall: 5}
       slow_start: 30s
     timeouts: {connect: 1ms, response_header: 1h, read: 1.5s, write: 1m30s}
-    pool: {max_idle: 0, idle_timeout: 1s, max_requests: 5, max_age: 1h, non_idempotent_max_idle: 0s}
+    pool: {max_idle: 0, idle_timeout: 1s, max_requests: 5, max_age: 1h, non_idempotent: dial, non_idempotent_max_idle: 250ms}
     retry:
       tries: 20
       on: [HTTP_503, error, http_503, invalid_header, http_500, http_502, http_504, http_403, http_404, http_429, timeout]
@@ -176,7 +177,7 @@ upstreams:
 				Read:           1500 * time.Millisecond,
 				Write:          90 * time.Second,
 			},
-			Pool: Pool{MaxIdle: 0, IdleTimeout: time.Second, MaxRequests: 5, MaxAge: time.Hour, NonIdempotentMaxIdle: 0},
+			Pool: Pool{MaxIdle: 0, IdleTimeout: time.Second, MaxRequests: 5, MaxAge: time.Hour, NonIdempotent: "dial", NonIdempotentMaxIdle: 250 * time.Millisecond},
 			Retry: Retry{
 				Tries: 20,
 				On: []string{"http_503", "error", "invalid_header", "http_500", "http_502",
@@ -309,6 +310,10 @@ func TestParseProblem(t *testing.T) {
 		{"on not a list", minimal + "    retry: {on: off}\n", 9, 17, "upstreams.web.retry.on", "must be a list, such as [off]"},
 		{"bad non_idempotent", minimal + "    retry:\n      non_idempotent: sometimes\n", 10, 23, "upstreams.web.retry.non_idempotent",
 			`unknown value "sometimes"; want one of never, keyed, always`},
+		{"bad pool non_idempotent", minimal + "    pool: {non_idempotent: always}\n", 9, 28, "upstreams.web.pool.non_idempotent",
+			`unknown value "always"; want one of learn, dial, reuse`},
+		{"non_idempotent_max_idle of zero", minimal + "    pool: {non_idempotent_max_idle: 0s}\n", 9, 37, "upstreams.web.pool.non_idempotent_max_idle",
+			"must be > 0; for a new connection per such request, set non_idempotent: dial"},
 		{"bad idempotency header", minimal + "    retry: {idempotency_header: \"Idem Key\"}\n", 9, 33, "upstreams.web.retry.idempotency_header", "not a valid HTTP field name"},
 		{"backoff max below base", minimal + "    retry: {backoff: {base: 2s, max: 1s}}\n", 9, 38, "upstreams.web.retry.backoff.max", "must be >= backoff.base (2s)"},
 		{"backoff base above default max", minimal + "    retry: {backoff: {base: 2s}}\n", 9, 29, "upstreams.web.retry.backoff.base", "must be <= backoff.max (1s by default)"},

@@ -15,6 +15,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-proxy/sluice/balance"
+	"github.com/sluice-proxy/sluice/pool"
+	"github.com/sluice-proxy/sluice/retry"
 )
 
 // Load reads the file at path and parses it with Parse, using path as
@@ -568,7 +570,15 @@ func (d *decoder) walkUpstream(key, n *yaml.Node, path string, u *Upstream) {
 				{"idle_timeout", d.duration(&p.IdleTimeout, true)},
 				{"max_requests", d.integer(&p.MaxRequests, atLeast(0))},
 				{"max_age", d.duration(&p.MaxAge, false)},
-				{"non_idempotent_max_idle", d.duration(&p.NonIdempotentMaxIdle, false)},
+				{"non_idempotent", d.enum(&p.NonIdempotent, pool.Learn.String(), pool.Dial.String(), pool.Reuse.String())},
+				{"non_idempotent_max_idle", func(n *yaml.Node, path string) {
+					if n.Kind == yaml.ScalarNode && (n.Value == "0" || n.Value == "0s") {
+						// Before non_idempotent existed, 0s meant "dial".
+						d.addf(n, path, "must be > 0; for a new connection per such request, set non_idempotent: dial")
+						return
+					}
+					d.duration(&p.NonIdempotentMaxIdle, true)(n, path)
+				}},
 			})
 		}},
 		{"retry", func(n *yaml.Node, path string) { d.retry(n, path, &u.Retry) }},
@@ -681,7 +691,7 @@ func (d *decoder) retry(n *yaml.Node, path string, r *Retry) {
 	d.mapping(n, path, []field{
 		{"tries", d.integer(&r.Tries, checkTries)},
 		{"on", func(n *yaml.Node, path string) { d.retryOn(n, path, r) }},
-		{"non_idempotent", d.enum(&r.NonIdempotent, "never", "keyed", "always")},
+		{"non_idempotent", d.enum(&r.NonIdempotent, retry.Never.String(), retry.Keyed.String(), retry.Always.String())},
 		{"idempotency_header", d.str(&r.IdempotencyHeader, checkFieldName)},
 		{"timeout", d.duration(&r.Timeout, false)},
 		{"backoff", func(n *yaml.Node, path string) {

@@ -9,7 +9,9 @@
 package pool
 
 import (
+	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +34,81 @@ type Limits struct {
 	// MaxAge retires a connection this long after it was opened; 0 means
 	// no limit.
 	MaxAge time.Duration
+	// Once governs the connections a request that must be sent at most
+	// once may take.
+	Once Once
+}
+
+// Once governs the pooled connections a request that must be sent at most
+// once (a POST without an idempotency key, say) may take. Such a request
+// cannot be resent if its connection turns out dead, and a pooled
+// connection can be dead without a sign: a process that decides to exit
+// (gunicorn's max_requests) stops reading its kept-alive connections the
+// moment it decides, milliseconds before it says so on another connection
+// and up to hundreds of milliseconds before the resets arrive. A new
+// connection goes to a process that is accepting.
+type Once struct {
+	// Mode chooses between the pool and a new connection; the zero value
+	// is Learn.
+	Mode OnceMode
+	// MaxIdle is the longest such a request's pooled connection may have
+	// been idle (0 means DefaultOnceMaxIdle), so that it does not meet an
+	// idle timeout the server does not announce (gunicorn's 2 s).
+	MaxIdle time.Duration
+}
+
+// OnceMode says whether a request that must be sent at most once takes a
+// pooled connection.
+type OnceMode uint8
+
+const (
+	// Learn takes a pooled connection to a server that has earned it:
+	// TrustAfter exchanges since the server last dropped a connection such
+	// a request could have taken (idle less than MaxIdle, or older than
+	// its announcement of a close when it recycles processes), and never
+	// once it was seen recycling. Otherwise it dials.
+	Learn OnceMode = iota
+	// Dial always dials.
+	Dial
+	// Reuse takes a pooled connection idle at most MaxIdle, and none of a
+	// recycling server opened before its last announced close.
+	Reuse
+)
+
+var onceModes = [...]string{Learn: "learn", Dial: "dial", Reuse: "reuse"}
+
+func (m OnceMode) String() string {
+	if int(m) < len(onceModes) {
+		return onceModes[m]
+	}
+	return "OnceMode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// ParseOnceMode parses "learn", "dial" or "reuse".
+func ParseOnceMode(s string) (OnceMode, error) {
+	for i, n := range onceModes {
+		if n == s {
+			return OnceMode(i), nil
+		}
+	}
+	return 0, fmt.Errorf("must be learn, dial or reuse, not %q", s)
+}
+
+// DefaultOnceMaxIdle is Once.MaxIdle's default: below the shortest idle
+// timeout common servers keep without announcing it (gunicorn 2 s, Node 5 s).
+const DefaultOnceMaxIdle = time.Second
+
+// TrustAfter is how many exchanges a server must complete, since it last
+// dropped a connection a request that must be sent once could have taken,
+// before Learn lets such requests take its pooled connections. A server
+// that recycles its processes every few hundred requests never gets there.
+const TrustAfter = 1000
+
+func (o *Once) maxIdle() time.Duration {
+	if o.MaxIdle <= 0 {
+		return DefaultOnceMaxIdle
+	}
+	return o.MaxIdle
 }
 
 // Conn is an upstream connection with the history the retry and reuse
@@ -59,7 +136,8 @@ type Conn struct {
 	list         *idleList // its key's list while idle; nil while in use
 	prev, next   *Conn
 	gprev, gnext *Conn
-	id           uint64 // the watcher's name for it, from its first Put
+	id           uint64  // the watcher's name for it, from its first Put
+	sv           *server // what the pool knows of its server, from its first Put
 	sys          sysConn
 }
 
@@ -93,9 +171,12 @@ type Stats struct {
 	Expired uint64 // closed after idle_timeout (or a learned Keep-Alive timeout)
 	Retired uint64 // closed by max_requests, max_age or a learned Keep-Alive max
 	Evicted uint64 // closed to respect the overall idle limit
-	TooOld  uint64 // passed over by a request that must not be resent: idle too long
-	Closing uint64 // passed over by such a request: opened before its server announced a close
-	Idle    int    // connections idle now
+	TooOld  uint64 // passed over by a request that must be sent once: idle too long
+	Closing uint64 // passed over: opened before its recycling server announced a close
+	// Untrusted counts the requests that must be sent once and dialed
+	// under Learn because their server had not earned the pool's trust.
+	Untrusted uint64
+	Idle      int // connections idle now
 }
 
 // Pool holds idle connections by key. It is safe for concurrent use. The
@@ -113,7 +194,7 @@ type Pool struct {
 	total   int
 	closed  bool
 
-	hits, misses, stale, watched, expired, retired, evicted, tooOld, closingSkips atomic.Uint64
+	hits, misses, stale, watched, expired, retired, evicted, tooOld, closingSkips, untrusted atomic.Uint64
 
 	w    watcher
 	done chan struct{}
@@ -168,14 +249,23 @@ type idleList struct {
 type server struct {
 	lastClose time.Time // when it last announced a close
 	recycles  bool      // its other connections died after an announcement
+	// answered counts exchanges completed since the server last dropped a
+	// connection a request that must be sent once could have taken.
+	answered int
 }
 
+// trusted reports whether Learn lets requests that must be sent once take
+// the server's pooled connections.
+func (sv *server) trusted() bool { return !sv.recycles && sv.answered >= TrustAfter }
+
 // Get returns the most recently used idle connection for key that is still
-// usable, or nil. It returns none opened before the server last announced
-// a close, within ClosingWindow (those stay pooled until then). When
-// maxIdle > 0 the request is one that must not be sent twice, and Get
-// returns no connection idle longer than maxIdle either.
-func (p *Pool) Get(key string, maxIdle time.Duration) *Conn {
+// usable, or nil. It returns none opened before a recycling server last
+// announced a close, within ClosingWindow (those stay pooled until then).
+//
+// once is nil for a request that may be sent again, and the rules for one
+// that must be sent at most once otherwise: then Get returns nil when they
+// say to dial, and no connection idle longer than once.MaxIdle.
+func (p *Pool) Get(key string, once *Once) *Conn {
 	now := p.now()
 	var dead []*Conn
 	defer func() {
@@ -183,10 +273,25 @@ func (p *Pool) Get(key string, maxIdle time.Duration) *Conn {
 			c.discard()
 		}
 	}()
+	var maxIdle time.Duration
+	if once != nil {
+		if once.Mode == Dial {
+			p.misses.Add(1)
+			return nil
+		}
+		maxIdle = once.maxIdle()
+	}
 	p.mu.Lock()
+	sv := p.servers[key]
+	if once != nil && once.Mode == Learn && (sv == nil || !sv.trusted()) {
+		p.mu.Unlock()
+		p.untrusted.Add(1)
+		p.misses.Add(1)
+		return nil
+	}
 	var closing time.Time
 	hasClosing := false
-	if sv := p.servers[key]; sv != nil && sv.recycles && now.Sub(sv.lastClose) < ClosingWindow {
+	if sv != nil && sv.recycles && now.Sub(sv.lastClose) < ClosingWindow {
 		closing, hasClosing = sv.lastClose, true
 	}
 	list := p.keys[key]
@@ -241,18 +346,24 @@ func (p *Pool) Get(key string, maxIdle time.Duration) *Conn {
 func (p *Pool) MarkClosing(key string) {
 	now := p.now()
 	p.mu.Lock()
+	p.server(key).lastClose = now
+	p.mu.Unlock()
+}
+
+// server returns what the pool knows of key's server; p.mu held.
+func (p *Pool) server(key string) *server {
 	sv := p.servers[key]
 	if sv == nil {
 		sv = &server{}
 		p.servers[key] = sv
 	}
-	sv.lastClose = now
-	p.mu.Unlock()
+	return sv
 }
 
 // Dead records that c, taken from the pool, was found closed by its server
-// when a request was sent on it. Such deaths (and those the pool sees
-// itself) teach the pool which servers recycle their processes.
+// when a request was sent on it (retry.Stale). Such deaths, and those the
+// pool sees itself, teach it which servers recycle their processes and
+// which drop connections that requests sent once could have taken.
 func (p *Pool) Dead(c *Conn) {
 	now := p.now()
 	p.mu.Lock()
@@ -260,11 +371,27 @@ func (p *Pool) Dead(c *Conn) {
 	p.mu.Unlock()
 }
 
-// died notes the death of c; p.mu held.
+// died learns from the death of c, found dead or closed by its server;
+// p.mu held. A server whose connection older than its last announced close
+// dies within ClosingWindow of it recycles processes. Any death of a
+// connection that a request sent once could have taken (idle less than its
+// Once.MaxIdle, or dead within the window after such an announcement) makes
+// the server earn Learn's trust again.
 func (p *Pool) died(c *Conn, now time.Time) {
-	if sv := p.servers[c.Key]; sv != nil && !sv.recycles &&
-		c.Created.Before(sv.lastClose) && now.Sub(sv.lastClose) < ClosingWindow {
+	sv := p.servers[c.Key]
+	if sv == nil {
+		return
+	}
+	afterClose := c.Created.Before(sv.lastClose) && now.Sub(sv.lastClose) < ClosingWindow
+	if afterClose {
 		sv.recycles = true
+	}
+	var once Once
+	if c.Limits != nil {
+		once = c.Limits.Once
+	}
+	if afterClose || now.Sub(c.IdleSince) < once.maxIdle() {
+		sv.answered = 0
 	}
 }
 
@@ -294,6 +421,10 @@ func (p *Pool) Put(c *Conn) bool {
 		c.Close()
 		return false
 	}
+	if c.sv == nil {
+		c.sv = p.server(c.Key)
+	}
+	c.sv.answered++
 	var drop []*Conn
 	list := p.keys[c.Key]
 	if list == nil {
@@ -355,7 +486,8 @@ func (p *Pool) Stats() Stats {
 	return Stats{
 		Hits: p.hits.Load(), Misses: p.misses.Load(), Stale: p.stale.Load(),
 		Watched: p.watched.Load(), Expired: p.expired.Load(), Retired: p.retired.Load(),
-		Evicted: p.evicted.Load(), TooOld: p.tooOld.Load(), Closing: p.closingSkips.Load(), Idle: idle,
+		Evicted: p.evicted.Load(), TooOld: p.tooOld.Load(), Closing: p.closingSkips.Load(),
+		Untrusted: p.untrusted.Load(), Idle: idle,
 	}
 }
 

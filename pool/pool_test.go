@@ -68,11 +68,11 @@ func TestGetReturnsMostRecentFirst(t *testing.T) {
 		t.Fatalf("%d pooled, want 3", s.Idle)
 	}
 	for i := 2; i >= 0; i-- {
-		if got := p.Get("a", 0); got != conns[i] {
+		if got := p.Get("a", nil); got != conns[i] {
 			t.Fatalf("Get #%d returned the wrong connection", 3-i)
 		}
 	}
-	if p.Get("a", 0) != nil || p.Get("b", 0) != nil {
+	if p.Get("a", nil) != nil || p.Get("b", nil) != nil {
 		t.Fatal("empty pool returned a connection")
 	}
 	if s := p.Stats(); s.Hits != 3 || s.Misses != 2 {
@@ -97,7 +97,7 @@ func TestPeerCloseWhileIdle(t *testing.T) {
 		for p.Stats().Watched == 0 && time.Now().Before(deadline) {
 			time.Sleep(5 * time.Millisecond)
 		}
-		if got := p.Get("a", 0); got != nil {
+		if got := p.Get("a", nil); got != nil {
 			t.Fatalf("reset=%v: a connection closed by its peer was handed out", reset)
 		}
 		st := p.Stats()
@@ -180,16 +180,16 @@ func TestLimits(t *testing.T) {
 	}
 	// Idle timeout, at Get time.
 	clk.Add(11 * time.Second)
-	if p.Get("a", 0) != nil {
+	if p.Get("a", nil) != nil {
 		t.Fatal("expired connection handed out")
 	}
 	// A non-idempotent request refuses a connection idle too long.
 	fresh := put("e", 1)
 	clk.Add(3 * time.Second)
-	if p.Get("e", 2*time.Second) != nil {
+	if p.Get("e", &Once{Mode: Reuse, MaxIdle: 2 * time.Second}) != nil {
 		t.Fatal("connection idle 3s given to a request that allows 2s")
 	}
-	if p.Get("e", 5*time.Second) != fresh {
+	if p.Get("e", &Once{Mode: Reuse, MaxIdle: 5 * time.Second}) != fresh {
 		t.Fatal("connection idle 3s refused to a request that allows 5s")
 	}
 	// A learned idle limit expires a connection sooner than idle_timeout.
@@ -198,7 +198,7 @@ func TestLimits(t *testing.T) {
 	pc.IdleLimit = time.Second
 	p.Put(pc)
 	clk.Add(1500 * time.Millisecond)
-	if p.Get("f", 0) != nil {
+	if p.Get("f", nil) != nil {
 		t.Fatal("connection past its learned idle limit handed out")
 	}
 }
@@ -230,7 +230,7 @@ func TestClosingWindowOnlyForRecyclingServers(t *testing.T) {
 	// A server that closes one connection after its request limit
 	// (nginx's keepalive_requests) keeps its other connections in use.
 	p.MarkClosing("a")
-	if got := p.Get("a", 0); got != old {
+	if got := p.Get("a", nil); got != old {
 		t.Fatal("a connection-limited server's older connection was passed over")
 	}
 	p.Put(old)
@@ -240,18 +240,18 @@ func TestClosingWindowOnlyForRecyclingServers(t *testing.T) {
 	dying := put()
 	clk.Add(time.Millisecond)
 	p.MarkClosing("a")
-	p.Get("a", 0) // takes dying (most recent)
+	p.Get("a", nil) // takes dying (most recent)
 	p.Dead(dying)
-	if got := p.Get("a", 0); got != nil {
+	if got := p.Get("a", nil); got != nil {
 		t.Fatal("a recycling server's pre-announcement connection was handed out")
 	}
 	fresh := put()
-	if got := p.Get("a", 0); got != fresh {
+	if got := p.Get("a", nil); got != fresh {
 		t.Fatal("a connection opened after the announcement was not handed out")
 	}
 	p.Put(fresh)
 	clk.Add(ClosingWindow)
-	if got := p.Get("a", 0); got == nil {
+	if got := p.Get("a", nil); got == nil {
 		t.Fatal("after the window, pooled connections are usable again")
 	}
 	if p.Stats().Closing == 0 {
@@ -266,17 +266,17 @@ func TestPerKeyLimitEvictsLeastRecentlyUsed(t *testing.T) {
 	p := New(0, nil)
 	defer p.Close()
 	conns := putNew(t, p, ln, "a", &Limits{MaxIdle: 2, IdleTimeout: time.Minute}, 3)
-	if got := p.Get("a", 0); got != conns[2] {
+	if got := p.Get("a", nil); got != conns[2] {
 		t.Fatal("Get did not return the most recently used connection")
 	}
-	if got := p.Get("a", 0); got != conns[1] {
+	if got := p.Get("a", nil); got != conns[1] {
 		t.Fatal("the per-key limit evicted another than the least recently used")
 	}
-	if p.Get("a", 0) != nil {
+	if p.Get("a", nil) != nil {
 		t.Fatal("the evicted connection is still pooled")
 	}
 	p.Put(conns[1]) // back and out again: the list is reused
-	if p.Get("a", 0) != conns[1] {
+	if p.Get("a", nil) != conns[1] {
 		t.Fatal("a connection put back was not handed out")
 	}
 	p.sweep()
@@ -288,5 +288,100 @@ func TestPerKeyLimitEvictsLeastRecentlyUsed(t *testing.T) {
 	}
 	if s := p.Stats(); s.Evicted != 1 || s.Idle != 0 {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestOnceRules: a request that must be sent once dials under Dial, takes
+// a connection under Reuse, and under Learn only once the server has
+// answered TrustAfter exchanges since it last dropped a connection such a
+// request could have taken; a server seen recycling never earns it.
+func TestOnceRules(t *testing.T) {
+	ln := listen(t)
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	p := New(0, clk.Now)
+	defer p.Close()
+	l := &Limits{MaxIdle: 8, IdleTimeout: time.Minute}
+	learn, dial, reuse := &Once{}, &Once{Mode: Dial}, &Once{Mode: Reuse}
+	c, _ := pair(t, ln)
+	pc := NewConn(c, "a", l, clk.Now())
+	p.Put(pc)
+	if p.Get("a", dial) != nil || p.Get("a", learn) != nil {
+		t.Fatal("a new server's connection went to a request sent once under dial or learn")
+	}
+	if p.Stats().Untrusted != 1 {
+		t.Fatalf("untrusted %d, want 1", p.Stats().Untrusted)
+	}
+	if p.Get("a", reuse) != pc {
+		t.Fatal("reuse refused a fresh pooled connection")
+	}
+	// exchanges puts the connection back n times, as n requests would,
+	// and leaves it pooled.
+	exchanges := func(n int) {
+		for i := 0; i < n; i++ {
+			p.Put(pc)
+			if i < n-1 && p.Get("a", nil) != pc {
+				t.Fatal("the connection did not come back")
+			}
+		}
+	}
+	exchanges(TrustAfter - 2) // with the one put above: one short
+	if p.Get("a", learn) != nil {
+		t.Fatalf("trusted after %d exchanges", TrustAfter-1)
+	}
+	p.Get("a", nil)
+	exchanges(1)
+	if p.Get("a", learn) != pc {
+		t.Fatalf("not trusted after %d exchanges", TrustAfter)
+	}
+	// A death of a connection idle longer than MaxIdle is the server's
+	// idle timeout, which such requests avoid anyway: trust stays.
+	p.Put(pc)
+	clk.Add(2 * DefaultOnceMaxIdle)
+	p.Get("a", nil)
+	p.Dead(pc)
+	c2, _ := pair(t, ln)
+	pc2 := NewConn(c2, "a", l, clk.Now())
+	p.Put(pc2)
+	if p.Get("a", learn) != pc2 {
+		t.Fatal("an idle-timeout death cost the server its trust")
+	}
+	// A connection dead after a short idle could have been sent a request
+	// in vain: the server earns its trust again.
+	p.Put(pc2)
+	clk.Add(DefaultOnceMaxIdle / 2)
+	p.Get("a", nil)
+	p.Dead(pc2)
+	pc = NewConn(c, "a", l, clk.Now())
+	p.Put(pc)
+	if p.Get("a", learn) != nil {
+		t.Fatal("trusted right after dropping a connection idle less than MaxIdle")
+	}
+	p.Get("a", nil)
+	exchanges(TrustAfter)
+	if p.Get("a", learn) != pc {
+		t.Fatal("trust not earned again")
+	}
+	// Recycling: a connection older than an announced close dies within
+	// the window. That server never earns trust back.
+	clk.Add(time.Millisecond)
+	p.MarkClosing("a")
+	p.Dead(pc)
+	pc = NewConn(c2, "a", l, clk.Now())
+	p.Put(pc)
+	p.Get("a", nil)
+	exchanges(2 * TrustAfter)
+	if p.Get("a", learn) != nil {
+		t.Fatal("a recycling server's connection went to a request sent once under learn")
+	}
+}
+
+func TestParseOnceMode(t *testing.T) {
+	for _, m := range []OnceMode{Learn, Dial, Reuse} {
+		if got, err := ParseOnceMode(m.String()); err != nil || got != m {
+			t.Errorf("ParseOnceMode(%q) = %v, %v", m, got, err)
+		}
+	}
+	if _, err := ParseOnceMode("always"); err == nil {
+		t.Error("ParseOnceMode accepted always")
 	}
 }

@@ -20,9 +20,9 @@ const maxResponseHead = 64 << 10
 // the try failed before anything of the final response went to the client;
 // then s.up may still hold the connection (and s.held a response whose
 // status the policy retries) for the caller to relay or drop.
-func (s *Session) try(peer *Peer, a *Attempt) bool {
+func (s *Session) try(peer *Peer, pol *retry.Policy, a *Attempt) bool {
 	opts := peer.Options
-	if !s.connect(peer, a) {
+	if !s.connect(peer, pol, a) {
 		return false
 	}
 	up := s.up
@@ -31,7 +31,7 @@ func (s *Session) try(peer *Peer, a *Attempt) bool {
 	wbuf := h1.AppendRequest(s.c.wbuf[:0], &s.upReq)
 	// A retry resends what the client already sent of the body; a small
 	// body that arrived with the head goes in the same write.
-	syncBody := s.body.prepare(opts.policy())
+	syncBody := s.body.prepare(pol)
 	wbuf = append(wbuf, s.body.replay...)
 	s.c.wbuf = wbuf[:0]
 	now := clock.Now()
@@ -46,7 +46,8 @@ func (s *Session) try(peer *Peer, a *Attempt) bool {
 		up.SetWriteDeadline(now.Add(opts.writeTimeout()))
 		n, err = up.Write(wbuf)
 	}
-	a.Wrote += int64(n)
+	s.headWrote = int64(n)
+	a.Wrote = s.headWrote
 	if err != nil {
 		a.Err = fault.FromIO(err, fault.PhaseWrite)
 		a.Err.Context = "writing the request to " + peer.Addr
@@ -59,37 +60,40 @@ func (s *Session) try(peer *Peer, a *Attempt) bool {
 		up.SetReadDeadline(time.Time{})
 		s.body.start(up, opts)
 	}
-	return s.readResponse(peer, a)
+	done := s.readResponse(peer, a)
+	s.countWrote(a)
+	return done
 }
 
-// connect takes a pooled connection to peer or dials one, into s.up.
-func (s *Session) connect(peer *Peer, a *Attempt) bool {
+// countWrote brings a.Wrote up to date with the body bytes the pump wrote.
+// It is exact once the pump has stopped, as it has after a failure.
+func (s *Session) countWrote(a *Attempt) {
+	a.Wrote = s.headWrote + s.body.written()
+}
+
+// connect takes a pooled connection to peer or dials one, into s.up. Which
+// pooled connections the try may take is the retry policy's rule
+// (retry.Policy.Reuse); which of them are safe for a request that must be
+// sent at most once is the pool's (pool.Limits.Once).
+func (s *Session) connect(peer *Peer, pol *retry.Policy, a *Attempt) bool {
 	opts := peer.Options
 	now := a.Start
-	if opts.limits().MaxIdle > 0 && !a.StaleResend {
-		// After a pooled connection turned out dead, the retry dials: the
-		// pool may hold more connections to the same dead process, and
-		// they must not use up the request's tries.
-		var maxIdle time.Duration
-		usePool := true
-		if !s.resendable(opts.policy()) {
-			// A request that must not be sent twice goes on a new
-			// connection, or on a pooled one idle at most
-			// NonIdempotentMaxIdle when that is set (seed 004: a recycled
-			// gunicorn worker abandons its kept-alive connections unseen,
-			// moments after it last answered on them).
-			maxIdle = opts.nonIdempotentMaxIdle()
-			usePool = maxIdle > 0
+	limits := opts.limits()
+	if limits.MaxIdle > 0 {
+		var pc *pool.Conn
+		switch pol.Reuse(s.Request.Method(), s.Request.Header.Has(pol.Header()), a.StaleResend) {
+		case retry.ReuseAny:
+			pc = s.srv.Pool.Get(peer.Addr, nil)
+		case retry.ReuseOnce:
+			pc = s.srv.Pool.Get(peer.Addr, &limits.Once)
 		}
-		if usePool {
-			if pc := s.srv.Pool.Get(peer.Addr, maxIdle); pc != nil {
-				a.Reused = true
-				a.IdleAge = now.Sub(pc.IdleSince)
-				a.Served = pc.Served
-				s.up = pc
-				pc.Reader.SetReadTimeout(0)
-				return true
-			}
+		if pc != nil {
+			a.Reused = true
+			a.IdleAge = now.Sub(pc.IdleSince)
+			a.Served = pc.Served
+			s.up = pc
+			pc.Reader.SetReadTimeout(0)
+			return true
 		}
 	}
 	// No TCP keep-alive probes: the pool's idle watcher and timeouts end
@@ -101,25 +105,8 @@ func (s *Session) connect(peer *Peer, a *Attempt) bool {
 		a.Err.Context = "connecting to " + peer.Addr
 		return false
 	}
-	s.up = pool.NewConn(nc, peer.Addr, opts.limits(), now)
+	s.up = pool.NewConn(nc, peer.Addr, limits, now)
 	return true
-}
-
-// resendable reports whether the request may be sent again after it may
-// have been processed: idempotent, or allowed by the policy (keyed with the
-// idempotency header, or non_idempotent: always). Only requests that are
-// not need the care of fresh connections.
-func (s *Session) resendable(pol *retry.Policy) bool {
-	if retry.Idempotent(s.Request.Method()) {
-		return true
-	}
-	switch pol.Mode() {
-	case retry.Always:
-		return true
-	case retry.Keyed:
-		return s.Request.Header.Has(pol.Header())
-	}
-	return false
 }
 
 // readResponse reads response heads until the final one, relaying interim

@@ -3,6 +3,7 @@ package proxy
 import (
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-proxy/sluice/fault"
@@ -36,6 +37,7 @@ type reqBody struct {
 	prepared  bool
 
 	running bool
+	sent    atomic.Int64  // body bytes the pump wrote on this try's connection
 	done    chan struct{} // one signal per pump run
 	mu      sync.Mutex    // orders stop against the pump's deadline setting
 	stopped bool
@@ -91,6 +93,7 @@ func (rb *reqBody) preread() {
 // it is in replay, to go out in the same write as the head (no pump
 // needed).
 func (rb *reqBody) prepare(pol *retry.Policy) bool {
+	rb.sent.Store(0)
 	if !rb.prepared {
 		rb.prepared = true
 		if !rb.finished && rb.consumed == 0 {
@@ -150,7 +153,9 @@ func (rb *reqBody) pump(up *pool.Conn, writeTimeout, headerTimeout time.Duration
 		if len(seg) > 0 {
 			rb.keep(seg)
 			up.SetWriteDeadline(time.Now().Add(writeTimeout))
-			if _, werr := up.Write(seg); werr != nil {
+			n, werr := up.Write(seg)
+			rb.sent.Add(int64(n))
+			if werr != nil {
 				// The upstream stopped reading; what it said, if
 				// anything, is for the response side to find.
 				return
@@ -241,6 +246,10 @@ func (rb *reqBody) failure(up *pool.Conn) *fault.Error {
 	rb.stop(up)
 	return rb.err
 }
+
+// written returns the body bytes the pump wrote on this try's connection,
+// final once the pump has stopped.
+func (rb *reqBody) written() int64 { return rb.sent.Load() }
 
 // replayable reports whether every body byte consumed so far is kept.
 func (rb *reqBody) replayable() bool { return !rb.truncated }

@@ -49,22 +49,31 @@ type ResponseFilter interface {
 	ResponseFilter(s *Session, resp *h1.Response)
 }
 
-// FailToConnect sees a failure to connect to peer, with the engine's retry
-// decision already in e.Retry and e.Why, and returns the error to act on (nil
-// keeps e). Nothing of the request reached the peer, so retrying is safe for
-// any method.
+// The error hooks below take part in the retry decision after a failed try,
+// which has two stages. First the policy (retry.Policy.Allow: the failure's
+// condition, the method, the idempotency key) decides, into e.Retry and
+// e.Why, never leaving it undecided; the hook sees that decision and the
+// facts of the wire it came from (f, a copy), and returns the error to act
+// on (nil keeps e), its Retry lifting or imposing a refusal. Then the hard
+// limits (retry.Policy.Enforce) apply, and no hook lifts them: a response
+// byte already went to the client, the client side failed, the request body
+// is no longer held whole, tries are used up, the retry timeout passed, the
+// retry budget is empty. A server where a try timed out after the request
+// was sent gets no further try of it (Session.Excluded), whatever a hook
+// says.
+
+// FailToConnect sees a failure to connect to peer. Nothing of the request
+// reached the peer, so retrying is safe for any method.
 type FailToConnect interface {
-	FailToConnect(s *Session, peer *Peer, e *fault.Error) *fault.Error
+	FailToConnect(s *Session, peer *Peer, e *fault.Error, f retry.Facts) *fault.Error
 }
 
 // ErrorWhileProxy sees a failure after the connection was made, before any
-// response byte went to the client, with the engine's decision in e.Retry
-// and e.Why (never undecided), and returns the error to act on (nil keeps
-// e). reused says whether the connection came from the pool. Setting Retry
-// on a request that may have been processed risks a duplicate: the hook
-// takes that responsibility. Tries and the retry budget still apply.
+// response byte went to the client. Setting Retry on a request that may
+// have been processed (f.Wrote > 0, a method that is not idempotent) risks
+// a duplicate: the hook takes that responsibility.
 type ErrorWhileProxy interface {
-	ErrorWhileProxy(s *Session, peer *Peer, e *fault.Error, reused bool) *fault.Error
+	ErrorWhileProxy(s *Session, peer *Peer, e *fault.Error, f retry.Facts) *fault.Error
 }
 
 // FailToProxy chooses the answer for a request that failed for good. A nil
@@ -118,72 +127,71 @@ type Peer struct {
 }
 
 // PeerOptions are the connection and retry settings of a group of peers.
-// The zero value has the documented defaults. Options are read-only once
-// in use.
+// The zero value has the documented defaults, the ones the config file
+// gives an upstream that sets nothing. Options are read-only once in use.
 type PeerOptions struct {
-	// ConnectTimeout bounds dialing; 0 means 2s.
+	// ConnectTimeout bounds dialing; 0 means DefaultConnectTimeout.
 	ConnectTimeout time.Duration
 	// ResponseHeaderTimeout bounds the wait for the response head once the
-	// request is written; 0 means 30s.
+	// request is written; 0 means DefaultResponseHeaderTimeout.
 	ResponseHeaderTimeout time.Duration
-	// ReadTimeout bounds each wait for response body bytes; 0 means 60s.
+	// ReadTimeout bounds each wait for response body bytes; 0 means
+	// DefaultReadTimeout.
 	ReadTimeout time.Duration
-	// WriteTimeout bounds each write to the upstream; 0 means 60s.
+	// WriteTimeout bounds each write to the upstream; 0 means
+	// DefaultWriteTimeout.
 	WriteTimeout time.Duration
-	// Pool limits the idle connections kept for each peer; nil means
-	// DefaultPoolLimits, and MaxIdle 0 turns pooling off.
+	// Pool limits the idle connections kept for each peer, and says which
+	// of them a request that must be sent at most once may take (Once);
+	// nil means DefaultPoolLimits, and MaxIdle 0 turns pooling off.
 	Pool *pool.Limits
-	// NonIdempotentMaxIdle lets requests that must not be sent twice
-	// (non-idempotent ones that the retry policy cannot resend) use a
-	// pooled connection idle at most this long; they take no connection
-	// opened before their server last announced a close (pool.ClosingWindow)
-	// either. The zero value makes them always dial a new connection, the
-	// only choice that never hands one to a process that has just stopped
-	// reading its kept-alive connections.
-	NonIdempotentMaxIdle time.Duration
-	// Retry is the retry policy; nil means retry's defaults.
+	// Retry is the retry policy; nil means a zero retry.Policy shared by
+	// every peer without one.
 	Retry *retry.Policy
 	// Host, when set, replaces the Host header sent upstream.
 	Host string
 }
 
+// Defaults of a zero PeerOptions. The response-header timeout is nginx's
+// proxy_read_timeout: a view nginx would wait for, sluice waits for.
+const (
+	DefaultConnectTimeout        = 2 * time.Second
+	DefaultResponseHeaderTimeout = 60 * time.Second
+	DefaultReadTimeout           = 60 * time.Second
+	DefaultWriteTimeout          = 60 * time.Second
+)
+
 // DefaultPoolLimits are the pool limits of peers that set none: 32 idle
-// connections per peer, closed after 60s idle.
+// connections per peer, closed after 60s idle; requests that must be sent
+// once learn which servers' pooled connections they may take (pool.Learn).
 var DefaultPoolLimits = pool.Limits{MaxIdle: 32, IdleTimeout: 60 * time.Second}
 
 func (o *PeerOptions) connectTimeout() time.Duration {
 	if o == nil || o.ConnectTimeout <= 0 {
-		return 2 * time.Second
+		return DefaultConnectTimeout
 	}
 	return o.ConnectTimeout
 }
 
 func (o *PeerOptions) responseHeaderTimeout() time.Duration {
 	if o == nil || o.ResponseHeaderTimeout <= 0 {
-		return 30 * time.Second
+		return DefaultResponseHeaderTimeout
 	}
 	return o.ResponseHeaderTimeout
 }
 
 func (o *PeerOptions) readTimeout() time.Duration {
 	if o == nil || o.ReadTimeout <= 0 {
-		return 60 * time.Second
+		return DefaultReadTimeout
 	}
 	return o.ReadTimeout
 }
 
 func (o *PeerOptions) writeTimeout() time.Duration {
 	if o == nil || o.WriteTimeout <= 0 {
-		return 60 * time.Second
+		return DefaultWriteTimeout
 	}
 	return o.WriteTimeout
-}
-
-func (o *PeerOptions) nonIdempotentMaxIdle() time.Duration {
-	if o == nil {
-		return 0
-	}
-	return o.NonIdempotentMaxIdle
 }
 
 func (o *PeerOptions) policy() *retry.Policy {
@@ -209,10 +217,11 @@ type Attempt struct {
 	Reused  bool
 	IdleAge time.Duration
 	Served  int
-	// StaleResend marks a try that followed a stale pooled connection: the
-	// previous try failed on a reused connection before any response byte.
+	// StaleResend marks a try that followed a stale pooled connection
+	// (retry.Stale): it went on a new connection.
 	StaleResend bool
-	// Wrote and Read count the request and response bytes of this try.
+	// Wrote counts the request bytes, head and body, written on this try's
+	// connection; Read counts the response bytes read on it.
 	Wrote, Read int64
 	// Wait is the time from the try's start to its response head (or to
 	// its failure): the upstream's latency as a balancer sees it.
@@ -226,7 +235,16 @@ type Attempt struct {
 	Duration time.Duration
 }
 
-// Upstreams formats the attempts the way nginx's $upstream_addr does.
+// Stale reports whether the try failed as a pooled connection that its
+// upstream had already closed fails (retry.Stale): the keep-alive race,
+// not the server's fault.
+func (a *Attempt) Stale() bool { return retry.Stale(a.Reused, a.Read, a.Err) }
+
+// Excludes reports whether the try rules its server out for the rest of the
+// request (retry.Excludes): it timed out after the request was sent.
+func (a *Attempt) Excludes() bool { return retry.Excludes(a.Wrote, a.Err) }
+
+// upstreamList formats the attempts the way nginx's $upstream_addr does.
 func upstreamList(as []Attempt, field func(*Attempt) string) string {
 	if len(as) == 1 {
 		return field(&as[0]) // the usual case, without building a string

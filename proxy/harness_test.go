@@ -60,9 +60,11 @@ func testOptions() *PeerOptions {
 		ResponseHeaderTimeout: 2 * time.Second,
 		ReadTimeout:           2 * time.Second,
 		WriteTimeout:          2 * time.Second,
-		Pool:                  &pool.Limits{MaxIdle: 64, IdleTimeout: time.Minute},
-		NonIdempotentMaxIdle:  2 * time.Second,
-		Retry:                 &retry.Policy{},
+		// Requests that must be sent once take pooled connections, as
+		// the seeds' proxies do, so that tests see what happens then.
+		Pool: &pool.Limits{MaxIdle: 64, IdleTimeout: time.Minute,
+			Once: pool.Once{Mode: pool.Reuse, MaxIdle: 2 * time.Second}},
+		Retry: &retry.Policy{},
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/pool"
+	"github.com/sluice-proxy/sluice/retry"
 )
 
 // relay sends the response whose head is in s.resp to the client and
@@ -182,6 +183,7 @@ func (s *Session) releaseUpstream(a *Attempt, upKeep bool) {
 	up := s.up
 	a.Read = up.Reader.N - s.readStart
 	s.body.stop(up)
+	s.countWrote(a)
 	if !s.body.complete() {
 		// The upstream answered before the request body ended: the
 		// upstream connection is not at a message boundary, and the
@@ -210,13 +212,14 @@ func (s *Session) failBody(peer *Peer, a *Attempt, pending []byte, err error) {
 		e = be
 	}
 	e.Context = "reading the response body from " + peer.Addr
-	e.Why = "not retried: the response had started going to the client"
+	s.countWrote(a)
 	a.Err = e
 	s.Err = e
 	if len(pending) > 0 {
 		s.c.write(pending) // the head and what arrived: then the cut
 		s.Status = s.resp.Status
 	}
+	e.Retry, e.Why = false, retry.ResponseStarted
 	s.Aborted = true
 	s.keepAlive = false
 	s.dropUpstream()

@@ -34,9 +34,9 @@ func inOrder(opts *PeerOptions, addrs ...string) *ordered {
 	return h
 }
 
-func withPolicy(p retry.Policy) *PeerOptions {
+func withPolicy(p *retry.Policy) *PeerOptions {
 	o := testOptions()
-	o.Retry = &p
+	o.Retry = p
 	return o
 }
 
@@ -80,7 +80,7 @@ func TestSeed000(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.mode.String(), func(t *testing.T) {
 			up := upstreamtest.Start(t, upstreamtest.AnswerFirstThenDrop())
-			hs := start(t, inOrder(withPolicy(retry.Policy{NonIdempotent: tt.mode}), up.Addr()))
+			hs := start(t, inOrder(withPolicy(&retry.Policy{NonIdempotent: tt.mode}), up.Addr()))
 			for _, st := range tt.steps {
 				resp, _ := hs.do(t, st.req)
 				if resp.StatusCode != st.status {
@@ -154,7 +154,7 @@ func TestSeed002Matrix(t *testing.T) {
 		for ci, cfg := range configs {
 			t.Run(f.name+"/"+cfg.name, func(t *testing.T) {
 				b := upstreamtest.Start(t, upstreamtest.OK("B"))
-				opts := withPolicy(retry.Policy{On: cfg.on})
+				opts := withPolicy(&retry.Policy{On: cfg.on})
 				if cfg.off {
 					opts.Retry.Tries = 1
 				}
@@ -221,7 +221,7 @@ func TestAllServersFailingCountsTries(t *testing.T) {
 				ups = append(ups, u)
 				addrs = append(addrs, u.Addr())
 			}
-			hs := start(t, inOrder(withPolicy(retry.Policy{Tries: tries, On: retry.OnError | retry.OnTimeout | retry.OnHTTP503}), addrs...))
+			hs := start(t, inOrder(withPolicy(&retry.Policy{Tries: tries, On: retry.OnError | retry.OnTimeout | retry.OnHTTP503}), addrs...))
 			const requests = 10
 			for i := 0; i < requests; i++ {
 				resp, body := hs.do(t, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
@@ -259,7 +259,7 @@ func TestPostSilentPastTimeout(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/key=%v", tt.mode, tt.key), func(t *testing.T) {
 			a := upstreamtest.Start(t, upstreamtest.Silent())
 			b := upstreamtest.Start(t, upstreamtest.OK("B"))
-			opts := withPolicy(retry.Policy{NonIdempotent: tt.mode})
+			opts := withPolicy(&retry.Policy{NonIdempotent: tt.mode})
 			opts.ResponseHeaderTimeout = 300 * time.Millisecond
 			hs := start(t, inOrder(opts, a.Addr(), b.Addr()))
 			key := ""
@@ -286,7 +286,7 @@ func TestPostSilentPastTimeout(t *testing.T) {
 func TestNonIdempotentNeverOnLongIdleConnection(t *testing.T) {
 	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
 	opts := testOptions()
-	opts.NonIdempotentMaxIdle = 100 * time.Millisecond
+	opts.Pool.Once.MaxIdle = 100 * time.Millisecond
 	hs := start(t, inOrder(opts, up.Addr()))
 	hs.get(t, "/warm") // leaves a pooled connection
 	time.Sleep(200 * time.Millisecond)
@@ -309,7 +309,7 @@ func TestBodyBufferBoundsReplay(t *testing.T) {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			a := upstreamtest.Start(t, upstreamtest.ResetAfterRead())
 			b := upstreamtest.Start(t, upstreamtest.Echo())
-			hs := start(t, inOrder(withPolicy(retry.Policy{BodyBuffer: 64 << 10}), a.Addr(), b.Addr()))
+			hs := start(t, inOrder(withPolicy(&retry.Policy{BodyBuffer: 64 << 10}), a.Addr(), b.Addr()))
 			body := bytes.Repeat([]byte("0123456789abcdef"), size/16)
 			c := hs.dial(t)
 			c.send(fmt.Sprintf("PUT /f HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
@@ -341,7 +341,7 @@ func TestReplayResumesSlowBody(t *testing.T) {
 		c.Reset()
 	})
 	b := upstreamtest.Start(t, upstreamtest.Echo())
-	hs := start(t, inOrder(withPolicy(retry.Policy{}), a.Addr(), b.Addr()))
+	hs := start(t, inOrder(withPolicy(&retry.Policy{}), a.Addr(), b.Addr()))
 	c := hs.dial(t)
 	first := "5;ext=1\r\nhello\r\n"
 	c.send("PUT /slow HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n" + first)
@@ -359,7 +359,7 @@ func TestReplayResumesSlowBody(t *testing.T) {
 func TestUpstreamDiesAfterHead(t *testing.T) {
 	a := upstreamtest.Start(t, upstreamtest.Truncated())
 	b := upstreamtest.Start(t, upstreamtest.OK("B"))
-	hs := start(t, inOrder(withPolicy(retry.Policy{}), a.Addr(), b.Addr()))
+	hs := start(t, inOrder(withPolicy(&retry.Policy{}), a.Addr(), b.Addr()))
 	c := hs.dial(t)
 	c.send("GET / HTTP/1.1\r\nHost: a\r\n\r\n")
 	if _, err := readFull(c); err == nil {
@@ -377,7 +377,7 @@ func TestRetryBudget(t *testing.T) {
 	a := upstreamtest.Dead(t)
 	b := upstreamtest.Start(t, upstreamtest.OK("B"))
 	budget := retry.NewBudget(0, 0.1, nil) // one retry per ten seconds
-	hs := start(t, inOrder(withPolicy(retry.Policy{Budget: budget}), a, b.Addr()))
+	hs := start(t, inOrder(withPolicy(&retry.Policy{Budget: budget}), a, b.Addr()))
 	if status, _ := hs.get(t, "/1"); status != 200 {
 		t.Fatalf("first request: %d (the budget allows one retry)", status)
 	}
@@ -399,7 +399,7 @@ func TestStaleResendsCountAsTries(t *testing.T) {
 	// sends never exceed tries (nginx was measured sending one GET four
 	// times).
 	up := upstreamtest.Start(t, upstreamtest.AnswerFirstThenDrop())
-	hs := start(t, inOrder(withPolicy(retry.Policy{Tries: 2}), up.Addr()))
+	hs := start(t, inOrder(withPolicy(&retry.Policy{Tries: 2}), up.Addr()))
 	hs.get(t, "/warm")
 	if status, _ := hs.get(t, "/x"); status != 200 {
 		t.Fatalf("status %d", status)
@@ -418,7 +418,7 @@ func TestStaleResendsCountAsTries(t *testing.T) {
 func TestConnectFailureRetriesAnyMethod(t *testing.T) {
 	a := upstreamtest.Dead(t)
 	b := upstreamtest.Start(t, upstreamtest.OK("B"))
-	hs := start(t, inOrder(withPolicy(retry.Policy{NonIdempotent: retry.Never}), a, b.Addr()))
+	hs := start(t, inOrder(withPolicy(&retry.Policy{NonIdempotent: retry.Never}), a, b.Addr()))
 	resp, body := hs.do(t, "POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx")
 	if resp.StatusCode != 200 || body != "B" {
 		t.Fatalf("got %d %q", resp.StatusCode, body)

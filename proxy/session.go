@@ -61,10 +61,10 @@ type Session struct {
 	held      bool       // a response head was read and awaits relay or retry
 	respFrame h1.Framing
 	respReuse bool
-	tries     int
 	continued bool // a 100 Continue went to the client
 	scratch   []byte
 	readStart int64 // the upstream reader's count when this try began reading
+	headWrote int64 // bytes of this try's first write: the head, and a body sent with it
 }
 
 // reset prepares the session for the connection's next request, keeping
@@ -216,67 +216,59 @@ func (s *Session) normalizeTarget() error {
 	return nil
 }
 
-// proxy runs the attempt loop: pick a peer, try it, and on failure decide
-// from the facts whether to try again.
+// proxy runs the attempt loop: pick a peer, try it, and on failure gather
+// the facts of the wire and act on the retry decision taken from them.
 func (s *Session) proxy() {
 	s.body.preread()
-	first := time.Time{}
+	var first time.Time
 	for {
 		peer, err := s.hooks.h.UpstreamPeer(s)
 		if err != nil || peer == nil {
+			if len(s.Attempts) > 0 {
+				s.giveUp("no server left for another try: " + noPeer(err).Error())
+				return
+			}
 			s.answerError(noPeer(err))
+			return
+		}
+		if s.Excluded(peer.Addr) {
+			// A handler that ignores Excluded chose a server that timed
+			// out on this request after it was sent: not again. The
+			// handler is still told the try it chose ended.
+			s.refuse(peer)
+			s.giveUp("the only server left, " + peer.Addr + ", timed out on this request already")
 			return
 		}
 		pol := peer.Options.policy()
 		now := clock.Now()
 		if first.IsZero() {
 			first = now
-			if pol != nil && pol.Budget != nil {
-				pol.Budget.Request()
-			}
+			pol.Begin()
 		}
-		s.tries++
 		s.Attempts = append(s.Attempts, Attempt{Peer: peer, Start: now})
 		a := &s.Attempts[len(s.Attempts)-1]
 		if n := len(s.Attempts); n > 1 {
-			prev := &s.Attempts[n-2]
-			a.StaleResend = prev.Reused && prev.Read == 0 && prev.Err != nil &&
-				(prev.Err.Kind == fault.ConnectionClosed || prev.Err.Kind == fault.ConnectionReset)
+			a.StaleResend = s.Attempts[n-2].Stale()
 		}
 
-		done := s.try(peer, a)
+		done := s.try(peer, pol, a)
 		a.Duration = time.Since(a.Start)
 		if done {
 			s.tryDone(a)
 			return
 		}
+		f := s.facts(pol, a, first)
+		if s.up != nil && f.Stale() {
+			s.srv.Pool.Dead(s.up) // the pool learns from it
+		}
 		e := a.Err
-		if s.up != nil && a.Reused && a.Read == 0 && (e.Kind == fault.ConnectionClosed || e.Kind == fault.ConnectionReset) {
-			s.srv.Pool.Dead(s.up) // a stale connection: the pool learns from it
-		}
-		e.Retry, e.Why = retry.Decide(pol, retry.Facts{
-			Method:     s.Request.Method(),
-			Keyed:      s.Request.Header.Has(pol.Header()),
-			Err:        e,
-			Reused:     a.Reused,
-			Wrote:      a.Wrote > 0,
-			Replayable: s.body.replayable(),
-			Try:        s.tries,
-			Elapsed:    time.Since(first),
-		})
-		e = s.hook(peer, a)
+		e.Retry, e.Why = pol.Allow(&f)
+		e = s.hook(peer, a, f)
 		a.Err = e
-		if e.Retry && s.tries >= pol.MaxTries() {
-			e.Retry, e.Why = false, "not retried: tries exhausted"
-		}
-		if e.Retry && e.Source != fault.Upstream {
-			e.Retry, e.Why = false, "not retried: the client side failed"
-		}
-		if e.Retry && pol != nil && pol.Budget != nil && !pol.Budget.Withdraw() {
-			e.Retry, e.Why = false, "not retried: retry budget exhausted"
-			if o := s.srv.Observer; o != nil {
-				o.BudgetDenied(s, peer)
-			}
+		var limit retry.Limit
+		e.Retry, e.Why, limit = pol.Enforce(&f, e.Retry, e.Why)
+		if o := s.srv.Observer; o != nil && limit == retry.LimitBudget {
+			o.BudgetDenied(s, peer)
 		}
 		s.tryDone(a)
 		s.logTry(a, !e.Retry)
@@ -284,7 +276,6 @@ func (s *Session) proxy() {
 			if s.held {
 				// The policy retries this status, but not this time: the
 				// upstream's own response goes to the client as it came.
-				e.Retry = false
 				s.relay(peer, a)
 				return
 			}
@@ -299,23 +290,60 @@ func (s *Session) proxy() {
 	}
 }
 
-// hook lets the Handler adjust the decision after a failed try.
-func (s *Session) hook(peer *Peer, a *Attempt) *fault.Error {
+// facts gathers what the engine knows of a's failure, for the decision.
+func (s *Session) facts(pol *retry.Policy, a *Attempt, first time.Time) retry.Facts {
+	return retry.Facts{
+		Method:         s.Request.Method(),
+		Keyed:          s.Request.Header.Has(pol.Header()),
+		Err:            a.Err,
+		ClientFailed:   a.Err.Source != fault.Upstream,
+		Reused:         a.Reused,
+		Wrote:          a.Wrote,
+		Read:           a.Read,
+		SentDownstream: s.Status != 0,
+		Replayable:     s.body.replayable(),
+		Try:            len(s.Attempts),
+		Elapsed:        time.Since(first),
+	}
+}
+
+// hook lets the Handler adjust the policy's decision after a failed try.
+func (s *Session) hook(peer *Peer, a *Attempt, f retry.Facts) *fault.Error {
 	e := a.Err
 	if e.Kind.Connect() {
 		if h := s.hooks.failToConnect; h != nil {
-			if e2 := h.FailToConnect(s, peer, e); e2 != nil {
+			if e2 := h.FailToConnect(s, peer, e, f); e2 != nil {
 				e = e2
 			}
 		}
 		return e
 	}
 	if h := s.hooks.errorWhileProxy; h != nil {
-		if e2 := h.ErrorWhileProxy(s, peer, e, a.Reused); e2 != nil {
+		if e2 := h.ErrorWhileProxy(s, peer, e, f); e2 != nil {
 			e = e2
 		}
 	}
 	return e
+}
+
+// giveUp ends a request whose last try was to be retried but cannot be:
+// that try's failure is the answer.
+func (s *Session) giveUp(why string) {
+	a := &s.Attempts[len(s.Attempts)-1]
+	e := a.Err
+	e.Retry, e.Why = false, "not retried: "+why
+	s.logTry(a, true)
+	s.answerError(e)
+}
+
+// refuse tells the Handler that the try it chose on peer was not made.
+func (s *Session) refuse(peer *Peer) {
+	if h := s.hooks.tryDone; h != nil {
+		h.TryDone(s, &Attempt{Peer: peer, Start: clock.Now(), Err: &fault.Error{
+			Kind: fault.NoUpstream, Source: fault.Internally,
+			Context: "not sent to " + peer.Addr + ": it timed out on this request already",
+		}})
+	}
 }
 
 // backoff returns the wait before the next try when the peer that just
@@ -339,6 +367,20 @@ func (s *Session) backoff(pol *retry.Policy, peer *Peer) time.Duration {
 func (s *Session) Tried(addr string) bool {
 	for i := range s.Attempts {
 		if a := &s.Attempts[i]; a.Err != nil && a.Peer != nil && a.Peer.Addr == addr {
+			return true
+		}
+	}
+	return false
+}
+
+// Excluded reports whether the request must not go to addr again: a try
+// there timed out after the request was sent (Attempt.Excludes). The server
+// may still be working on it; the request goes to another server, or the
+// timeout is the answer. Handlers must not choose an excluded peer; the
+// engine refuses one.
+func (s *Session) Excluded(addr string) bool {
+	for i := range s.Attempts {
+		if a := &s.Attempts[i]; a.Peer != nil && a.Peer.Addr == addr && a.Excludes() {
 			return true
 		}
 	}

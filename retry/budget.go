@@ -91,10 +91,13 @@ func (b *Budget) bucket() *budgetBucket {
 
 // Backoff is the wait before trying a server again: full jitter, a random
 // duration in [0, min(Max, Base × 2^(n-1))] before the n-th retry to the same
-// server. A zero Base means no wait.
+// server. A zero Base means no wait; a zero Max means DefaultBackoffMax.
 type Backoff struct {
 	Base, Max time.Duration
 }
+
+// DefaultBackoffMax is the largest backoff ceiling when Backoff.Max is 0.
+const DefaultBackoffMax = time.Second
 
 // Delay returns the wait before the n-th retry (n >= 1) to the same server.
 // rnd returns a random int64 in [0, n); nil uses math/rand/v2.
@@ -102,11 +105,14 @@ func (b Backoff) Delay(n int, rnd func(int64) int64) time.Duration {
 	if b.Base <= 0 || n < 1 {
 		return 0
 	}
+	if b.Max <= 0 {
+		b.Max = DefaultBackoffMax
+	}
 	ceiling := b.Base
-	for i := 1; i < n && (b.Max <= 0 || ceiling < b.Max); i++ {
+	for i := 1; i < n && ceiling < b.Max; i++ {
 		ceiling *= 2
 	}
-	if b.Max > 0 && ceiling > b.Max {
+	if ceiling > b.Max {
 		ceiling = b.Max
 	}
 	if rnd == nil {

@@ -7,19 +7,28 @@ import (
 	"github.com/sluice-proxy/sluice/fault"
 )
 
-// Facts are what the engine knows about a failed try at the moment it failed.
+// Facts are what the engine knows about a failed try at the moment it
+// failed, every one read off the wire. Hooks receive a copy: what they do
+// with it cannot change what Enforce sees.
 type Facts struct {
 	Method string
 	// Keyed is set when the request carries the policy's idempotency header.
 	Keyed bool
 	// Err is the failure; its Kind and Status select the condition.
 	Err *fault.Error
+	// ClientFailed is set when the failure was the client's (it went away,
+	// stalled, or sent a broken body): the request cannot be sent whole.
+	ClientFailed bool
 	// Reused is set when the try ran on a pooled connection.
 	Reused bool
-	// Wrote is set when any request byte was written to the connection.
-	Wrote bool
-	// SentDownstream is set when any byte of the final response went to
-	// the client; nothing can be retried after that.
+	// Wrote counts the request bytes, head and body, written on this try's
+	// connection. 0 means nothing of the request can have reached the
+	// upstream.
+	Wrote int64
+	// Read counts the response bytes read on this try.
+	Read int64
+	// SentDownstream is set when a byte of the final response went to the
+	// client; nothing can be retried after that, only aborted.
 	SentDownstream bool
 	// Replayable is set when every request body byte consumed so far is
 	// still held for a resend (always true for a request without a body).
@@ -30,25 +39,56 @@ type Facts struct {
 	Elapsed time.Duration
 }
 
-// Decide reports whether another try may follow a failed one, and why, in
-// words for the log. It does not consult the retry budget: a caller that gets
-// true must still Withdraw from the policy's Budget before it retries.
-//
-// The order of the checks is the order of the reasons a reader wants: first
-// whether a retry is possible at all, then whether the failure is one to
-// retry, then whether resending is safe, then the limits.
-func Decide(p *Policy, f Facts) (bool, string) {
-	if f.SentDownstream {
-		return false, "not retried: the response had started going to the client"
+// Stale reports whether the try failed the way a pooled connection fails
+// when its upstream had already closed it unseen (Stale).
+func (f *Facts) Stale() bool { return Stale(f.Reused, f.Read, f.Err) }
+
+// Stale reports whether a try on a connection failed the way a pooled
+// connection fails when its upstream had already closed it unseen: it was
+// reused, and it was closed, reset or refused the write before any
+// response byte. That is the keep-alive race, not the server's failure: the
+// pool learns from it, the next try dials (Reuse), and passive health does
+// not count it.
+func Stale(reused bool, read int64, e *fault.Error) bool {
+	if !reused || read != 0 || e == nil || e.Source != fault.Upstream {
+		return false
 	}
+	switch e.Kind {
+	case fault.ConnectionClosed, fault.ConnectionReset, fault.WriteError:
+		return true
+	}
+	return false
+}
+
+// Excludes reports whether a failed try rules its server out for the rest
+// of the request: it timed out after the request, or part of it, was sent.
+// The server may still be working on it, and the same server never gets the
+// same request twice because it was slow: the request goes to another
+// server or the timeout is the answer. A connect timeout sent nothing and
+// excludes nothing.
+func Excludes(wrote int64, e *fault.Error) bool {
+	if wrote == 0 || e == nil || e.Source != fault.Upstream {
+		return false
+	}
+	switch e.Kind {
+	case fault.ResponseTimeout, fault.WriteTimeout, fault.ReadTimeout:
+		return true
+	}
+	return false
+}
+
+// Allow is the policy stage of the decision after a failed try: is the
+// failure one the policy retries (On), and is resending safe for this
+// request (its method, NonIdempotent, the idempotency header)? It says why,
+// in words for the log. Hooks may change its answer either way; Enforce
+// then applies the hard limits, which they cannot lift.
+func (p *Policy) Allow(f *Facts) (bool, string) {
 	cond := condition(f.Err)
 	if cond == 0 || p.Conditions()&cond == 0 {
 		return false, fmt.Sprintf("not retried: %s is not in retry.on (%s)", condName(f.Err), p.Conditions())
 	}
-	if f.Wrote && !f.Replayable {
-		return false, "not retried: the request body was larger than body_buffer and had partly gone out"
-	}
-	if f.Wrote && !Idempotent(f.Method) {
+	wrote := f.Wrote > 0
+	if wrote && !Idempotent(f.Method) {
 		switch p.Mode() {
 		case Never:
 			return false, fmt.Sprintf("not retried: %s may have been processed and non_idempotent is never", f.Method)
@@ -58,23 +98,84 @@ func Decide(p *Policy, f Facts) (bool, string) {
 			}
 		}
 	}
-	if f.Try >= p.MaxTries() {
-		return false, fmt.Sprintf("not retried: tries exhausted (%d of %d)", f.Try, p.MaxTries())
-	}
-	if p != nil && p.Timeout > 0 && f.Elapsed >= p.Timeout {
-		return false, fmt.Sprintf("not retried: retry timeout %s passed", p.Timeout)
-	}
 	switch {
-	case !f.Wrote:
+	case !wrote:
 		return true, "retrying: nothing of the request reached the upstream"
 	case !Idempotent(f.Method) && f.Keyed:
 		return true, fmt.Sprintf("retrying: %s carries %s", f.Method, p.Header())
 	case !Idempotent(f.Method):
 		return true, fmt.Sprintf("retrying: %s, non_idempotent is always", f.Method)
-	case f.Reused && f.Err.Kind != fault.UpstreamStatus:
-		return true, fmt.Sprintf("retrying: %s is idempotent (reused connection)", f.Method)
+	case f.Stale():
+		return true, fmt.Sprintf("retrying: %s is idempotent (stale pooled connection)", f.Method)
 	}
 	return true, fmt.Sprintf("retrying: %s is idempotent", f.Method)
+}
+
+// Limit names the hard limit that stopped a retry.
+type Limit uint8
+
+const (
+	NoLimit         Limit = iota
+	LimitDownstream       // a byte of the response went to the client
+	LimitClient           // the client side failed
+	LimitBody             // the request body is no longer held whole
+	LimitTries            // every try was used
+	LimitTime             // the retry timeout passed
+	LimitBudget           // the retry budget was empty
+)
+
+var limitNames = [...]string{
+	NoLimit:         "none",
+	LimitDownstream: "downstream",
+	LimitClient:     "client",
+	LimitBody:       "body",
+	LimitTries:      "tries",
+	LimitTime:       "time",
+	LimitBudget:     "budget",
+}
+
+func (l Limit) String() string {
+	if int(l) < len(limitNames) {
+		return limitNames[l]
+	}
+	return fmt.Sprintf("Limit(%d)", l)
+}
+
+// ResponseStarted is why a try that failed after a byte of its response
+// went to the client is not retried (LimitDownstream): the client
+// connection is aborted instead.
+const ResponseStarted = "not retried: the response had started going to the client"
+
+// Enforce is the second stage of the decision: it applies the hard limits
+// to the answer the policy (Allow) and the hooks reached, and it is the last
+// word. Nothing lifts these limits: a byte of the response went to the
+// client; the client side failed; the request body is no longer held whole
+// (a resend would send a head promising bytes sluice no longer has); every
+// try was used; the retry timeout passed; the retry budget is empty. A
+// retry that passes them is withdrawn from the budget, so Enforce is called
+// once per failed try. It returns the final answer, why, and the limit that
+// refused (NoLimit when none did).
+func (p *Policy) Enforce(f *Facts, retry bool, why string) (bool, string, Limit) {
+	if !retry {
+		return false, why, NoLimit
+	}
+	switch {
+	case f.SentDownstream:
+		return false, ResponseStarted, LimitDownstream
+	case f.ClientFailed:
+		return false, "not retried: the client side failed", LimitClient
+	case !f.Replayable:
+		return false, "not retried: the request body was larger than body_buffer and had partly gone out", LimitBody
+	case f.Try >= p.MaxTries():
+		return false, fmt.Sprintf("not retried: tries exhausted (%d of %d)", f.Try, p.MaxTries()), LimitTries
+	}
+	if t := p.orDefault().RetryTimeout(); t > 0 && f.Elapsed >= t {
+		return false, fmt.Sprintf("not retried: retry timeout %s passed", t), LimitTime
+	}
+	if !p.budget().Withdraw() {
+		return false, "not retried: retry budget exhausted", LimitBudget
+	}
+	return true, why, NoLimit
 }
 
 // condition maps a failure to the retry condition that covers it; 0 means

@@ -6,6 +6,7 @@ package retry
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -132,34 +133,46 @@ func ParseNonIdempotent(s string) (NonIdempotent, error) {
 }
 
 // Policy is the retry policy of one upstream. The zero value is the default
-// policy; a Policy is read-only once in use and may be shared.
+// policy, the one the config file gives an upstream that sets nothing: every
+// default is a constant of this package, and config takes its defaults from
+// them. A Policy is read-only once in use and may be shared; it must not be
+// copied after first use (it holds its default retry budget).
+//
+// A nil *Policy stands for a zero Policy shared by every user of nil, one
+// retry budget for them all.
 type Policy struct {
-	// Tries is the number of attempts, the first included; 0 means the
-	// default, 3. One try means no retries.
+	// Tries is the number of attempts, the first included; 0 means
+	// DefaultTries. One try means no retries.
 	Tries int
-	// On lists the failures that may be retried; 0 means the default,
-	// error and timeout. Use Tries: 1 to turn retries off.
+	// On lists the failures that may be retried; 0 means DefaultOn. Use
+	// Tries: 1 to turn retries off.
 	On Condition
 	// NonIdempotent governs non-idempotent requests that may have reached
 	// the upstream; the zero value is Keyed.
 	NonIdempotent NonIdempotent
 	// IdempotencyHeader names the request header that makes a
 	// non-idempotent request retryable under Keyed; "" means
-	// "Idempotency-Key".
+	// DefaultHeader.
 	IdempotencyHeader string
 	// Timeout bounds the time from the first try's start after which no
-	// further try starts; 0 means no bound.
+	// further try starts; 0 means DefaultTimeout, a negative value no
+	// bound. A try that starts in time runs under its own timeouts, so
+	// a request takes at most Timeout plus one try.
 	Timeout time.Duration
 	// Backoff is the wait before a try on a server that already failed this
 	// request. There is no wait before a try on another server.
 	Backoff Backoff
-	// Budget, when not nil, caps the share of retries in all traffic of
-	// the upstream; it is shared by the requests of that upstream.
+	// Budget caps the share of retries in all traffic of the upstream; it
+	// is shared by the requests of that upstream. nil means a budget of
+	// DefaultBudgetRatio and DefaultBudgetPerSecond, made on first use and
+	// owned by this Policy.
 	Budget *Budget
 	// BodyBuffer is how many request body bytes are kept for a resend: a
 	// body larger than this cannot be replayed once any of it went out.
-	// 0 means the default, 64 KiB; a negative value keeps nothing.
+	// 0 means DefaultBodyBuffer; a negative value keeps nothing.
 	BodyBuffer int64
+
+	defaultBudget atomic.Pointer[Budget] // Budget's stand-in when it is nil
 }
 
 // Defaults of a zero Policy.
@@ -168,7 +181,26 @@ const (
 	DefaultOn         = OnError | OnTimeout
 	DefaultHeader     = "Idempotency-Key"
 	DefaultBodyBuffer = 64 << 10
+	// DefaultTimeout is as long as the default response-header timeout
+	// (proxy.DefaultResponseHeaderTimeout): a try that timed out waiting
+	// for its answer is then the answer, so that a request slower than
+	// that runs once, not once per try.
+	DefaultTimeout = 60 * time.Second
+	// DefaultBudgetRatio and DefaultBudgetPerSecond are the default retry
+	// budget: retries within 20% of requests, plus 10 per second.
+	DefaultBudgetRatio     = 0.2
+	DefaultBudgetPerSecond = 10
 )
+
+// nilPolicy is what a nil *Policy stands for.
+var nilPolicy Policy
+
+func (p *Policy) orDefault() *Policy {
+	if p == nil {
+		return &nilPolicy
+	}
+	return p
+}
 
 // MaxTries returns the effective number of tries.
 func (p *Policy) MaxTries() int {
@@ -205,12 +237,88 @@ func (p *Policy) BufferSize() int64 {
 	return p.BodyBuffer
 }
 
+// RetryTimeout returns the effective Timeout; 0 means no bound.
+func (p *Policy) RetryTimeout() time.Duration {
+	switch {
+	case p == nil || p.Timeout == 0:
+		return DefaultTimeout
+	case p.Timeout < 0:
+		return 0
+	}
+	return p.Timeout
+}
+
 // Mode returns the effective NonIdempotent mode.
 func (p *Policy) Mode() NonIdempotent {
 	if p == nil {
 		return Keyed
 	}
 	return p.NonIdempotent
+}
+
+// budget returns the effective retry budget.
+func (p *Policy) budget() *Budget {
+	p = p.orDefault()
+	if p.Budget != nil {
+		return p.Budget
+	}
+	if b := p.defaultBudget.Load(); b != nil {
+		return b
+	}
+	p.defaultBudget.CompareAndSwap(nil, NewBudget(DefaultBudgetRatio, DefaultBudgetPerSecond, nil))
+	return p.defaultBudget.Load()
+}
+
+// Begin records a new request (its first try) in the retry budget, which
+// allows retries in proportion to requests.
+func (p *Policy) Begin() { p.budget().Request() }
+
+// Denied reports how many retries the policy's budget has refused.
+func (p *Policy) Denied() uint64 { return p.budget().Denied() }
+
+// Resendable reports whether a request may be sent again after it may have
+// been processed: it is idempotent, or the policy allows it (Always, or
+// Keyed and the request carries the idempotency header).
+func (p *Policy) Resendable(method string, keyed bool) bool {
+	if Idempotent(method) {
+		return true
+	}
+	switch p.Mode() {
+	case Always:
+		return true
+	case Keyed:
+		return keyed
+	}
+	return false
+}
+
+// Reuse says which connections a try may be sent on.
+type Reuse uint8
+
+const (
+	// ReuseAny: a pooled connection the pool finds alive, or a new one.
+	ReuseAny Reuse = iota
+	// ReuseOnce: the request must be sent at most once, so it takes only
+	// a pooled connection the pool vouches for (pool.Limits.Once), or a
+	// new one. A connection that dies under it cannot be retried.
+	ReuseOnce
+	// ReuseNone: a new connection.
+	ReuseNone
+)
+
+// Reuse decides which connections the next try of a request may use.
+// afterStale is set when the previous try failed on a stale pooled
+// connection (Stale): the pool may hold more connections to the same dead
+// process, and they must not use up the request's tries, so the retry
+// dials.
+func (p *Policy) Reuse(method string, keyed, afterStale bool) Reuse {
+	switch {
+	case afterStale:
+		return ReuseNone
+	case !p.Resendable(method, keyed):
+		return ReuseOnce
+	}
+	return ReuseAny
 }
 
 // Idempotent reports whether a method is idempotent per RFC 9110 §9.2.2.

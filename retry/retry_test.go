@@ -16,6 +16,13 @@ func status(code int) *fault.Error {
 	return e
 }
 
+// decide is the whole decision without a hook: Allow, then Enforce.
+func decide(p *Policy, f Facts) (bool, string) {
+	retry, why := p.Allow(&f)
+	retry, why, _ = p.Enforce(&f, retry, why)
+	return retry, why
+}
+
 func TestDecide(t *testing.T) {
 	keyed := &Policy{}
 	never := &Policy{NonIdempotent: Never}
@@ -31,32 +38,151 @@ func TestDecide(t *testing.T) {
 	}{
 		{"connect refused, POST", keyed, Facts{Method: "POST", Err: up(fault.ConnectRefused), Try: 1, Replayable: true}, true, "nothing of the request"},
 		{"connect timeout, GET", keyed, Facts{Method: "GET", Err: up(fault.ConnectTimeout), Try: 1, Replayable: true}, true, "nothing"},
-		{"stale reused, GET", keyed, Facts{Method: "GET", Err: up(fault.ConnectionClosed), Reused: true, Wrote: true, Try: 1, Replayable: true}, true, "idempotent (reused"},
-		{"stale reused, POST", keyed, Facts{Method: "POST", Err: up(fault.ConnectionClosed), Reused: true, Wrote: true, Try: 1, Replayable: true}, false, "POST without Idempotency-Key"},
-		{"stale reused, keyed POST", keyed, Facts{Method: "POST", Keyed: true, Err: up(fault.ConnectionReset), Reused: true, Wrote: true, Try: 1, Replayable: true}, true, "carries Idempotency-Key"},
-		{"keyed POST, never", never, Facts{Method: "POST", Keyed: true, Err: up(fault.ConnectionClosed), Wrote: true, Try: 1, Replayable: true}, false, "never"},
-		{"POST, always", always, Facts{Method: "POST", Err: up(fault.ConnectionClosed), Wrote: true, Try: 1, Replayable: true}, true, "always"},
-		{"unknown method is not idempotent", keyed, Facts{Method: "PURGE", Err: up(fault.ConnectionClosed), Wrote: true, Try: 1, Replayable: true}, false, "PURGE without"},
-		{"PUT is idempotent", keyed, Facts{Method: "PUT", Err: up(fault.ResponseTimeout), Wrote: true, Try: 1, Replayable: true}, true, "idempotent"},
-		{"PATCH is not", keyed, Facts{Method: "PATCH", Err: up(fault.ResponseTimeout), Wrote: true, Try: 1, Replayable: true}, false, "PATCH without"},
-		{"503 not in on", keyed, Facts{Method: "GET", Err: status(503), Wrote: true, Try: 1, Replayable: true}, false, "http_503 is not in retry.on"},
-		{"503 in on", with503, Facts{Method: "GET", Err: status(503), Wrote: true, Try: 1, Replayable: true}, true, "idempotent"},
-		{"503 in on, POST", with503, Facts{Method: "POST", Err: status(503), Wrote: true, Try: 1, Replayable: true}, false, "POST without"},
-		{"invalid header not default", keyed, Facts{Method: "GET", Err: up(fault.InvalidResponse), Wrote: true, Try: 1, Replayable: true}, false, "invalid_header is not in"},
+		{"stale reused, GET", keyed, Facts{Method: "GET", Err: up(fault.ConnectionClosed), Reused: true, Wrote: 40, Try: 1, Replayable: true}, true, "idempotent (stale pooled"},
+		{"stale reused, POST", keyed, Facts{Method: "POST", Err: up(fault.ConnectionClosed), Reused: true, Wrote: 40, Try: 1, Replayable: true}, false, "POST without Idempotency-Key"},
+		{"stale reused, keyed POST", keyed, Facts{Method: "POST", Keyed: true, Err: up(fault.ConnectionReset), Reused: true, Wrote: 40, Try: 1, Replayable: true}, true, "carries Idempotency-Key"},
+		{"keyed POST, never", never, Facts{Method: "POST", Keyed: true, Err: up(fault.ConnectionClosed), Wrote: 40, Try: 1, Replayable: true}, false, "never"},
+		{"POST, always", always, Facts{Method: "POST", Err: up(fault.ConnectionClosed), Wrote: 40, Try: 1, Replayable: true}, true, "always"},
+		{"unknown method is not idempotent", keyed, Facts{Method: "PURGE", Err: up(fault.ConnectionClosed), Wrote: 40, Try: 1, Replayable: true}, false, "PURGE without"},
+		{"PUT is idempotent", keyed, Facts{Method: "PUT", Err: up(fault.ResponseTimeout), Wrote: 40, Try: 1, Replayable: true}, true, "idempotent"},
+		{"PATCH is not", keyed, Facts{Method: "PATCH", Err: up(fault.ResponseTimeout), Wrote: 40, Try: 1, Replayable: true}, false, "PATCH without"},
+		{"503 not in on", keyed, Facts{Method: "GET", Err: status(503), Wrote: 40, Try: 1, Replayable: true}, false, "http_503 is not in retry.on"},
+		{"503 in on", with503, Facts{Method: "GET", Err: status(503), Wrote: 40, Try: 1, Replayable: true}, true, "idempotent"},
+		{"503 in on, POST", with503, Facts{Method: "POST", Err: status(503), Wrote: 40, Try: 1, Replayable: true}, false, "POST without"},
+		{"invalid header not default", keyed, Facts{Method: "GET", Err: up(fault.InvalidResponse), Wrote: 40, Try: 1, Replayable: true}, false, "invalid_header is not in"},
 		{"tries exhausted", keyed, Facts{Method: "GET", Err: up(fault.ConnectRefused), Try: 3, Replayable: true}, false, "tries exhausted (3 of 3)"},
 		{"tries 1", one, Facts{Method: "GET", Err: up(fault.ConnectRefused), Try: 1, Replayable: true}, false, "tries exhausted (1 of 1)"},
-		{"body not replayable", keyed, Facts{Method: "PUT", Err: up(fault.ConnectionReset), Wrote: true, Try: 1}, false, "body_buffer"},
-		{"response started", keyed, Facts{Method: "GET", Err: up(fault.ConnectionReset), Wrote: true, SentDownstream: true, Try: 1, Replayable: true}, false, "had started"},
-		{"retry timeout", &Policy{Timeout: time.Second}, Facts{Method: "GET", Err: up(fault.ConnectRefused), Try: 1, Elapsed: 2 * time.Second, Replayable: true}, false, "retry timeout"},
-		{"body truncated is never retried", keyed, Facts{Method: "GET", Err: up(fault.BodyTruncated), Wrote: true, Try: 1, Replayable: true}, false, "body_truncated is not"},
+		{"body not replayable", keyed, Facts{Method: "PUT", Err: up(fault.ConnectionReset), Wrote: 40, Try: 1}, false, "body_buffer"},
+		{"response started", keyed, Facts{Method: "GET", Err: up(fault.ConnectionReset), Wrote: 40, SentDownstream: true, Try: 1, Replayable: true}, false, "had started"},
+		{"retry timeout", &Policy{Timeout: time.Second}, Facts{Method: "GET", Err: up(fault.ConnectRefused), Try: 1, Elapsed: 2 * time.Second, Replayable: true}, false, "retry timeout 1s"},
+		{"default retry timeout", keyed, Facts{Method: "GET", Err: up(fault.ResponseTimeout), Wrote: 40, Try: 1, Elapsed: DefaultTimeout, Replayable: true}, false, "retry timeout 1m0s"},
+		{"no retry timeout", &Policy{Timeout: -1}, Facts{Method: "GET", Err: up(fault.ResponseTimeout), Wrote: 40, Try: 1, Elapsed: time.Hour, Replayable: true}, true, "idempotent"},
+		{"body truncated is never retried", keyed, Facts{Method: "GET", Err: up(fault.BodyTruncated), Wrote: 40, Try: 1, Replayable: true}, false, "body_truncated is not"},
+		{"client failed", keyed, Facts{Method: "GET", Err: fault.New(fault.ClientClosed, fault.Downstream, nil), ClientFailed: true, Wrote: 40, Try: 1, Replayable: true}, false, "client_closed is not in"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			retry, why := Decide(tt.p, tt.f)
+			retry, why := decide(tt.p, tt.f)
 			if retry != tt.retry || !strings.Contains(why, tt.why) {
-				t.Fatalf("Decide = %v, %q; want %v, ...%q...", retry, why, tt.retry, tt.why)
+				t.Fatalf("decision = %v, %q; want %v, ...%q...", retry, why, tt.retry, tt.why)
 			}
 		})
+	}
+}
+
+// TestEnforceHardLimits forces a retry, as a hook may, against each hard
+// limit: none of them gives way, and each says which it was.
+func TestEnforceHardLimits(t *testing.T) {
+	ok := Facts{Method: "POST", Err: up(fault.ConnectionReset), Wrote: 1 << 20, Try: 1, Replayable: true}
+	empty := NewBudget(0, 0, nil)
+	tests := []struct {
+		name  string
+		p     *Policy
+		f     func(*Facts)
+		limit Limit
+		why   string
+	}{
+		{"nothing binds", &Policy{}, func(*Facts) {}, NoLimit, "hook says so"},
+		{"response started", &Policy{}, func(f *Facts) { f.SentDownstream = true }, LimitDownstream, "had started"},
+		{"client failed", &Policy{}, func(f *Facts) { f.ClientFailed = true }, LimitClient, "client side failed"},
+		{"body not held", &Policy{}, func(f *Facts) { f.Replayable = false }, LimitBody, "body_buffer"},
+		{"tries", &Policy{Tries: 2}, func(f *Facts) { f.Try = 2 }, LimitTries, "tries exhausted (2 of 2)"},
+		{"time", &Policy{Timeout: time.Second}, func(f *Facts) { f.Elapsed = time.Second }, LimitTime, "retry timeout 1s"},
+		{"budget", &Policy{Budget: empty}, func(*Facts) {}, LimitBudget, "budget exhausted"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := ok
+			tt.f(&f)
+			retry, why, limit := tt.p.Enforce(&f, true, "hook says so")
+			if retry != (tt.limit == NoLimit) || limit != tt.limit || !strings.Contains(why, tt.why) {
+				t.Fatalf("Enforce = %v, %q, %v; want limit %v, ...%q...", retry, why, limit, tt.limit, tt.why)
+			}
+		})
+	}
+	// A refusal stays a refusal, with its own reason.
+	if retry, why, limit := (&Policy{}).Enforce(&ok, false, "policy says no"); retry || why != "policy says no" || limit != NoLimit {
+		t.Fatalf("Enforce of a refusal = %v, %q, %v", retry, why, limit)
+	}
+	if empty.Denied() != 1 {
+		t.Fatalf("empty budget denied %d, want 1", empty.Denied())
+	}
+}
+
+func TestDefaultBudget(t *testing.T) {
+	// The zero Policy has the binary's budget: 20% of requests plus 10
+	// per second over ten seconds.
+	p := &Policy{}
+	f := Facts{Method: "GET", Err: up(fault.ConnectRefused), Try: 1, Replayable: true}
+	for i := 0; i < 1000; i++ {
+		p.Begin()
+	}
+	allowed := 0
+	for i := 0; i < 1000; i++ {
+		if retry, _, _ := p.Enforce(&f, true, ""); retry {
+			allowed++
+		}
+	}
+	if allowed != 300 || p.Denied() != 700 {
+		t.Fatalf("default budget allowed %d, denied %d; want 300 and 700", allowed, p.Denied())
+	}
+	// nil stands for one shared zero Policy: it has a budget too.
+	var none *Policy
+	none.Begin()
+	if retry, _, _ := none.Enforce(&f, true, ""); !retry {
+		t.Fatal("nil policy refused the first retry")
+	}
+}
+
+func TestStaleAndExcludes(t *testing.T) {
+	tests := []struct {
+		name            string
+		reused          bool
+		wrote, read     int64
+		err             *fault.Error
+		stale, excludes bool
+	}{
+		{"reused, closed before a byte", true, 40, 0, up(fault.ConnectionClosed), true, false},
+		{"reused, reset before a byte", true, 40, 0, up(fault.ConnectionReset), true, false},
+		{"reused, write failed", true, 0, 0, up(fault.WriteError), true, false},
+		{"reused, closed after a byte", true, 40, 1, up(fault.ConnectionClosed), false, false},
+		{"new connection closed", false, 40, 0, up(fault.ConnectionClosed), false, false},
+		{"reused, client went away", true, 40, 0, fault.New(fault.ConnectionClosed, fault.Downstream, nil), false, false},
+		{"response timeout after sending", false, 40, 0, up(fault.ResponseTimeout), false, true},
+		{"write timeout after a part", true, 10, 0, up(fault.WriteTimeout), false, true},
+		{"write timeout before a byte", true, 0, 0, up(fault.WriteTimeout), false, false},
+		{"connect timeout", false, 0, 0, up(fault.ConnectTimeout), false, false},
+		{"503", true, 40, 100, status(503), false, false},
+	}
+	for _, tt := range tests {
+		f := Facts{Reused: tt.reused, Wrote: tt.wrote, Read: tt.read, Err: tt.err}
+		if f.Stale() != tt.stale || Excludes(tt.wrote, tt.err) != tt.excludes {
+			t.Errorf("%s: stale %v, excludes %v; want %v, %v", tt.name, f.Stale(), Excludes(tt.wrote, tt.err), tt.stale, tt.excludes)
+		}
+	}
+}
+
+func TestReuse(t *testing.T) {
+	tests := []struct {
+		p          *Policy
+		method     string
+		keyed      bool
+		afterStale bool
+		want       Reuse
+	}{
+		{nil, "GET", false, false, ReuseAny},
+		{nil, "GET", false, true, ReuseNone},
+		{nil, "POST", false, false, ReuseOnce},
+		{nil, "POST", true, false, ReuseAny},
+		{nil, "POST", false, true, ReuseNone},
+		{&Policy{NonIdempotent: Never}, "POST", true, false, ReuseOnce},
+		{&Policy{NonIdempotent: Always}, "PATCH", false, false, ReuseAny},
+		{nil, "PURGE", false, false, ReuseOnce},
+	}
+	for _, tt := range tests {
+		if got := tt.p.Reuse(tt.method, tt.keyed, tt.afterStale); got != tt.want {
+			t.Errorf("%v %s keyed=%v afterStale=%v: %v, want %v", tt.p.Mode(), tt.method, tt.keyed, tt.afterStale, got, tt.want)
+		}
 	}
 }
 

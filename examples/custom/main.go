@@ -49,7 +49,6 @@ func NewGateway(stable, beta string) *Gateway {
 		ConnectTimeout:        time.Second,
 		ResponseHeaderTimeout: 10 * time.Second,
 		Pool:                  &pool.Limits{MaxIdle: 16, IdleTimeout: 30 * time.Second},
-		NonIdempotentMaxIdle:  2 * time.Second,
 	}
 	return &Gateway{
 		Stable: &proxy.Peer{Addr: stable, Options: opts},

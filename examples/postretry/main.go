@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/proxy"
+	"github.com/sluice-proxy/sluice/retry"
 )
 
 // SafePath is the one path whose POSTs may be resent.
@@ -23,11 +24,19 @@ type Proxy struct{ Peer *proxy.Peer }
 
 func (p *Proxy) UpstreamPeer(*proxy.Session) (*proxy.Peer, error) { return p.Peer, nil }
 
+// The hook is found by type assertion: this line makes a wrong signature a
+// compile error instead of a hook that is silently never called.
+var _ proxy.ErrorWhileProxy = (*Proxy)(nil)
+
 // ErrorWhileProxy sees each failure after the connection was made, with
-// sluice's decision already in e.Retry and e.Why. It turns a "no" into a
-// "yes" only for POST /search; tries and the retry budget still bound it.
-func (p *Proxy) ErrorWhileProxy(s *proxy.Session, peer *proxy.Peer, e *fault.Error, reused bool) *fault.Error {
-	if !e.Retry && s.Request.Method() == "POST" && string(s.Request.Path()) == SafePath && e.Kind != fault.UpstreamStatus {
+// the policy's decision already in e.Retry and e.Why and the facts of the
+// wire in f. It turns a "no" into a "yes" only for a POST /search that
+// failed on the connection (not with a status), the refusal a POST gets
+// because it may have been processed. It need not check that the body is
+// still held whole, that tries or the retry budget are left: sluice applies
+// those limits after every hook, and nothing lifts them.
+func (p *Proxy) ErrorWhileProxy(s *proxy.Session, peer *proxy.Peer, e *fault.Error, f retry.Facts) *fault.Error {
+	if !e.Retry && f.Method == "POST" && string(s.Request.Path()) == SafePath && e.Kind != fault.UpstreamStatus {
 		e.Retry, e.Why = true, "retrying: POST "+SafePath+" is idempotent by design"
 	}
 	return e

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -44,5 +46,27 @@ func TestPostRetryForOnePath(t *testing.T) {
 	}
 	if n := up.Count("POST", "/orders"); n != 1 {
 		t.Fatalf("upstream saw POST /orders %d times, want 1", n)
+	}
+
+	// A body larger than the body buffer is not held whole once it went
+	// out: the hook says retry, sluice does not, and no upstream is ever
+	// sent a head that promises bytes sluice no longer has.
+	big := strings.Repeat("q", 200<<10)
+	resp, _ := proxytest.Do(t, addr, fmt.Sprintf("POST %s?big HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n%s", SafePath, len(big), big))
+	if resp.StatusCode != 502 || !strings.Contains(resp.Header.Get("Proxy-Status"), "connection_terminated") {
+		t.Fatalf("200 KiB POST %s: %d %q, want 502 connection_terminated", SafePath, resp.StatusCode, resp.Header.Get("Proxy-Status"))
+	}
+	n := 0
+	for _, r := range up.Requests() {
+		if r.Target != SafePath+"?big" {
+			continue
+		}
+		n++
+		if !r.Complete || len(r.Decoded) != len(big) {
+			t.Fatalf("upstream got a %d-byte body for a %d-byte request", len(r.Decoded), len(big))
+		}
+	}
+	if n != 1 {
+		t.Fatalf("upstream saw the 200 KiB POST %d times, want 1", n)
 	}
 }
