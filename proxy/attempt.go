@@ -170,6 +170,13 @@ func (s *Session) readResponse(peer *Peer, a *Attempt) bool {
 			Context: "framing the response from " + peer.Addr, Cause: err}
 		return false
 	}
+	if f.Kind != h1.Length && s.resp.Header.Has("Transfer-Encoding") {
+		// RFC 9112 §6.3: Transfer-Encoding overrides Content-Length, and
+		// an intermediary that forwards such a message removes the
+		// Content-Length first, so that nothing after sluice sees both.
+		// (ResponseFraming already keeps the connection out of the pool.)
+		s.resp.Header.Del("Content-Length")
+	}
 	s.respFrame, s.respReuse = f, reusable
 	if c := retry.Status(s.resp.Status); c != 0 && peer.Options.policy().Conditions()&c != 0 {
 		s.held = true

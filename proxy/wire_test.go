@@ -577,3 +577,34 @@ func TestEarlyAnswerKeepsClientConnection(t *testing.T) {
 		t.Fatalf("GET after the POSTs: %d", resp.StatusCode)
 	}
 }
+
+// TestResponseWithLengthAndChunked: a response framed by both
+// Content-Length and Transfer-Encoding goes on framed by the chunked coding
+// alone (RFC 9112 §6.3), to HTTP/1.1 and HTTP/1.0 clients, and its
+// connection is not reused.
+func TestResponseWithLengthAndChunked(t *testing.T) {
+	const raw = "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\nX-After: 1\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+	for _, version := range []string{"HTTP/1.1", "HTTP/1.0"} {
+		t.Run(version, func(t *testing.T) {
+			up := upstreamtest.Start(t, upstreamtest.Raw(raw))
+			hs := start(t, peers(testOptions(), up.Addr()))
+			c := hs.dial(t)
+			c.send("GET / " + version + "\r\nHost: a\r\nConnection: close\r\n\r\n")
+			head := readRawHead(t, c)
+			if strings.Contains(strings.ToLower(head), "content-length") || !strings.Contains(head, "X-After: 1") {
+				t.Fatalf("head %q", head)
+			}
+			want := "5\r\nhello\r\n0\r\n\r\n"
+			if version == "HTTP/1.0" {
+				want = "hello" // decoded, ended by the close
+			}
+			if body, err := io.ReadAll(c.br); err != nil || string(body) != want {
+				t.Fatalf("body %q %v, want %q", body, err, want)
+			}
+			hs.get(t, "/again")
+			if up.Accepts() != 2 {
+				t.Fatalf("the connection was reused after a response with both framings (accepts %d)", up.Accepts())
+			}
+		})
+	}
+}
