@@ -42,11 +42,12 @@ type UpstreamRequestFilter interface {
 	UpstreamRequestFilter(s *Session, peer *Peer, req *h1.Request)
 }
 
-// ResponseFilter may change the upstream's response head before it goes to
-// the client. Changing the framing fields (Content-Length,
-// Transfer-Encoding) does not change how the body is forwarded.
+// ResponseFilter may change the response head of peer, the server that
+// answered, before it goes to the client. Changing the framing fields
+// (Content-Length, Transfer-Encoding) does not change how the body is
+// forwarded.
 type ResponseFilter interface {
-	ResponseFilter(s *Session, resp *h1.Response)
+	ResponseFilter(s *Session, peer *Peer, resp *h1.Response)
 }
 
 // The error hooks below take part in the retry decision after a failed try,

@@ -25,7 +25,7 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 		a.Err = nil
 	}
 	if rf := s.hooks.responseFilter; rf != nil {
-		rf.ResponseFilter(s, resp)
+		rf.ResponseFilter(s, peer, resp)
 	}
 	upKeep := s.respReuse && h1.KeepAlive(resp.Minor, &resp.Header)
 	learnKeepAlive(s, up.Served+1, &resp.Header)
