@@ -7,15 +7,14 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
-	"sync"
 
 	"github.com/sluice-proxy/sluice/balance"
-	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/internal/logbuf"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/retry"
 	"github.com/sluice-proxy/sluice/route"
+	"github.com/sluice-proxy/sluice/upstream"
 )
 
 // Generation is the running form of one Config: the routing table with its
@@ -26,14 +25,14 @@ import (
 type Generation struct {
 	Config    *Config
 	Table     *route.Table
-	Upstreams map[string]*Group
+	Upstreams map[string]*upstream.Group
 }
 
 // Start starts the background work of every upstream (active health
 // checks, DNS re-resolution) until Close.
 func (g *Generation) Start(ctx context.Context) {
 	for _, u := range g.Upstreams {
-		u.Balancer.Start(ctx)
+		u.Balancer().Start(ctx)
 	}
 }
 
@@ -46,7 +45,7 @@ func (g *Generation) Carry(old *Generation) {
 	}
 	for name, u := range g.Upstreams {
 		if o := old.Upstreams[name]; o != nil {
-			u.Balancer.Carry(o.Balancer)
+			u.Balancer().Carry(o.Balancer())
 		}
 	}
 }
@@ -79,7 +78,7 @@ func RestartOnly(old, new *Config) []string {
 // Close stops the background work and waits for it.
 func (g *Generation) Close() {
 	for _, u := range g.Upstreams {
-		u.Balancer.Close()
+		u.Balancer().Close()
 	}
 }
 
@@ -87,87 +86,10 @@ func (g *Generation) Close() {
 // metrics.
 func (g *Generation) Servers(report func(upstream string, s *balance.Server)) {
 	for name, u := range g.Upstreams {
-		for _, s := range u.Balancer.Servers() {
+		for _, s := range u.Balancer().Servers() {
 			report(name, s)
 		}
 	}
-}
-
-// Group is one built upstream: its servers behind a load balancer, with
-// their shared connection options and retry policy. It is a route.Picker.
-type Group struct {
-	Name     string
-	Options  *proxy.PeerOptions
-	Balancer *balance.Group
-	hashed   bool
-	hashKey  balance.HashKey
-	members  sync.Map // *balance.Server -> *member
-}
-
-// member ties a balanced server to the proxy peer that stands for it; it
-// is the peer's Tag and reports each try back to the group.
-type member struct {
-	group  *balance.Group
-	server *balance.Server
-	peer   proxy.Peer
-}
-
-// TryDone reports the outcome of a try on the member's server to its group
-// (passive health and latency).
-func (m *member) TryDone(_ *proxy.Session, a *proxy.Attempt) {
-	m.group.Report(m.server, Result(a))
-}
-
-// Pick asks the group for a server for this try: one that has not failed
-// this request while one is left, healthy ones first.
-func (u *Group) Pick(s *proxy.Session) (*proxy.Peer, error) {
-	req := balance.Request{Tries: s}
-	if u.hashed {
-		key := u.hashKey.Append(s.Scratch(), s.ClientIP, &s.Request)
-		s.KeepScratch(key)
-		req.HashKey = key
-	}
-	srv, err := u.Balancer.Pick(req)
-	if err != nil {
-		return nil, &fault.Error{Kind: fault.NoUpstream, Source: fault.Internally,
-			Context: "upstream " + u.Name, Cause: err}
-	}
-	if m, ok := u.members.Load(srv); ok {
-		return &m.(*member).peer, nil
-	}
-	m := &member{group: u.Balancer, server: srv}
-	m.peer = proxy.Peer{Addr: srv.Addr, Upstream: u.Name, Options: u.Options, Tag: m}
-	actual, _ := u.members.LoadOrStore(srv, m)
-	return &actual.(*member).peer, nil
-}
-
-// Result turns a try into what the balancer's health rules need. A stale
-// pooled connection (reused, closed before any response byte) is the
-// keep-alive race, not the server's failure; a failure on the client's side
-// is nobody's.
-func Result(a *proxy.Attempt) balance.Result {
-	r := balance.Result{Status: a.Status, Duration: a.Wait}
-	e := a.Err
-	if e == nil {
-		return r
-	}
-	switch {
-	case e.Source != fault.Upstream:
-		r.Failure = balance.Canceled
-	case e.Kind == fault.ConnectTimeout:
-		r.Failure = balance.Timeout
-	case e.Kind.Connect():
-		r.Failure = balance.ConnectFailure
-	case e.Kind.Timeout():
-		r.Failure = balance.Timeout
-	case e.Kind == fault.UpstreamStatus:
-		r.Failure = balance.NoFailure // the group counts the status itself
-	case a.Reused && a.Read == 0 && (e.Kind == fault.ConnectionClosed || e.Kind == fault.ConnectionReset || e.Kind == fault.WriteError):
-		r.Failure = balance.Canceled
-	default:
-		r.Failure = balance.InvalidResponse
-	}
-	return r
 }
 
 // Build turns a validated Config into a Generation. The balancers log
@@ -175,7 +97,7 @@ func Result(a *proxy.Attempt) balance.Result {
 // work (active health checks, DNS re-resolution).
 func Build(cfg *Config) (*Generation, error) {
 	log := slog.Default()
-	g := &Generation{Config: cfg, Upstreams: make(map[string]*Group)}
+	g := &Generation{Config: cfg, Upstreams: make(map[string]*upstream.Group)}
 	for _, u := range cfg.Upstreams {
 		built, err := buildUpstream(cfg, u, log)
 		if err != nil {
@@ -195,7 +117,7 @@ func Build(cfg *Config) (*Generation, error) {
 	return g, nil
 }
 
-func buildUpstream(cfg *Config, u *Upstream, log *slog.Logger) (*Group, error) {
+func buildUpstream(cfg *Config, u *Upstream, log *slog.Logger) (*upstream.Group, error) {
 	pol, err := Policy(u.Retry)
 	if err != nil {
 		return nil, fmt.Errorf("%s:%d: upstream %s: %w", cfg.File, u.Line, u.Name, err)
@@ -232,15 +154,15 @@ func buildUpstream(cfg *Config, u *Upstream, log *slog.Logger) (*Group, error) {
 			Addr: s.Address, Name: s.Address, Weight: s.Weight, Backup: s.Backup, ResolveInterval: s.Resolve,
 		})
 	}
-	b := &Group{Name: u.Name, Options: opts}
+	var hashKey balance.HashKey
 	if u.Balance == "hash" {
-		b.hashed = true
-		if b.hashKey, err = balance.ParseHashKey(u.HashKey); err != nil {
+		if hashKey, err = balance.ParseHashKey(u.HashKey); err != nil {
 			return nil, fmt.Errorf("%s:%d: upstream %s: %w", cfg.File, u.Line, u.Name, err)
 		}
 	}
-	b.Balancer = balance.NewGroup(u.Name, servers, newPolicy(), groupOptions(u.Health, log))
-	return b, nil
+	g := upstream.New(u.Name, servers, newPolicy(), groupOptions(u.Health, log), opts)
+	g.SetHashKey(hashKey)
+	return g, nil
 }
 
 // groupOptions maps the health section onto the balancer's options; the
