@@ -1,20 +1,22 @@
-package config_test
+package upstream_test
 
 import (
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/config"
+	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 	"github.com/sluice-proxy/sluice/proxy"
+	"github.com/sluice-proxy/sluice/retry"
+	"github.com/sluice-proxy/sluice/route"
+	"github.com/sluice-proxy/sluice/upstream"
 )
 
 // tries counts tries per peer address, as an Observer.
@@ -56,68 +58,45 @@ func (o *tries) tried(addr string, want int) int {
 	}
 }
 
-// run builds a proxy from the YAML and serves it on 127.0.0.1:0, counting
-// its tries.
-func run(t *testing.T, yaml string) (string, *tries) {
-	t.Helper()
-	obs := &tries{count: map[string]int{}, fails: map[string]int{}}
-	addr, _ := serve(t, yaml, func(srv *proxy.Server) { srv.Observer = obs })
-	return addr, obs
+// servers returns a server for each address, in order; addresses that
+// start with "backup " are backups.
+func servers(addrs ...string) []*balance.Server {
+	var list []*balance.Server
+	for _, a := range addrs {
+		addr, backup := strings.CutPrefix(a, "backup ")
+		list = append(list, &balance.Server{Addr: addr, Weight: 1, Backup: backup})
+	}
+	return list
 }
 
-// serve builds a proxy from the YAML, lets set (if not nil) change the
-// Server, and serves it on 127.0.0.1:0. The Resources are closed after
-// the test's Shutdown; a test may close them before.
-func serve(t *testing.T, yaml string, set func(*proxy.Server)) (string, *config.Resources) {
+// run starts g's background work and serves it, routed to as the
+// config-driven proxy does, on 127.0.0.1:0, counting its tries.
+func run(t *testing.T, g *upstream.Group) (string, *tries) {
 	t.Helper()
-	cfg, err := config.Parse("t.yaml", []byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gen, err := config.Build(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
-	gen.Start(ctx)
-	srv, res, err := config.NewServer(cfg, gen, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if set != nil {
-		set(srv)
-	}
+	g.Balancer().Start(ctx)
 	t.Cleanup(func() {
 		// Registered before Serve's, so it runs after the Shutdown.
 		cancel()
-		gen.Close()
-		res.Close()
+		g.Balancer().Close()
 	})
-	return proxytest.Serve(t, srv), res
-}
-
-func get(t *testing.T, addr, path, extra string) (int, string, http.Header) {
-	t.Helper()
-	resp, body := proxytest.Do(t, addr, "GET "+path+" HTTP/1.1\r\nHost: t\r\n"+extra+"\r\n")
-	return resp.StatusCode, body, resp.Header
-}
-
-func head(addr string, servers ...string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "listen: [{address: 127.0.0.1:0}]\naccess_log: {enabled: false}\nroutes: [{upstream: app}]\nupstreams:\n  app:\n    servers:\n")
-	for _, s := range servers {
-		fmt.Fprintf(&b, "      - %s\n", s)
-	}
-	return b.String()
+	obs := &tries{count: map[string]int{}, fails: map[string]int{}}
+	addr := proxytest.Serve(t, &proxy.Server{
+		Handler:  route.New(route.Route{Name: "app", Upstream: g}),
+		Observer: obs,
+		ErrorLog: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	return addr, obs
 }
 
 func TestRefusedServerSkippedAfterFailing(t *testing.T) {
 	dead := upstreamtest.Dead(t)
 	ok := upstreamtest.Start(t, upstreamtest.OK("ok"))
-	addr, obs := run(t, head("", "{address: "+dead+"}", "{address: "+ok.Addr()+"}")+
-		"    balance: round_robin\n    health: {passive: {max_fails: 1, fail_timeout: 1m}}\n")
+	g := upstream.New("app", servers(dead, ok.Addr()), new(balance.RoundRobin),
+		balance.Options{MaxFails: 1, FailTimeout: time.Minute}, &proxy.PeerOptions{})
+	addr, obs := run(t, g)
 	for i := 0; i < 20; i++ {
-		if code, body, _ := get(t, addr, "/", ""); code != 200 || body != "ok" {
+		if code, body := proxytest.Get(t, addr, "/", ""); code != 200 || body != "ok" {
 			t.Fatalf("request %d: %d %q", i, code, body)
 		}
 	}
@@ -132,23 +111,25 @@ func TestRefusedServerSkippedAfterFailing(t *testing.T) {
 }
 
 func TestAllServersAnswering503(t *testing.T) {
-	// Three servers answer 503, http_503 is retried, passive health takes
-	// them out: every client still gets an upstream's own 503, never a 502
-	// of sluice's own made without contacting anyone (nginx answered 29
-	// of 30 such requests with "no live upstreams").
-	var servers []string
+	// Three servers answer 503, 503 is retried, passive health takes them
+	// out: every client still gets an upstream's own 503, never a 502 of
+	// sluice's own made without contacting anyone (nginx answered 29 of 30
+	// such requests with "no live upstreams").
+	var addrs []string
 	var ups []*upstreamtest.Server
 	for i := 0; i < 3; i++ {
 		u := upstreamtest.Start(t, upstreamtest.Status(503, fmt.Sprintf("busy %d", i)))
 		ups = append(ups, u)
-		servers = append(servers, "{address: "+u.Addr()+"}")
+		addrs = append(addrs, u.Addr())
 	}
-	addr, _ := run(t, head("", servers...)+"    retry: {on: [error, timeout, http_503]}\n"+
-		"    health: {passive: {max_fails: 1, fail_timeout: 1m, statuses: [503]}}\n")
+	g := upstream.New("app", servers(addrs...), nil,
+		balance.Options{MaxFails: 1, FailTimeout: time.Minute, Statuses: []int{503}},
+		&proxy.PeerOptions{Retry: &retry.Policy{On: retry.OnError | retry.OnTimeout | retry.OnHTTP503}})
+	addr, _ := run(t, g)
 	for i := 0; i < 30; i++ {
-		code, body, h := get(t, addr, "/", "")
-		if code != 503 || !strings.HasPrefix(body, "busy ") || h.Get("Proxy-Status") != "" {
-			t.Fatalf("request %d: %d %q Proxy-Status %q", i, code, body, h.Get("Proxy-Status"))
+		resp, body := proxytest.Do(t, addr, "GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+		if resp.StatusCode != 503 || !strings.HasPrefix(body, "busy ") || resp.Header.Get("Proxy-Status") != "" {
+			t.Fatalf("request %d: %d %q Proxy-Status %q", i, resp.StatusCode, body, resp.Header.Get("Proxy-Status"))
 		}
 	}
 	total := 0
@@ -164,16 +145,21 @@ func TestBackupOnlyWhenPrimariesOut(t *testing.T) {
 	primary := upstreamtest.Start(t, upstreamtest.OK("primary"))
 	dead := upstreamtest.Dead(t)
 	backup := upstreamtest.Start(t, upstreamtest.OK("backup"))
-	addr, _ := run(t, head("", "{address: "+primary.Addr()+"}", "{address: "+backup.Addr()+", backup: true}"))
-	for i := 0; i < 10; i++ {
-		if _, body, _ := get(t, addr, "/", ""); body != "primary" {
-			t.Fatalf("request %d went to %q", i, body)
-		}
+	tests := []struct {
+		name    string
+		primary string
+		want    string
+	}{
+		{"primary up", primary.Addr(), "primary"},
+		{"primary dead", dead, "backup"},
 	}
-	addr2, _ := run(t, head("", "{address: "+dead+"}", "{address: "+backup.Addr()+", backup: true}"))
-	for i := 0; i < 5; i++ {
-		if code, body, _ := get(t, addr2, "/", ""); code != 200 || body != "backup" {
-			t.Fatalf("request %d with the primary dead: %d %q", i, code, body)
+	for _, tt := range tests {
+		g := upstream.New("app", servers(tt.primary, "backup "+backup.Addr()), nil, balance.Options{}, &proxy.PeerOptions{})
+		addr, _ := run(t, g)
+		for i := 0; i < 10; i++ {
+			if code, body := proxytest.Get(t, addr, "/", ""); code != 200 || body != tt.want {
+				t.Fatalf("%s: request %d: %d %q, want 200 %q", tt.name, i, code, body, tt.want)
+			}
 		}
 	}
 }
@@ -195,11 +181,13 @@ func TestActiveCheckTakesServerOut(t *testing.T) {
 	}
 	a := upstreamtest.Start(t, handler("a"))
 	b := upstreamtest.Start(t, handler("b"))
-	addr, _ := run(t, head("", "{address: "+a.Addr()+"}", "{address: "+b.Addr()+"}")+
-		"    balance: round_robin\n    health: {active: {path: /healthz, interval: 20ms, timeout: 1s, rise: 1, fall: 2}}\n")
+	g := upstream.New("app", servers(a.Addr(), b.Addr()), new(balance.RoundRobin), balance.Options{
+		Active: &balance.ActiveCheck{Path: "/healthz", Interval: 20 * time.Millisecond, Timeout: time.Second, Rise: 1, Fall: 2},
+	}, &proxy.PeerOptions{})
+	addr, _ := run(t, g)
 	seen := map[string]bool{}
 	for i := 0; i < 4; i++ {
-		_, body, _ := get(t, addr, "/", "")
+		_, body := proxytest.Get(t, addr, "/", "")
 		seen[body] = true
 	}
 	if !seen["a"] || !seen["b"] {
@@ -213,7 +201,7 @@ func TestActiveCheckTakesServerOut(t *testing.T) {
 	for {
 		allB := true
 		for i := 0; i < 4; i++ {
-			if _, body, _ := get(t, addr, "/", ""); body != "b" {
+			if _, body := proxytest.Get(t, addr, "/", ""); body != "b" {
 				allB = false
 			}
 		}
@@ -230,7 +218,7 @@ func TestActiveCheckTakesServerOut(t *testing.T) {
 	mu.Unlock()
 	deadline = time.Now().Add(5 * time.Second)
 	for {
-		if _, body, _ := get(t, addr, "/", ""); body == "a" {
+		if _, body := proxytest.Get(t, addr, "/", ""); body == "a" {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -241,18 +229,24 @@ func TestActiveCheckTakesServerOut(t *testing.T) {
 }
 
 func TestHashKeyIsSticky(t *testing.T) {
-	var servers []string
+	var addrs []string
 	for _, n := range []string{"a", "b", "c"} {
-		servers = append(servers, "{address: "+upstreamtest.Start(t, upstreamtest.OK(n)).Addr()+"}")
+		addrs = append(addrs, upstreamtest.Start(t, upstreamtest.OK(n)).Addr())
 	}
-	addr, _ := run(t, head("", servers...)+"    balance: hash\n    hash_key: header:X-User\n")
+	key, err := balance.ParseHashKey("header:X-User")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := upstream.New("app", servers(addrs...), new(balance.Hash), balance.Options{}, &proxy.PeerOptions{})
+	g.SetHashKey(key)
+	addr, _ := run(t, g)
 	spread := map[string]bool{}
 	for u := 0; u < 20; u++ {
 		user := fmt.Sprintf("X-User: user-%d\r\n", u)
-		_, first, _ := get(t, addr, "/", user)
+		_, first := proxytest.Get(t, addr, "/", user)
 		spread[first] = true
 		for i := 0; i < 3; i++ {
-			if _, body, _ := get(t, addr, "/", user); body != first {
+			if _, body := proxytest.Get(t, addr, "/", user); body != first {
 				t.Fatalf("user %d went to %s, then %s", u, first, body)
 			}
 		}
