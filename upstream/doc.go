@@ -3,8 +3,9 @@
 // slow start, DNS), serving as proxy peers.
 //
 // Before each try of a request, the first and every retry, the proxy asks
-// the group for a peer (Pick, a route.Picker), and the group asks its
-// balancer for a server this request has not failed on. After the try, the peer's Tag
+// the group for a peer (Pick, a route.Picker; or UpstreamPeer, when the
+// group is the proxy's whole Handler), and the group asks its balancer for
+// a server this request has not failed on. After the try, the peer's Tag
 // reports the outcome back to the balancer (Result says what it counts
 // as), which is what passive health and the latency-aware policies see.
 //
@@ -15,5 +16,5 @@
 //	g := upstream.New("api", servers, balance.P2C{}, balance.Options{}, &proxy.PeerOptions{})
 //	g.Balancer().Start(ctx) // active checks and DNS re-resolution; Close stops them
 //	defer g.Balancer().Close()
-//	srv := &proxy.Server{Handler: route.New(route.Route{Name: "api", Upstream: g})}
+//	srv := &proxy.Server{Handler: g} // or route.New(route.Route{Name: "api", Upstream: g}, ...)
 package upstream

@@ -14,7 +14,8 @@ import (
 // allocates nothing after a server's first pick; the peer's Tag reports each
 // try back to the balancer (it is a proxy.TryDone).
 //
-// A Group is a route.Picker. It is safe for concurrent use.
+// A Group is a route.Picker, and by itself a proxy.Handler for a proxy of
+// one upstream. It is safe for concurrent use.
 type Group struct {
 	name     string
 	options  *proxy.PeerOptions
@@ -66,8 +67,9 @@ func (m *member) TryDone(_ *proxy.Session, a *proxy.Attempt) {
 
 // Pick asks the group for a server for this try: one that has not failed
 // this request while one is left, healthy ones first. Every successful Pick
-// must be followed by the try's report, which route.Table makes through the
-// peer's Tag: the balancer counts the try as outstanding until then. A group with no server at all (none configured,
+// must be followed by the try's report, which route.Table and the group's
+// own TryDone make through the peer's Tag: the balancer counts the try as
+// outstanding until then. A group with no server at all (none configured,
 // or no DNS answer yet) gives a *fault.Error of kind NoUpstream (503).
 func (u *Group) Pick(s *proxy.Session) (*proxy.Peer, error) {
 	req := balance.Request{Tries: s}
@@ -88,4 +90,21 @@ func (u *Group) Pick(s *proxy.Session) (*proxy.Peer, error) {
 	m.peer = proxy.Peer{Addr: srv.Addr, Upstream: u.name, Options: u.options, Tag: m}
 	actual, _ := u.members.LoadOrStore(srv, m)
 	return &actual.(*member).peer, nil
+}
+
+// UpstreamPeer is Pick: with it a Group is a proxy.Handler, for a proxy
+// whose every request goes to one upstream.
+func (u *Group) UpstreamPeer(s *proxy.Session) (*proxy.Peer, error) { return u.Pick(s) }
+
+// TryDone reports a try to the balancer of the group whose peer it went to
+// (proxy.TryDone, called when the group is the proxy's Handler). A Handler
+// of one's own that picks through Pick must pass its tries on here, or to
+// the peer's Tag as route.Table does.
+func (u *Group) TryDone(s *proxy.Session, a *proxy.Attempt) {
+	if a.Peer == nil {
+		return
+	}
+	if m, ok := a.Peer.Tag.(*member); ok {
+		m.TryDone(s, a)
+	}
 }

@@ -69,9 +69,15 @@ func servers(addrs ...string) []*balance.Server {
 	return list
 }
 
-// run starts g's background work and serves it, routed to as the
-// config-driven proxy does, on 127.0.0.1:0, counting its tries.
-func run(t *testing.T, g *upstream.Group) (string, *tries) {
+// routed returns a Handler that routes every request to g, as the
+// config-driven proxy does.
+func routed(g *upstream.Group) proxy.Handler {
+	return route.New(route.Route{Name: "app", Upstream: g})
+}
+
+// run starts g's background work and serves h on 127.0.0.1:0, counting
+// its tries.
+func run(t *testing.T, g *upstream.Group, h proxy.Handler) (string, *tries) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	g.Balancer().Start(ctx)
@@ -82,31 +88,43 @@ func run(t *testing.T, g *upstream.Group) (string, *tries) {
 	})
 	obs := &tries{count: map[string]int{}, fails: map[string]int{}}
 	addr := proxytest.Serve(t, &proxy.Server{
-		Handler:  route.New(route.Route{Name: "app", Upstream: g}),
+		Handler:  h,
 		Observer: obs,
 		ErrorLog: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	return addr, obs
 }
 
+// TestRefusedServerSkippedAfterFailing serves the group both ways a proxy
+// can: routed to, and as the Handler itself, whose TryDone must report
+// each try for the refused server to go down.
 func TestRefusedServerSkippedAfterFailing(t *testing.T) {
 	dead := upstreamtest.Dead(t)
 	ok := upstreamtest.Start(t, upstreamtest.OK("ok"))
-	g := upstream.New("app", servers(dead, ok.Addr()), new(balance.RoundRobin),
-		balance.Options{MaxFails: 1, FailTimeout: time.Minute}, &proxy.PeerOptions{})
-	addr, obs := run(t, g)
-	for i := 0; i < 20; i++ {
-		if code, body := proxytest.Get(t, addr, "/", ""); code != 200 || body != "ok" {
-			t.Fatalf("request %d: %d %q", i, code, body)
+	tests := []struct {
+		name    string
+		handler func(*upstream.Group) proxy.Handler
+	}{
+		{"routed", routed},
+		{"the group as Handler", func(g *upstream.Group) proxy.Handler { return g }},
+	}
+	for _, tt := range tests {
+		g := upstream.New("app", servers(dead, ok.Addr()), new(balance.RoundRobin),
+			balance.Options{MaxFails: 1, FailTimeout: time.Minute}, &proxy.PeerOptions{})
+		addr, obs := run(t, g, tt.handler(g))
+		for i := 0; i < 20; i++ {
+			if code, body := proxytest.Get(t, addr, "/", ""); code != 200 || body != "ok" {
+				t.Fatalf("%s: request %d: %d %q", tt.name, i, code, body)
+			}
 		}
-	}
-	// The dead server is tried once, fails, and is then out for
-	// fail_timeout: every later request goes straight to the live one.
-	if n, _ := obs.get(dead); n != 1 {
-		t.Fatalf("the refused server was tried %d times, want 1", n)
-	}
-	if n := obs.tried(ok.Addr(), 20); n != 20 {
-		t.Fatalf("the live server got %d tries, want 20", n)
+		// The dead server is tried once, fails, and is then out for
+		// fail_timeout: every later request goes straight to the live one.
+		if n, _ := obs.get(dead); n != 1 {
+			t.Fatalf("%s: the refused server was tried %d times, want 1", tt.name, n)
+		}
+		if n := obs.tried(ok.Addr(), 20); n != 20 {
+			t.Fatalf("%s: the live server got %d tries, want 20", tt.name, n)
+		}
 	}
 }
 
@@ -125,7 +143,7 @@ func TestAllServersAnswering503(t *testing.T) {
 	g := upstream.New("app", servers(addrs...), nil,
 		balance.Options{MaxFails: 1, FailTimeout: time.Minute, Statuses: []int{503}},
 		&proxy.PeerOptions{Retry: &retry.Policy{On: retry.OnError | retry.OnTimeout | retry.OnHTTP503}})
-	addr, _ := run(t, g)
+	addr, _ := run(t, g, routed(g))
 	for i := 0; i < 30; i++ {
 		resp, body := proxytest.Do(t, addr, "GET / HTTP/1.1\r\nHost: t\r\n\r\n")
 		if resp.StatusCode != 503 || !strings.HasPrefix(body, "busy ") || resp.Header.Get("Proxy-Status") != "" {
@@ -155,7 +173,7 @@ func TestBackupOnlyWhenPrimariesOut(t *testing.T) {
 	}
 	for _, tt := range tests {
 		g := upstream.New("app", servers(tt.primary, "backup "+backup.Addr()), nil, balance.Options{}, &proxy.PeerOptions{})
-		addr, _ := run(t, g)
+		addr, _ := run(t, g, routed(g))
 		for i := 0; i < 10; i++ {
 			if code, body := proxytest.Get(t, addr, "/", ""); code != 200 || body != tt.want {
 				t.Fatalf("%s: request %d: %d %q, want 200 %q", tt.name, i, code, body, tt.want)
@@ -184,7 +202,7 @@ func TestActiveCheckTakesServerOut(t *testing.T) {
 	g := upstream.New("app", servers(a.Addr(), b.Addr()), new(balance.RoundRobin), balance.Options{
 		Active: &balance.ActiveCheck{Path: "/healthz", Interval: 20 * time.Millisecond, Timeout: time.Second, Rise: 1, Fall: 2},
 	}, &proxy.PeerOptions{})
-	addr, _ := run(t, g)
+	addr, _ := run(t, g, routed(g))
 	seen := map[string]bool{}
 	for i := 0; i < 4; i++ {
 		_, body := proxytest.Get(t, addr, "/", "")
@@ -239,7 +257,7 @@ func TestHashKeyIsSticky(t *testing.T) {
 	}
 	g := upstream.New("app", servers(addrs...), new(balance.Hash), balance.Options{}, &proxy.PeerOptions{})
 	g.SetHashKey(key)
-	addr, _ := run(t, g)
+	addr, _ := run(t, g, routed(g))
 	spread := map[string]bool{}
 	for u := 0; u < 20; u++ {
 		user := fmt.Sprintf("X-User: user-%d\r\n", u)
