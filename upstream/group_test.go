@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -271,5 +272,43 @@ func TestHashKeyIsSticky(t *testing.T) {
 	}
 	if len(spread) < 2 {
 		t.Fatalf("20 users all hashed to %v", spread)
+	}
+}
+
+// TestPickAllocations checks that a try's pick and report allocate nothing
+// once each server has its peer, with a hash key taken from the request too.
+func TestPickAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items at random under the race detector")
+	}
+	key, err := balance.ParseHashKey("client_ip")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		policy balance.Policy
+		key    balance.HashKey
+	}{
+		{"p2c", balance.P2C{}, balance.HashKey{}},
+		{"hash on client_ip", new(balance.Hash), key},
+	}
+	for _, tt := range tests {
+		g := upstream.New("app", servers("10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"), tt.policy, balance.Options{}, nil)
+		g.SetHashKey(tt.key)
+		s := &proxy.Session{ClientIP: netip.MustParseAddr("192.0.2.7")}
+		try := func() {
+			p, err := g.Pick(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.TryDone(s, &proxy.Attempt{Peer: p, Status: 200, Wait: time.Millisecond})
+		}
+		for range 30 {
+			try() // every server gets its peer; the scratch buffer grows
+		}
+		if n := testing.AllocsPerRun(1000, try); n != 0 {
+			t.Errorf("%s: Pick+TryDone allocates %v times", tt.name, n)
+		}
 	}
 }
