@@ -24,6 +24,10 @@ import (
 //
 // Checks are spread out: each server's first check comes at a random time
 // within the first Interval, and each later wait is Interval ±10%.
+//
+// A field with a default, stated with it, gets the default when zero
+// (Interval, Timeout, Rise and Fall also when negative); BodyContains and
+// TCP are off when zero.
 type ActiveCheck struct {
 	// Path (default "/") is the request target of an HTTP check.
 	Path string
@@ -49,6 +53,20 @@ type ActiveCheck struct {
 	Fall int
 }
 
+// Defaults of an ActiveCheck.
+const (
+	DefaultCheckPath     = "/"
+	DefaultCheckMethod   = "GET"
+	DefaultCheckInterval = 5 * time.Second
+	DefaultCheckTimeout  = time.Second
+	DefaultRise          = 2
+	DefaultFall          = 3
+)
+
+// DefaultExpect are the statuses that pass an HTTP check when
+// ActiveCheck.Expect is empty.
+var DefaultExpect = []int{200}
+
 // Limits of what an HTTP check reads.
 const (
 	checkMaxHead    = 64 << 10
@@ -58,25 +76,25 @@ const (
 
 func (a ActiveCheck) withDefaults() ActiveCheck {
 	if a.Path == "" {
-		a.Path = "/"
+		a.Path = DefaultCheckPath
 	}
 	if a.Method == "" {
-		a.Method = "GET"
+		a.Method = DefaultCheckMethod
 	}
 	if len(a.Expect) == 0 {
-		a.Expect = []int{200}
+		a.Expect = DefaultExpect
 	}
 	if a.Interval <= 0 {
-		a.Interval = 5 * time.Second
+		a.Interval = DefaultCheckInterval
 	}
 	if a.Timeout <= 0 {
-		a.Timeout = time.Second
+		a.Timeout = DefaultCheckTimeout
 	}
 	if a.Rise <= 0 {
-		a.Rise = 2
+		a.Rise = DefaultRise
 	}
 	if a.Fall <= 0 {
-		a.Fall = 3
+		a.Fall = DefaultFall
 	}
 	return a
 }
