@@ -160,43 +160,11 @@ func buildUpstream(cfg *Config, u *Upstream, log *slog.Logger) (*upstream.Group,
 			return nil, fmt.Errorf("%s:%d: upstream %s: %w", cfg.File, u.Line, u.Name, err)
 		}
 	}
-	g := upstream.New(u.Name, servers, newPolicy(), groupOptions(u.Health, log), opts)
+	health := u.Health
+	health.Log = log
+	g := upstream.New(u.Name, servers, newPolicy(), health, opts)
 	g.SetHashKey(hashKey)
 	return g, nil
-}
-
-// groupOptions maps the health section onto the balancer's options; the
-// config's 0 for "off" is the balancer's negative value.
-func groupOptions(h Health, log *slog.Logger) balance.Options {
-	p := h.Passive
-	o := balance.Options{
-		MaxFails:            offIfZero(p.MaxFails),
-		FailTimeout:         p.FailTimeout,
-		Statuses:            p.Statuses,
-		ConsecutiveFailures: offIfZero(p.ConsecutiveFailures),
-		BaseEjection:        p.BaseEjection,
-		MaxEjection:         p.MaxEjection,
-		MaxEjectedPercent:   p.MaxEjectedPercent,
-		SlowStart:           h.SlowStart,
-		Log:                 log,
-	}
-	if o.Statuses == nil {
-		o.Statuses = []int{}
-	}
-	if a := h.Active; a != nil {
-		o.Active = &balance.ActiveCheck{
-			Path: a.Path, Method: a.Method, Host: a.Host, Expect: a.Expect, BodyContains: a.Body,
-			TCP: a.TCP, Interval: a.Interval, Timeout: a.Timeout, Rise: a.Rise, Fall: a.Fall,
-		}
-	}
-	return o
-}
-
-func offIfZero(n int) int {
-	if n == 0 {
-		return -1
-	}
-	return n
 }
 
 // Policy turns the retry section of an upstream into a retry.Policy with

@@ -198,8 +198,39 @@ type Upstream struct {
 	// hash) is what requests are hashed on: client_ip, header:NAME,
 	// cookie:NAME or uri.
 	HashKey string
-	// Health (key "health"); see DefaultHealth.
-	Health Health
+	// Health (key "health") is the upstream's health checking, held in
+	// balance's own form, which Build hands to the upstream's balancer as
+	// it is. DefaultHealth returns the defaults. The keys under "health"
+	// set these fields, translated where the file means something else:
+	//
+	//   - passive.max_fails: MaxFails (default 3, >= 0). Failures within
+	//     fail_timeout that take a server out for fail_timeout; 0 in the
+	//     file turns the rule off and is held as -1, balance's off.
+	//   - passive.fail_timeout: FailTimeout (default 10s, > 0).
+	//   - passive.statuses: Statuses (default [502, 503, 504]), the
+	//     response statuses that count as failures; [] counts none and is
+	//     held as an empty slice, never nil. Connect errors, timeouts and
+	//     invalid responses always count.
+	//   - passive.consecutive_failures: ConsecutiveFailures (default 5,
+	//     >= 0). Failures in a row that eject a server; 0 in the file turns
+	//     ejection off and is held as -1.
+	//   - passive.base_ejection: BaseEjection (default 30s, > 0).
+	//   - passive.max_ejection: MaxEjection (default 300s, > 0).
+	//   - passive.max_ejected_percent: MaxEjectedPercent (default 50,
+	//     1..100).
+	//   - active: Active (default nil: no active checks). Its keys set the
+	//     ActiveCheck field of the same name, body setting BodyContains:
+	//     path (default "/"; starts with "/", no whitespace), method
+	//     (default GET; a token, held in upper case), host (default the
+	//     server's address; a host, optionally with :port), expect (default
+	//     [200]), body (default ""), tcp (default false), interval (default
+	//     5s, > 0), timeout (default 1s, > 0), rise (default 2, 1..100),
+	//     fall (default 3, 1..100). Every default is held, not left zero.
+	//   - slow_start: SlowStart (default 0s: off, >= 0).
+	//
+	// The file sets nothing else: Parse leaves Resolver, Now, Rand, Log and
+	// OnChange nil, and Build gives the balancer slog.Default() as its Log.
+	Health balance.Options
 }
 
 // Server is one server of an upstream.
@@ -429,69 +460,14 @@ func defaultUpstream(name string, line int) *Upstream {
 	}
 }
 
-// Health is an upstream's health checking.
-type Health struct {
-	// Passive (key "passive") counts the failures of real requests.
-	Passive Passive
-	// Active (key "active", default none) probes each server; nil when
-	// the key is absent.
-	Active *Active
-	// SlowStart (key "slow_start", default 0s: off) ramps the weight of a
-	// server that comes back from 10% to 100% over this time.
-	SlowStart time.Duration
-}
-
-// Passive is passive health checking: nginx's max_fails and Envoy's
-// consecutive-failure ejection.
-type Passive struct {
-	// MaxFails (key "max_fails", default 3, 0 = off) failures within
-	// FailTimeout take a server out for FailTimeout.
-	MaxFails int
-	// FailTimeout (key "fail_timeout", default 10s, > 0).
-	FailTimeout time.Duration
-	// Statuses (key "statuses", default [502, 503, 504]) are the response
-	// statuses that count as failures; connect errors, timeouts and
-	// invalid responses always count.
-	Statuses []int
-	// ConsecutiveFailures (key "consecutive_failures", default 5, 0 = off)
-	// failures in a row eject a server for BaseEjection times the number
-	// of its ejections, at most MaxEjection.
-	ConsecutiveFailures int
-	// BaseEjection (key "base_ejection", default 30s, > 0).
-	BaseEjection time.Duration
-	// MaxEjection (key "max_ejection", default 300s, > 0).
-	MaxEjection time.Duration
-	// MaxEjectedPercent (key "max_ejected_percent", default 50, 1..100)
-	// caps the share of servers ejected at once.
-	MaxEjectedPercent int
-}
-
-// Active is active health checking.
-type Active struct {
-	// Path (key "path", default "/") is the HTTP check's target.
-	Path string
-	// Method (key "method", default GET).
-	Method string
-	// Host (key "host", default the server's address) is the Host header.
-	Host string
-	// Expect (key "expect", default [200]) are the passing statuses.
-	Expect []int
-	// Body (key "body", default "") must occur in the response body.
-	Body string
-	// TCP (key "tcp", default false) makes the check a plain connect.
-	TCP bool
-	// Interval (key "interval", default 5s, > 0), Timeout (key "timeout",
-	// default 1s, > 0).
-	Interval, Timeout time.Duration
-	// Rise (key "rise", default 2, >= 1) passes bring a server back; Fall
-	// (key "fall", default 3, >= 1) failures take it out.
-	Rise, Fall int
-}
-
-// DefaultHealth returns the default health settings: passive on, active
-// off, no slow start.
-func DefaultHealth() Health {
-	return Health{Passive: Passive{
+// DefaultHealth returns the health settings an upstream gets when the
+// file does not set them: passive checks at balance's defaults (max_fails
+// 3, fail_timeout 10s, statuses [502, 503, 504], consecutive_failures 5,
+// base_ejection 30s, max_ejection 300s, max_ejected_percent 50), each held
+// as its value; no active checks; no slow start. Each call returns a new
+// Statuses slice.
+func DefaultHealth() balance.Options {
+	return balance.Options{
 		MaxFails:            balance.DefaultMaxFails,
 		FailTimeout:         balance.DefaultFailTimeout,
 		Statuses:            slices.Clone(balance.DefaultStatuses),
@@ -499,9 +475,19 @@ func DefaultHealth() Health {
 		BaseEjection:        balance.DefaultBaseEjection,
 		MaxEjection:         balance.DefaultMaxEjection,
 		MaxEjectedPercent:   balance.DefaultMaxEjectedPercent,
-	}}
+	}
 }
 
-func defaultActive() *Active {
-	return &Active{Path: "/", Method: "GET", Expect: []int{200}, Interval: 5 * time.Second, Timeout: time.Second, Rise: 2, Fall: 3}
+// defaultActive returns the active checks an "active" key starts from:
+// balance's defaults, each held as its value.
+func defaultActive() *balance.ActiveCheck {
+	return &balance.ActiveCheck{
+		Path:     balance.DefaultCheckPath,
+		Method:   balance.DefaultCheckMethod,
+		Expect:   slices.Clone(balance.DefaultExpect),
+		Interval: balance.DefaultCheckInterval,
+		Timeout:  balance.DefaultCheckTimeout,
+		Rise:     balance.DefaultRise,
+		Fall:     balance.DefaultFall,
+	}
 }

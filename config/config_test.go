@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-proxy/sluice/balance"
 )
 
 // minimal is the smallest valid config.
@@ -164,10 +166,12 @@ upstreams:
 			},
 			Balance: "hash",
 			HashKey: "header:X-User",
-			Health: Health{
-				Passive: Passive{MaxFails: 0, FailTimeout: 5 * time.Second, Statuses: []int{500, 503}, ConsecutiveFailures: 0,
-					BaseEjection: time.Second, MaxEjection: 2 * time.Second, MaxEjectedPercent: 100},
-				Active: &Active{Path: "/healthz", Method: "HEAD", Host: "app.internal", Expect: []int{200, 204}, Body: "ok",
+			Health: balance.Options{
+				// max_fails: 0 and consecutive_failures: 0 turn the rules
+				// off, which is -1 to balance.
+				MaxFails: -1, FailTimeout: 5 * time.Second, Statuses: []int{500, 503}, ConsecutiveFailures: -1,
+				BaseEjection: time.Second, MaxEjection: 2 * time.Second, MaxEjectedPercent: 100,
+				Active: &balance.ActiveCheck{Path: "/healthz", Method: "HEAD", Host: "app.internal", Expect: []int{200, 204}, BodyContains: "ok",
 					Interval: 2 * time.Second, Timeout: 500 * time.Millisecond, Rise: 1, Fall: 5},
 				SlowStart: 30 * time.Second,
 			},
@@ -219,6 +223,61 @@ func TestParseRetryOff(t *testing.T) {
 		}
 		if r := c.Upstreams[0].Retry; r.Tries != 1 || len(r.On) != 0 {
 			t.Errorf("on: %s: got tries %d, on %q; want tries 1, on []", on, r.Tries, r.On)
+		}
+	}
+}
+
+// TestParseHealth checks the health keys' defaults and how the file's
+// meanings are held in balance.Options: 0 turns a passive rule off (-1),
+// [] counts no status (empty, not nil), and an active section starts from
+// the documented defaults.
+func TestParseHealth(t *testing.T) {
+	passive := balance.Options{
+		MaxFails:            3,
+		FailTimeout:         10 * time.Second,
+		Statuses:            []int{502, 503, 504},
+		ConsecutiveFailures: 5,
+		BaseEjection:        30 * time.Second,
+		MaxEjection:         300 * time.Second,
+		MaxEjectedPercent:   50,
+	}
+	with := func(change func(o *balance.Options)) balance.Options {
+		o := passive
+		o.Statuses = slices.Clone(passive.Statuses)
+		change(&o)
+		return o
+	}
+	activeDefaults := balance.ActiveCheck{Path: "/", Method: "GET", Expect: []int{200},
+		Interval: 5 * time.Second, Timeout: time.Second, Rise: 2, Fall: 3}
+	tests := []struct {
+		name, health string
+		want         balance.Options
+	}{
+		{"defaults", "", passive},
+		{"an empty section", "{}", passive},
+		{"max_fails off", "{passive: {max_fails: 0}}", with(func(o *balance.Options) { o.MaxFails = -1 })},
+		{"consecutive_failures off", "{passive: {max_fails: 1, consecutive_failures: 0}}",
+			with(func(o *balance.Options) { o.MaxFails, o.ConsecutiveFailures = 1, -1 })},
+		{"no statuses", "{passive: {statuses: []}}", with(func(o *balance.Options) { o.Statuses = []int{} })},
+		{"active, defaults", "{active: {}}", with(func(o *balance.Options) { a := activeDefaults; o.Active = &a })},
+		{"active, tcp", "{active: {tcp: true, rise: 1}}", with(func(o *balance.Options) {
+			a := activeDefaults
+			a.TCP, a.Rise = true, 1
+			o.Active = &a
+		})},
+		{"slow_start", "{slow_start: 30s}", with(func(o *balance.Options) { o.SlowStart = 30 * time.Second })},
+	}
+	for _, tt := range tests {
+		file := minimal
+		if tt.health != "" {
+			file += "    health: " + tt.health + "\n"
+		}
+		c, err := Parse("health.yaml", []byte(file))
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if got := c.Upstreams[0].Health; !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%s: got %+v (active %+v), want %+v (active %+v)", tt.name, got, got.Active, tt.want, tt.want.Active)
 		}
 	}
 }
@@ -298,6 +357,9 @@ func TestParseProblem(t *testing.T) {
 		{"hash_key without hash", minimal + "    hash_key: uri\n", 9, 15, "upstreams.web.hash_key", "only used with balance: hash"},
 		{"bad hash_key", minimal + "    balance: hash\n    hash_key: body\n", 10, 15, "upstreams.web.hash_key", "client_ip, header:NAME"},
 		{"status out of range", minimal + "    health: {passive: {statuses: [502, 700]}}\n", 9, 40, "upstreams.web.health.passive.statuses[1]", "between 100 and 599"},
+		{"max_fails -1", minimal + "    health: {passive: {max_fails: -1}}\n", 9, 35, "upstreams.web.health.passive.max_fails", "must be >= 0"},
+		{"consecutive_failures -1", minimal + "    health: {passive: {consecutive_failures: -1}}\n", 9, 46,
+			"upstreams.web.health.passive.consecutive_failures", "must be >= 0"},
 		{"active path", minimal + "    health: {active: {path: healthz}}\n", 9, 29, "upstreams.web.health.active.path", "must start with /"},
 		{"decimal size", minimal + "limits:\n  max_header_bytes: 64kb\n", 10, 21, "limits.max_header_bytes", `decimal unit "kb" is ambiguous (1000 or 1024?); use a binary unit, such as 64KiB`},
 		{"size MB", minimal + "    retry: {body_buffer: 1MB}\n", 9, 26, "upstreams.web.retry.body_buffer", "such as 1MiB"},

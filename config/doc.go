@@ -4,7 +4,10 @@
 // holds either the value from the file or its documented default, so
 // the rest of sluice never checks a setting again. Each field's doc
 // comment gives its YAML key, default and accepted range;
-// testdata/full.yaml is an annotated example that uses every key.
+// testdata/full.yaml is an annotated example that uses every key. An
+// upstream's health section is held in the balancer's own form,
+// balance.Options, translated where the file's meaning differs (0 turns a
+// passive rule off); Upstream.Health says which key sets which field.
 //
 // Parsing is strict. Unknown keys (with a suggestion when one is close),
 // duplicate keys, values of the wrong type, values out of range and

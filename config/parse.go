@@ -605,19 +605,19 @@ func checkHashKey(s string) (string, string) {
 	return s, ""
 }
 
-// health walks an upstream's "health" mapping into h.
-func (d *decoder) health(n *yaml.Node, path string, h *Health) {
+// health walks an upstream's "health" mapping into h (see Upstream.Health
+// for where each key goes).
+func (d *decoder) health(n *yaml.Node, path string, h *balance.Options) {
 	d.mapping(n, path, []field{
 		{"passive", func(n *yaml.Node, path string) {
-			p := &h.Passive
 			d.mapping(n, path, []field{
-				{"max_fails", d.integer(&p.MaxFails, atLeast(0))},
-				{"fail_timeout", d.duration(&p.FailTimeout, true)},
-				{"statuses", d.statuses(&p.Statuses)},
-				{"consecutive_failures", d.integer(&p.ConsecutiveFailures, atLeast(0))},
-				{"base_ejection", d.duration(&p.BaseEjection, true)},
-				{"max_ejection", d.duration(&p.MaxEjection, true)},
-				{"max_ejected_percent", d.integer(&p.MaxEjectedPercent, between(1, 100))},
+				{"max_fails", d.offIfZero(&h.MaxFails)},
+				{"fail_timeout", d.duration(&h.FailTimeout, true)},
+				{"statuses", d.statuses(&h.Statuses)},
+				{"consecutive_failures", d.offIfZero(&h.ConsecutiveFailures)},
+				{"base_ejection", d.duration(&h.BaseEjection, true)},
+				{"max_ejection", d.duration(&h.MaxEjection, true)},
+				{"max_ejected_percent", d.integer(&h.MaxEjectedPercent, between(1, 100))},
 			})
 		}},
 		{"active", func(n *yaml.Node, path string) {
@@ -627,7 +627,7 @@ func (d *decoder) health(n *yaml.Node, path string, h *Health) {
 				{"method", d.str(&a.Method, checkToken)},
 				{"host", d.str(&a.Host, checkCheckHost)},
 				{"expect", d.statuses(&a.Expect)},
-				{"body", d.str(&a.Body, func(s string) (string, string) { return s, "" })},
+				{"body", d.str(&a.BodyContains, func(s string) (string, string) { return s, "" })},
 				{"tcp", d.boolean(&a.TCP)},
 				{"interval", d.duration(&a.Interval, true)},
 				{"timeout", d.duration(&a.Timeout, true)},
@@ -638,6 +638,18 @@ func (d *decoder) health(n *yaml.Node, path string, h *Health) {
 		}},
 		{"slow_start", d.duration(&h.SlowStart, false)},
 	})
+}
+
+// offIfZero returns a parser of a count >= 0 into dst for a rule the file
+// turns off with 0: a 0 is held as -1, which is balance's off (its 0 means
+// the default).
+func (d *decoder) offIfZero(dst *int) func(*yaml.Node, string) {
+	count := d.integer(dst, atLeast(0))
+	return func(n *yaml.Node, path string) {
+		if count(n, path); *dst == 0 {
+			*dst = -1
+		}
+	}
 }
 
 // statuses returns a parser of a list of HTTP status codes (100..599).
