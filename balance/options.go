@@ -18,7 +18,8 @@ import (
 type Options struct {
 	// MaxFails (default 3; < 0 turns the rule off) failures of a server
 	// within FailTimeout mark it down for FailTimeout, as nginx's
-	// max_fails. Failures that arrive while it is down are not counted.
+	// max_fails. Failures that arrive while it is down are not counted,
+	// nor are Slow ones (see FailureKind).
 	MaxFails int
 	// FailTimeout (default 10s) is both the window the MaxFails failures
 	// must fall in (it starts at the first of them) and how long the server

@@ -18,8 +18,8 @@ const (
 	// ConnectFailure: no connection was made (refused, unreachable, connect
 	// timeout). Always a failure; its duration is not a latency sample.
 	ConnectFailure
-	// Timeout: the server did not answer, or stalled, in time. Always a
-	// failure; its duration is a latency sample (a lower bound).
+	// Timeout: the connection was not made in time. Always a failure; its
+	// duration is a latency sample (a lower bound).
 	Timeout
 	// InvalidResponse: the server broke HTTP/1.1, or closed or reset the
 	// connection before a response. Always a failure.
@@ -28,6 +28,13 @@ const (
 	// client went away, the proxy is shutting down). It counts neither as a
 	// failure nor as a success and gives no latency sample.
 	Canceled
+	// Slow: the server took the request and did not answer it, or stalled,
+	// in time (a response-header, read or write timeout). It counts toward
+	// ConsecutiveFailures but not MaxFails: one slow endpoint must not take
+	// a server that answers everything else out of service, while a hung
+	// server, answering nothing, gets nothing but these and is ejected. Its
+	// duration is a latency sample (a lower bound).
+	Slow
 )
 
 var failureNames = [...]string{
@@ -36,6 +43,7 @@ var failureNames = [...]string{
 	Timeout:         "timeout",
 	InvalidResponse: "invalid response",
 	Canceled:        "canceled",
+	Slow:            "slow",
 }
 
 func (k FailureKind) String() string {
@@ -58,9 +66,10 @@ type Result struct {
 // Pick, whatever happened. Safe for concurrent use; a success on a server
 // with no recent failure takes no lock.
 //
-// A try counts as a failure when its Failure is ConnectFailure, Timeout or
-// InvalidResponse, or when its Status is one of Options.Statuses; any other
-// try but a Canceled one is a success. A success clears the server's
+// A try counts as a failure when its Failure is ConnectFailure, Timeout,
+// InvalidResponse or Slow (toward ConsecutiveFailures only), or when its
+// Status is one of Options.Statuses; any other try but a Canceled one is a
+// success. A success clears the server's
 // consecutive-failure counts; it does not end a down time already begun.
 func (g *Group) Report(s *Server, r Result) {
 	s.release()
@@ -99,7 +108,7 @@ func (g *Group) failed(s *Server, now int64, r Result) {
 	s.mu.Lock()
 	s.failing.Store(true)
 	var reason string
-	if o.MaxFails > 0 && now >= s.failedUntil.Load() {
+	if o.MaxFails > 0 && r.Failure != Slow && now >= s.failedUntil.Load() {
 		if s.fails == 0 || now-s.failsSince > int64(o.FailTimeout) {
 			s.fails, s.failsSince = 0, now
 		}

@@ -74,6 +74,7 @@ func TestMaxFailsCounting(t *testing.T) {
 		{"404 is a response", nil, []Result{{Failure: Timeout}, {Status: 404}, {Failure: Timeout}}, 0, false},
 		{"failures outside the window", nil, []Result{{Failure: Timeout}, {Failure: Timeout}}, 11 * time.Second, false},
 		{"failures inside the window", nil, []Result{{Failure: Timeout}, {Failure: Timeout}}, 9 * time.Second, true},
+		{"slow answers do not count", nil, []Result{{Failure: Slow}, {Failure: Slow}, {Failure: Slow}}, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,6 +91,29 @@ func TestMaxFailsCounting(t *testing.T) {
 				t.Fatalf("down = %v, want %v (%s)", down, tt.down, a.State())
 			}
 		})
+	}
+}
+
+// A server that times out on everything is ejected by consecutive slow
+// tries; one that answers other requests between them is not.
+func TestSlowTriesEjectOnlyAHungServer(t *testing.T) {
+	c := newClock()
+	o := testOptions(c)
+	o.ConsecutiveFailures = 3
+	g := NewGroup("u", servers(1, 1), nil, o)
+	a, b := g.Servers()[0], g.Servers()[1]
+	for range 10 {
+		g.Report(a, Result{Failure: Slow, Duration: time.Minute})
+		g.Report(a, Result{Status: 200, Duration: time.Millisecond})
+	}
+	if !a.Healthy() {
+		t.Fatalf("a server with one slow endpoint was taken out: %s", a.State())
+	}
+	for range 3 {
+		g.Report(b, Result{Failure: Slow, Duration: time.Minute})
+	}
+	if b.Healthy() {
+		t.Fatal("a server that answered nothing in time is still in")
 	}
 }
 

@@ -7,9 +7,11 @@ import (
 )
 
 // Result turns a try into what the balancer's health rules need. A stale
-// pooled connection (reused, closed before any response byte) is the
-// keep-alive race, not the server's failure; a failure on the client's side
-// is nobody's.
+// pooled connection (Attempt.Stale) is the keep-alive race, not the
+// server's failure; a failure on the client's side is nobody's. A timeout
+// after the connection was made is balance.Slow: it counts toward
+// consecutive failures, not max_fails, so that one slow endpoint does not
+// take a server that answers everything else out.
 func Result(a *proxy.Attempt) balance.Result {
 	r := balance.Result{Status: a.Status, Duration: a.Wait}
 	e := a.Err
@@ -24,10 +26,10 @@ func Result(a *proxy.Attempt) balance.Result {
 	case e.Kind.Connect():
 		r.Failure = balance.ConnectFailure
 	case e.Kind.Timeout():
-		r.Failure = balance.Timeout
+		r.Failure = balance.Slow
 	case e.Kind == fault.UpstreamStatus:
 		r.Failure = balance.NoFailure // the group counts the status itself
-	case a.Reused && a.Read == 0 && (e.Kind == fault.ConnectionClosed || e.Kind == fault.ConnectionReset || e.Kind == fault.WriteError):
+	case a.Stale():
 		r.Failure = balance.Canceled
 	default:
 		r.Failure = balance.InvalidResponse
