@@ -20,8 +20,8 @@ import (
 // SluiceConfig returns a sluice config file for the scenarios here: one
 // route to one upstream at addr, default retry policy (non_idempotent:
 // keyed), pool max_idle 32, no access log, the error log at warn so that
-// every failed try shows. Each of pool, such as "non_idempotent_max_idle:
-// 0", is added to the upstream's pool section. The listen address is a
+// every failed try shows. Each of pool, such as "non_idempotent: dial",
+// is added to the upstream's pool section. The listen address is a
 // placeholder: StartSluice listens itself.
 func SluiceConfig(addr string, pool ...string) string {
 	return fmt.Sprintf(`listen:

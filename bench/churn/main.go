@@ -62,7 +62,7 @@ func run() int {
 	flag.DurationVar(&o.delay, "delay", 2*time.Millisecond, "time the app takes per request")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound on the whole run")
 	flag.StringVar(&o.proxies, "proxies", "sluice,nginx",
-		"proxies to run, in order: sluice, sluice-dial (non_idempotent_max_idle: 0), nginx")
+		"proxies to run, in order: sluice, sluice-dial, sluice-reuse (pool.non_idempotent: dial, reuse), nginx")
 	flag.StringVar(&o.python, "python", e2e.DefaultPython, "python with gunicorn installed")
 	flag.StringVar(&o.nginx, "nginx", "/usr/sbin/nginx", "nginx binary")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directories (logs, configs, records)")
@@ -81,7 +81,7 @@ func run() int {
 	var names []string
 	for name := range strings.SplitSeq(o.proxies, ",") {
 		switch name = strings.TrimSpace(name); name {
-		case "sluice", "sluice-dial":
+		case "sluice", "sluice-dial", "sluice-reuse":
 		case "nginx":
 			if _, err := exec.LookPath(o.nginx); err != nil {
 				fmt.Printf("churn: missing nginx (Debian: nginx), not run: %v\n", err)
@@ -169,7 +169,9 @@ func runOne(ctx context.Context, o options, name string) ([]string, error) {
 	case "sluice":
 		p, err = startSluice(ctx, g.Addr)
 	case "sluice-dial":
-		p, err = startSluice(ctx, g.Addr, "non_idempotent_max_idle: 0")
+		p, err = startSluice(ctx, g.Addr, "non_idempotent: dial")
+	case "sluice-reuse":
+		p, err = startSluice(ctx, g.Addr, "non_idempotent: reuse")
 	case "nginx":
 		pdir := filepath.Join(dir, "nginx")
 		if err = os.Mkdir(pdir, 0o755); err == nil {
@@ -232,8 +234,9 @@ func (s sluiceProxy) Stop()        { s.Close() }
 func (s sluiceProxy) Notes() []string {
 	st := s.Server.Pool.Stats()
 	return []string{
-		fmt.Sprintf("pool: hits %d, misses %d, stale %d, watched %d, expired %d, retired %d, evicted %d, too old for a POST %d",
-			st.Hits, st.Misses, st.Stale, st.Watched, st.Expired, st.Retired, st.Evicted, st.TooOld),
+		fmt.Sprintf("pool: hits %d, misses %d, stale %d, watched %d, expired %d, retired %d, evicted %d, too old for a POST %d, "+
+			"POSTs dialed because the server had not earned trust %d",
+			st.Hits, st.Misses, st.Stale, st.Watched, st.Expired, st.Retired, st.Evicted, st.TooOld, st.Untrusted),
 		"failed tries: " + strings.Join(e2e.TrySummary(s.Log()), "; "),
 	}
 }

@@ -43,11 +43,14 @@ type proxy struct {
 
 var proxies = []proxy{
 	{name: "sluice", version: []string{"version"}, configure: sluiceConfig},
-	// sluice-reuse lets POSTs without an Idempotency-Key take pooled
-	// connections idle up to 1s, as the other proxies do; by default
-	// sluice dials for them, which no upstream recycling its workers can
-	// turn into a 502 (see the README).
-	{name: "sluice-reuse", version: []string{"version"}, configure: sluiceReuseConfig},
+	// sluice takes the pooled connection for a POST without an
+	// Idempotency-Key only once the upstream has earned it
+	// (non_idempotent: learn); sluice-reuse always does (idle up to 1s),
+	// as the other proxies do, and sluice-dial never does, the way no
+	// upstream recycling its workers can turn into a 502 (see the
+	// README).
+	{name: "sluice-reuse", version: []string{"version"}, configure: sluiceModeConfig("reuse")},
+	{name: "sluice-dial", version: []string{"version"}, configure: sluiceModeConfig("dial")},
 	// sluice-b is the binary given with -sluice-b, configured as sluice:
 	// two builds side by side, round by round.
 	{name: "sluice-b", version: []string{"version"}, configure: sluiceConfig},
@@ -95,8 +98,10 @@ func relayConfig(s site) ([]string, []string, error) {
 		[]string{"GOMAXPROCS=1"}, nil
 }
 
-func sluiceReuseConfig(s site) ([]string, []string, error) {
-	return sluiceWith(s, ", non_idempotent_max_idle: 1s")
+func sluiceModeConfig(mode string) func(s site) ([]string, []string, error) {
+	return func(s site) ([]string, []string, error) {
+		return sluiceWith(s, ", non_idempotent: "+mode)
+	}
 }
 
 func sluiceWith(s site, pool string) ([]string, []string, error) {

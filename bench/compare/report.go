@@ -43,7 +43,7 @@ func (b *bench) environment() environment {
 	}
 	for _, p := range b.targets {
 		switch {
-		case p.name == "sluice-reuse":
+		case p.name == "sluice-reuse", p.name == "sluice-dial":
 		case p.name == "sluice-b":
 			add("sluice-b", b.tools["sluice-b"], "version")
 			e.versions[len(e.versions)-1][2] = b.opt.sluiceB
