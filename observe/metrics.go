@@ -229,16 +229,17 @@ func (m *Metrics) BudgetDenied(s *proxy.Session, p *proxy.Peer) {
 type poolCollector struct{ p *pool.Pool }
 
 var poolDescs = map[string]*prometheus.Desc{
-	"hits":    prometheus.NewDesc("sluice_pool_hits_total", "Requests sent on a pooled connection.", nil, nil),
-	"misses":  prometheus.NewDesc("sluice_pool_misses_total", "Requests that found no usable pooled connection.", nil, nil),
-	"stale":   prometheus.NewDesc("sluice_pool_stale_total", "Pooled connections found closed by the upstream at the check before use.", nil, nil),
-	"watched": prometheus.NewDesc("sluice_pool_closed_while_idle_total", "Idle connections removed by the idle watcher when the upstream closed them.", nil, nil),
-	"expired": prometheus.NewDesc("sluice_pool_expired_total", "Idle connections closed after idle_timeout or a learned Keep-Alive timeout.", nil, nil),
-	"retired": prometheus.NewDesc("sluice_pool_retired_total", "Connections retired by max_requests, max_age or a learned Keep-Alive max.", nil, nil),
-	"evicted": prometheus.NewDesc("sluice_pool_evicted_total", "Idle connections closed to respect max_idle limits.", nil, nil),
-	"tooold":  prometheus.NewDesc("sluice_pool_skipped_idle_total", "Pooled connections passed over by requests that must not be resent, for being idle too long.", nil, nil),
-	"closing": prometheus.NewDesc("sluice_pool_skipped_closing_total", "Pooled connections passed over by requests that must not be resent, for predating their server's announced close.", nil, nil),
-	"idle":    prometheus.NewDesc("sluice_pool_idle_connections", "Idle pooled connections now.", nil, nil),
+	"hits":      prometheus.NewDesc("sluice_pool_hits_total", "Requests sent on a pooled connection.", nil, nil),
+	"misses":    prometheus.NewDesc("sluice_pool_misses_total", "Requests that found no usable pooled connection.", nil, nil),
+	"stale":     prometheus.NewDesc("sluice_pool_stale_total", "Pooled connections found closed by the upstream at the check before use.", nil, nil),
+	"watched":   prometheus.NewDesc("sluice_pool_closed_while_idle_total", "Idle connections removed by the idle watcher when the upstream closed them.", nil, nil),
+	"expired":   prometheus.NewDesc("sluice_pool_expired_total", "Idle connections closed after idle_timeout or a learned Keep-Alive timeout.", nil, nil),
+	"retired":   prometheus.NewDesc("sluice_pool_retired_total", "Connections retired by max_requests, max_age or a learned Keep-Alive max.", nil, nil),
+	"evicted":   prometheus.NewDesc("sluice_pool_evicted_total", "Idle connections closed to respect max_idle limits.", nil, nil),
+	"tooold":    prometheus.NewDesc("sluice_pool_skipped_idle_total", "Pooled connections passed over by requests that must not be resent, for being idle too long.", nil, nil),
+	"closing":   prometheus.NewDesc("sluice_pool_skipped_closing_total", "Pooled connections passed over by requests that must not be resent, for predating their server's announced close.", nil, nil),
+	"untrusted": prometheus.NewDesc("sluice_pool_untrusted_total", "Requests that must not be resent that dialed because their server had not earned the pool's trust (pool.non_idempotent: learn).", nil, nil),
+	"idle":      prometheus.NewDesc("sluice_pool_idle_connections", "Idle pooled connections now.", nil, nil),
 }
 
 func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -261,5 +262,6 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 	counter("evicted", s.Evicted)
 	counter("tooold", s.TooOld)
 	counter("closing", s.Closing)
+	counter("untrusted", s.Untrusted)
 	ch <- prometheus.MustNewConstMetric(poolDescs["idle"], prometheus.GaugeValue, float64(s.Idle))
 }

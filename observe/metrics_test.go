@@ -41,6 +41,7 @@ func TestMetricsCount(t *testing.T) {
 		`sluice_retry_budget_denied_total{upstream="api"} 1`,
 		`sluice_pool_idle_connections 0`,
 		`sluice_pool_closed_while_idle_total 0`,
+		`sluice_pool_untrusted_total 0`,
 		`sluice_upstream_server_healthy{server="127.0.0.1:1",upstream="api"} 0`,
 		`sluice_upstream_server_outstanding{server="127.0.0.1:1",upstream="api"} 2`,
 	} {
