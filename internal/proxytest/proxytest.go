@@ -6,6 +6,7 @@ package proxytest
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -67,4 +68,25 @@ func Get(t testing.TB, addr, path, extra string) (int, string) {
 	t.Helper()
 	resp, body := Do(t, addr, "GET "+path+" HTTP/1.1\r\nHost: test\r\n"+extra+"\r\n")
 	return resp.StatusCode, body
+}
+
+// Sticky checks that requests hashed on the header named name stick to one
+// upstream each and spread over more than one: it sends four GETs for each
+// of 20 values, to upstreams that answer with their own name as the body.
+func Sticky(t testing.TB, addr, name string) {
+	t.Helper()
+	spread := map[string]bool{}
+	for u := 0; u < 20; u++ {
+		line := fmt.Sprintf("%s: user-%d\r\n", name, u)
+		_, first := Get(t, addr, "/", line)
+		spread[first] = true
+		for i := 0; i < 3; i++ {
+			if _, body := Get(t, addr, "/", line); body != first {
+				t.Fatalf("user %d went to %s, then %s", u, first, body)
+			}
+		}
+	}
+	if len(spread) < 2 {
+		t.Fatalf("20 users all hashed to %v", spread)
+	}
 }
