@@ -29,7 +29,10 @@ func TestWorkersServeOneConnectionAfterAnother(t *testing.T) {
 	base := runtime.NumGoroutine()
 	for i := 0; i < 20; i++ {
 		oneRequest()
-		waitFor(t, "the worker to come back", func() bool { return hs.srv.idleWorkers.Load() == 1 })
+		// At least one: a connection accepted in the instant between a
+		// worker counting itself idle and its wait for work gets a
+		// worker of its own, and both are idle afterwards.
+		waitFor(t, "the worker to come back", func() bool { return hs.srv.idleWorkers.Load() >= 1 })
 	}
 	if n := runtime.NumGoroutine(); n > base+2 {
 		t.Fatalf("%d goroutines after 20 connections one after the other, %d before", n, base)
