@@ -299,3 +299,34 @@ func TestPickAllocations(t *testing.T) {
 		}
 	}
 }
+
+// TestTimedOutServerIsNotPickedAgain: a request that timed out on a server
+// after it was sent is never picked for it again, by any policy; with no
+// other server, the timeout is the answer, after one send.
+func TestTimedOutServerIsNotPickedAgain(t *testing.T) {
+	for _, name := range balance.PolicyNames() {
+		t.Run(name, func(t *testing.T) {
+			newPolicy, err := balance.ParsePolicy(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			slow := upstreamtest.Start(t, upstreamtest.Silent())
+			g := upstream.New("app", servers(slow.Addr()), newPolicy(), balance.Options{},
+				&proxy.PeerOptions{ResponseHeaderTimeout: 100 * time.Millisecond, Retry: &retry.Policy{Tries: 3, Timeout: -1}})
+			addr, obs := run(t, g, routed(g))
+			resp, _ := proxytest.Do(t, addr, "GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
+			if resp.StatusCode != 504 || !strings.Contains(resp.Header.Get("Proxy-Status"), "http_response_timeout") {
+				t.Fatalf("%d %q, want 504 http_response_timeout", resp.StatusCode, resp.Header.Get("Proxy-Status"))
+			}
+			if n := slow.Count("GET", "/slow"); n != 1 {
+				t.Fatalf("the slow server saw the request %d times, want 1", n)
+			}
+			if n, _ := obs.get(slow.Addr()); n != 1 {
+				t.Fatalf("%d tries, want 1", n)
+			}
+			if o := g.Balancer().Servers()[0].Outstanding(); o != 0 {
+				t.Fatalf("%d tries outstanding after the request", o)
+			}
+		})
+	}
+}
