@@ -164,3 +164,46 @@ func TestVerdicts(t *testing.T) {
 		}
 	}
 }
+
+func TestParseStubStatus(t *testing.T) {
+	// As nginx 1.22 writes it, a space before each newline.
+	page := "Active connections: 3 \nserver accepts handled requests\n 1207 1205 98811 \nReading: 0 Writing: 1 Waiting: 2 \n"
+	got, err := parseStubStatus([]byte(page))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (stubStatus{active: 3, accepts: 1207, handled: 1205, requests: 98811}); got != want {
+		t.Errorf("parseStubStatus = %+v, want %+v", got, want)
+	}
+	bad := map[string]string{
+		"empty":            "",
+		"an error page":    "<html><head><title>404 Not Found</title></head></html>\n",
+		"no counters line": "Active connections: 3 \nserver accepts handled requests\n",
+		"two counters":     "Active connections: 3 \nserver accepts handled requests\n 1207 1205 \n",
+		"not a number":     "Active connections: 3 \nserver accepts handled requests\n 1207 x 98811 \n",
+		"negative":         "Active connections: 3 \nserver accepts handled requests\n -1 1205 98811 \n",
+		"no active line":   "server accepts handled requests\n 1207 1205 98811 \n",
+		"other names":      "Active connections: 3 \nserver handled accepts requests\n 1207 1205 98811 \n",
+	}
+	for name, page := range bad {
+		if st, err := parseStubStatus([]byte(page)); err == nil {
+			t.Errorf("%s: parseStubStatus = %+v, want an error", name, st)
+		}
+	}
+}
+
+func TestConnsBetween(t *testing.T) {
+	// Each read is a connection of its own: the first is in before, the
+	// second in after and not the run's.
+	if n, err := connsBetween(100, 165); n != 64 || err != nil {
+		t.Errorf("connsBetween(100, 165) = %d, %v; want 64, nil", n, err)
+	}
+	if n, err := connsBetween(100, 101); n != 0 || err != nil {
+		t.Errorf("connsBetween(100, 101) = %d, %v; want 0, nil", n, err)
+	}
+	for _, after := range []int64{100, 3} {
+		if n, err := connsBetween(100, after); err == nil {
+			t.Errorf("connsBetween(100, %d) = %d, want an error", after, n)
+		}
+	}
+}

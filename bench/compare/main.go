@@ -147,6 +147,7 @@ type bench struct {
 	clk      float64           // clock ticks per second
 	noFile   uint64            // RLIMIT_NOFILE in force
 	upstream string            // host:port of the upstream nginx
+	status   bool              // the upstream serves stub_status at statusPath
 	targets  []proxy           // what is measured, direct included
 	built    string            // where the sluice binary came from
 	notes    []string          // caveats the report must state
@@ -404,7 +405,11 @@ func (b *bench) startUpstream() error {
 		return err
 	}
 	dir := filepath.Join(b.dir, "upstream")
-	argv, err := upstreamConfig(b.tools["nginx"], dir, port, b.noFile)
+	b.status = hasStubStatus(b.tools["nginx"])
+	if !b.status {
+		b.note("nginx has no stub_status module (`nginx -V` lacks with-http_stub_status_module): upstream connections are not counted, their column shows ?")
+	}
+	argv, err := upstreamConfig(b.tools["nginx"], dir, port, b.noFile, b.status)
 	if err != nil {
 		return err
 	}
@@ -416,6 +421,12 @@ func (b *bench) startUpstream() error {
 		return fmt.Errorf("upstream nginx: %w", err)
 	}
 	b.upstream = fmt.Sprintf("127.0.0.1:%d", port)
+	if b.status {
+		if _, err := readStubStatus(b.upstream); err != nil {
+			b.status = false
+			b.note(fmt.Sprintf("the upstream's %s does not answer (%v): upstream connections are not counted, their column shows ?", statusPath, err))
+		}
+	}
 	return nil
 }
 

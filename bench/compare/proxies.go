@@ -286,8 +286,10 @@ const (
 
 // upstreamConfig writes the config of the upstream: one nginx worker
 // answering from memory or from small static files, pinned to the
-// load CPU.
-func upstreamConfig(binary, dir string, port int, noFile uint64) ([]string, error) {
+// load CPU. With status, it also serves its stub_status page at
+// statusPath, whose accepts counter tells how many connections the
+// proxies open to it.
+func upstreamConfig(binary, dir string, port int, noFile uint64, status bool) ([]string, error) {
 	www := filepath.Join(dir, "www")
 	if err := os.MkdirAll(www, 0o755); err != nil {
 		return nil, err
@@ -302,6 +304,10 @@ func upstreamConfig(binary, dir string, port int, noFile uint64) ([]string, erro
 	if err != nil {
 		return nil, err
 	}
+	statusLocation := ""
+	if status {
+		statusLocation = fmt.Sprintf("        location = %s { stub_status; }\n", statusPath)
+	}
 	conf := common + fmt.Sprintf(`http {
     access_log off;
 %s    default_type application/octet-stream;
@@ -315,10 +321,10 @@ func upstreamConfig(binary, dir string, port int, noFile uint64) ([]string, erro
         client_max_body_size 1m;
         location = /small { return 200 %q; }
         location = /post { return 200 %q; }
-        location / { root %s; }
+%s        location / { root %s; }
     }
 }
-`, nginxTemp(dir), port, smallBody, postBody, www)
+`, nginxTemp(dir), port, smallBody, postBody, statusLocation, www)
 	if err := writeFile(filepath.Join(dir, "nginx.conf"), conf); err != nil {
 		return nil, err
 	}
