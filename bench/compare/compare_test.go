@@ -207,3 +207,28 @@ func TestConnsBetween(t *testing.T) {
 		}
 	}
 }
+
+func TestUpstreamPer1k(t *testing.T) {
+	at := func(requests, conns int64) sample {
+		return sample{wrkResult: wrkResult{requests: requests, duration: time.Second}, upConns: conns}
+	}
+	row := loadRow{samples: []sample{at(30000, 30012), at(20000, 20100), at(10000, 10002)}}
+	if got := row.stats().upstreamPer1k; math.Abs(got-1000.4) > 1e-9 {
+		t.Errorf("median of 1000.4, 1005 and 1000.2 = %v, want 1000.4", got)
+	}
+	// One round not counted: the figure is unknown, shown as ?, not a
+	// median of the rest nor 0.
+	row.samples[1].upConns = -1
+	got := row.stats().upstreamPer1k
+	if !math.IsNaN(got) {
+		t.Errorf("with a round not counted = %v, want NaN", got)
+	}
+	if s := fmtPer1k(got); s != "?" {
+		t.Errorf("fmtPer1k(NaN) = %q, want ?", s)
+	}
+	for x, want := range map[float64]string{0: "0.00", 0.43: "0.43", 21.33: "21.3", 1000.4: "1000"} {
+		if s := fmtPer1k(x); s != want {
+			t.Errorf("fmtPer1k(%v) = %q, want %q", x, s, want)
+		}
+	}
+}

@@ -160,6 +160,7 @@ type loadStats struct {
 	others0, cpu1       float64
 	spread              float64 // (max-min)/median of req/s over the rounds
 	errors              int64
+	upstreamPer1k       float64 // NaN unless counted in every round
 }
 
 func (r loadRow) stats() loadStats {
@@ -171,6 +172,10 @@ func (r loadRow) stats() loadStats {
 		mbps:    medianOf(ss, func(s sample) float64 { return rate(s.bytes, s.duration) / 1e6 }),
 		others0: medianOf(ss, func(s sample) float64 { return s.others0() }),
 		cpu1:    medianOf(ss, func(s sample) float64 { return s.cpu1 }),
+	}
+	st.upstreamPer1k = math.NaN()
+	if !slices.ContainsFunc(ss, func(s sample) bool { return s.upConns < 0 }) {
+		st.upstreamPer1k = medianOf(ss, sample.upstreamPer1k)
 	}
 	st.cpuPer100k, st.cpuPct = math.NaN(), math.NaN()
 	if len(ss) > 0 && ss[0].cpu >= 0 {
@@ -232,8 +237,8 @@ func (b *bench) report(w io.Writer, e environment, loads []loadRow, idles []idle
 
 func (b *bench) loadTable(w io.Writer, rows []loadRow) {
 	fmt.Fprintf(w, "\n### Load\n\n")
-	fmt.Fprintln(w, "| scenario | proxy | req/s | ÷ nginx | p50 | p99 | errors | MB/s | proxy CPU s / 100k req | CPU/req ÷ nginx | proxy CPU | others on CPU0 | CPU1 busy | req/s spread | peak RSS |")
-	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	fmt.Fprintln(w, "| scenario | proxy | req/s | ÷ nginx | p50 | p99 | errors | MB/s | upstream conns / 1k req | proxy CPU s / 100k req | CPU/req ÷ nginx | proxy CPU | others on CPU0 | CPU1 busy | req/s spread | peak RSS |")
+	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	// The nginx row of each scenario is the reference for the ratios,
 	// taken round by round.
 	ref := map[string]loadRow{}
@@ -248,7 +253,7 @@ func (b *bench) loadTable(w io.Writer, rows []loadRow) {
 			name = "(direct to upstream)"
 		}
 		if len(r.samples) == 0 {
-			fmt.Fprintf(w, "| %s | %s | — | | | | | | | | | | | | %s |\n", r.sc.title, name, r.failure)
+			fmt.Fprintf(w, "| %s | %s | — | | | | | | | | | | | | | %s |\n", r.sc.title, name, r.failure)
 			continue
 		}
 		st := r.stats()
@@ -267,9 +272,9 @@ func (b *bench) loadTable(w io.Writer, rows []loadRow) {
 		if r.failure != "" {
 			errs += " (" + r.failure + ")"
 		}
-		fmt.Fprintf(w, "| %s | %s | %.0f | %s | %s | %s | %s | %.1f | %s | %s | %s | %s | %s | %.0f%% | %s |\n",
+		fmt.Fprintf(w, "| %s | %s | %.0f | %s | %s | %s | %s | %.1f | %s | %s | %s | %s | %s | %s | %.0f%% | %s |\n",
 			r.sc.title, name, st.rps, rpsRatio, fmtLatency(time.Duration(st.p50)), fmtLatency(time.Duration(st.p99)),
-			errs, st.mbps, fmtFloat(st.cpuPer100k, "%.2f"), cpuRatio, fmtPct(st.cpuPct), fmtPct(st.others0), fmtPct(st.cpu1),
+			errs, st.mbps, fmtPer1k(st.upstreamPer1k), fmtFloat(st.cpuPer100k, "%.2f"), cpuRatio, fmtPct(st.cpuPct), fmtPct(st.others0), fmtPct(st.cpu1),
 			100*st.spread, peak)
 	}
 }
@@ -339,6 +344,20 @@ func fmtPct(x float64) string {
 		return "—"
 	}
 	return fmt.Sprintf("%.0f%%", 100*x)
+}
+
+// fmtPer1k formats upstream connections per 1000 requests: "?" when
+// they could not be counted, never a 0 that was not measured.
+func fmtPer1k(x float64) string {
+	switch {
+	case math.IsNaN(x):
+		return "?"
+	case x >= 100:
+		return fmt.Sprintf("%.0f", x)
+	case x >= 10:
+		return fmt.Sprintf("%.1f", x)
+	}
+	return fmt.Sprintf("%.2f", x)
 }
 
 func fmtFloat(x float64, format string) string {

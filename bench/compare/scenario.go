@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -45,7 +47,17 @@ type sample struct {
 	wall       time.Duration // the wrk process's run, the window of the CPU figures
 	cpu        float64       // proxy CPU seconds in the window; -1 for direct
 	cpu0, cpu1 float64       // share of the window each CPU was busy, all processes
+	upConns    int64         // connections the upstream accepted during the run; -1 if not known
 	round      int           // which round it was measured in
+}
+
+// upstreamPer1k is the upstream connections opened per 1000 requests
+// wrk completed; NaN if they are not known.
+func (s sample) upstreamPer1k() float64 {
+	if s.upConns < 0 {
+		return math.NaN()
+	}
+	return float64(s.upConns) / float64(max(s.requests, 1)) * 1000
 }
 
 // others0 is the share of CPU 0 that went to processes other than the
@@ -123,9 +135,9 @@ func (b *bench) loadScenario(sc scenario) []loadRow {
 			}
 			s.round = r
 			l.row.samples = append(l.row.samples, s)
-			fmt.Fprintf(os.Stderr, "compare: [%s] round %d/%d %-7s %8.0f req/s  p99 %-9s errors %d  proxy CPU %s  others on CPU0 %s  CPU1 busy %s\n",
+			fmt.Fprintf(os.Stderr, "compare: [%s] round %d/%d %-7s %8.0f req/s  p99 %-9s errors %d  proxy CPU %s  others on CPU0 %s  CPU1 busy %s  upstream conns / 1k req %s\n",
 				sc.name, r+1, b.opt.rounds, l.p.name, rate(s.requests, s.duration), fmtLatency(s.p99),
-				s.sockErrs+s.status, fmtPct(s.cpu/s.wall.Seconds()), fmtPct(s.others0()), fmtPct(s.cpu1))
+				s.sockErrs+s.status, fmtPct(s.cpu/s.wall.Seconds()), fmtPct(s.others0()), fmtPct(s.cpu1), fmtPer1k(s.upstreamPer1k()))
 		}
 	}
 	for _, l := range lives {
@@ -137,8 +149,12 @@ func (b *bench) loadScenario(sc scenario) []loadRow {
 }
 
 // measure runs wrk once against l and reads the proxy's CPU time and
-// the CPUs' busy time around it.
+// the CPUs' busy time around it, and the upstream's accepts counter
+// around that: the connections opened to the upstream during the run,
+// by the proxy (or, for direct, by wrk). The other proxies of the
+// scenario sit idle meanwhile and open none.
 func (b *bench) measure(ctx context.Context, sc scenario, l *live) (sample, error) {
+	up0, upErr := b.upstreamAccepts()
 	var u0 usage
 	if l.c != nil {
 		u0 = groupUsage(l.c.pid())
@@ -151,14 +167,32 @@ func (b *bench) measure(ctx context.Context, sc scenario, l *live) (sample, erro
 	if err != nil {
 		return sample{}, err
 	}
-	s := sample{wrkResult: res, wall: wall, cpu: -1, cpu0: t1.busySince(t0, 0), cpu1: t1.busySince(t0, 1)}
+	s := sample{wrkResult: res, wall: wall, cpu: -1, cpu0: t1.busySince(t0, 0), cpu1: t1.busySince(t0, 1), upConns: -1}
 	if l.c != nil {
 		if !l.c.alive() {
 			return sample{}, fmt.Errorf("%s exited during the run (%v): %s", l.p.name, l.c.err, l.c.logTail())
 		}
 		s.cpu = float64(groupUsage(l.c.pid()).ticks-u0.ticks) / b.clk
 	}
+	if upErr == nil {
+		var up1 int64
+		if up1, upErr = b.upstreamAccepts(); upErr == nil {
+			s.upConns, upErr = connsBetween(up0, up1)
+		}
+	}
+	if upErr != nil && b.status {
+		fmt.Fprintf(os.Stderr, "compare: [%s] %s: upstream connections not counted: %v\n", sc.name, l.p.name, upErr)
+	}
 	return s, nil
+}
+
+// upstreamAccepts reads the upstream's accepts counter.
+func (b *bench) upstreamAccepts() (int64, error) {
+	if !b.status {
+		return 0, errors.New("no stub_status")
+	}
+	st, err := readStubStatus(b.upstream)
+	return st.accepts, err
 }
 
 // idleSample is one idle-connections measurement of a fresh proxy.
