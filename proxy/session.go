@@ -236,7 +236,7 @@ func (s *Session) proxy() {
 			// out on this request after it was sent: not again. The
 			// handler is still told the try it chose ended.
 			s.refuse(peer)
-			s.giveUp("the only server left, " + peer.Addr + ", timed out on this request already")
+			s.giveUp("the handler chose " + peer.Addr + ", where this request already timed out")
 			return
 		}
 		pol := peer.Options.policy()

@@ -169,7 +169,7 @@ func (p *Policy) Enforce(f *Facts, retry bool, why string) (bool, string, Limit)
 	case f.Try >= p.MaxTries():
 		return false, fmt.Sprintf("not retried: tries exhausted (%d of %d)", f.Try, p.MaxTries()), LimitTries
 	}
-	if t := p.orDefault().RetryTimeout(); t > 0 && f.Elapsed >= t {
+	if t := p.RetryTimeout(); t > 0 && f.Elapsed >= t {
 		return false, fmt.Sprintf("not retried: retry timeout %s passed", t), LimitTime
 	}
 	if !p.budget().Withdraw() {
