@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/retry"
 )
 
@@ -422,5 +423,32 @@ func TestConnectFailureRetriesAnyMethod(t *testing.T) {
 	resp, body := hs.do(t, "POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx")
 	if resp.StatusCode != 200 || body != "B" {
 		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+}
+
+// TestPostsLearnWhichServersKeepConnections: under pool.Learn, a POST
+// without a key dials until its server has completed pool.TrustAfter
+// exchanges without dropping a connection, and then takes pooled ones.
+func TestPostsLearnWhichServersKeepConnections(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	opts := testOptions()
+	opts.Pool.Once = pool.Once{Mode: pool.Learn}
+	hs := start(t, inOrder(opts, up.Addr()))
+	post := "POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx"
+	c := hs.dial(t)
+	c.roundTrip("GET /warm HTTP/1.1\r\nHost: a\r\n\r\n")
+	if resp, _ := c.roundTrip(post); resp.StatusCode != 200 || up.Accepts() != 2 {
+		t.Fatalf("first POST: %d, %d connections; want a new one for it", resp.StatusCode, up.Accepts())
+	}
+	for i := 0; i < pool.TrustAfter; i++ {
+		c.roundTrip("GET /g HTTP/1.1\r\nHost: a\r\n\r\n")
+	}
+	accepts := up.Accepts()
+	if resp, _ := c.roundTrip(post); resp.StatusCode != 200 || up.Accepts() != accepts {
+		t.Fatalf("POST after %d clean exchanges: %d, connections %d -> %d; want a pooled one",
+			pool.TrustAfter, resp.StatusCode, accepts, up.Accepts())
+	}
+	if s := hs.srv.Pool.Stats(); s.Untrusted != 1 {
+		t.Fatalf("untrusted %d, want 1", s.Untrusted)
 	}
 }
