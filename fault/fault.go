@@ -45,6 +45,11 @@ const (
 	BadRequest                     // the downstream request broke HTTP/1.1
 	ClientClosed                   // the client went away
 	ClientTimeout                  // the client was too slow
+	// Exhausted: sluice itself ran out of a local resource (file
+	// descriptors, socket buffers, ephemeral ports) and could not make the
+	// upstream connection. Its source is Internally: another server would
+	// not help, and it is no server's fault.
+	Exhausted
 )
 
 var kindNames = [...]string{
@@ -68,6 +73,7 @@ var kindNames = [...]string{
 	BadRequest:         "bad_request",
 	ClientClosed:       "client_closed",
 	ClientTimeout:      "client_timeout",
+	Exhausted:          "local_resources_exhausted",
 }
 
 func (k Kind) String() string {
@@ -178,7 +184,7 @@ func (e *Error) Answer() int {
 		return 408
 	case e.Kind.Timeout():
 		return 504
-	case e.Kind == NoUpstream:
+	case e.Kind == NoUpstream, e.Kind == Exhausted:
 		return 503
 	case e.Kind == NoRoute:
 		return 404
@@ -237,7 +243,8 @@ const (
 )
 
 // FromIO classifies an I/O or parse error from the upstream side. A nil err
-// gives nil; an *Error is returned unchanged.
+// gives nil; an *Error is returned unchanged. A failure for want of a local
+// resource is Exhausted, from Internally: it says nothing of the upstream.
 func FromIO(err error, phase Phase) *Error {
 	if err == nil {
 		return nil
@@ -246,12 +253,27 @@ func FromIO(err error, phase Phase) *Error {
 	if errors.As(err, &fe) {
 		return fe
 	}
-	return New(classify(err, phase), Upstream, err)
+	if k := classify(err, phase); k != Exhausted {
+		return New(k, Upstream, err)
+	}
+	return New(Exhausted, Internally, err)
+}
+
+// LocalExhaustion reports whether err says the local system ran out of
+// something a connection needs: descriptors for the process (EMFILE) or
+// the system (ENFILE), buffer space (ENOBUFS, ENOMEM), or local addresses
+// and ports (EADDRNOTAVAIL, when the ephemeral ports are used up).
+func LocalExhaustion(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) ||
+		errors.Is(err, syscall.EADDRNOTAVAIL)
 }
 
 func classify(err error, phase Phase) Kind {
 	var dnsErr *net.DNSError
 	switch {
+	case LocalExhaustion(err):
+		return Exhausted
 	case errors.As(err, &dnsErr):
 		return DNS
 	case isTimeout(err):

@@ -45,10 +45,20 @@ func TestClassify(t *testing.T) {
 		{&h1.Error{Status: 502, Msg: "header field without a colon"}, PhaseReadHead, InvalidResponse},
 		{h1.ErrHeadTooLarge, PhaseReadHead, ResponseTooLarge},
 		{fmt.Errorf("wrapped: %w", syscall.EHOSTUNREACH), PhaseConnect, ConnectUnreachable},
+		{&net.OpError{Op: "dial", Err: os.NewSyscallError("socket", syscall.EMFILE)}, PhaseConnect, Exhausted},
+		{&net.OpError{Op: "dial", Err: syscall.ENFILE}, PhaseConnect, Exhausted},
+		{&net.OpError{Op: "dial", Err: syscall.EADDRNOTAVAIL}, PhaseConnect, Exhausted},
+		{&net.OpError{Op: "write", Err: syscall.ENOBUFS}, PhaseWrite, Exhausted},
 	}
 	for _, tt := range tests {
-		if got := FromIO(tt.err, tt.phase).Kind; got != tt.want {
-			t.Errorf("FromIO(%v, %d) = %v, want %v", tt.err, tt.phase, got, tt.want)
+		e := FromIO(tt.err, tt.phase)
+		if e.Kind != tt.want {
+			t.Errorf("FromIO(%v, %d) = %v, want %v", tt.err, tt.phase, e.Kind, tt.want)
+		}
+		// Running out of local resources is sluice's own failure, and
+		// says nothing of the upstream.
+		if (e.Kind == Exhausted) != (e.Source == Internally) {
+			t.Errorf("FromIO(%v): %v from %v", tt.err, e.Kind, e.Source)
 		}
 	}
 }
@@ -68,6 +78,7 @@ func TestAnswers(t *testing.T) {
 		{New(NoRoute, Internally, nil), 404, "destination_not_found"},
 		{&Error{Kind: BadRequest, Source: Downstream, Status: 431}, 431, "http_request_error"},
 		{New(Internal, Internally, nil), 500, "proxy_internal_error"},
+		{New(Exhausted, Internally, nil), 503, "proxy_internal_error"},
 	}
 	for _, tt := range tests {
 		if tt.e.Answer() != tt.status || tt.e.ProxyStatus() != tt.ps {

@@ -63,8 +63,9 @@ type ResponseFilter interface {
 // was sent gets no further try of it (Session.Excluded), whatever a hook
 // says.
 
-// FailToConnect sees a failure to connect to peer. Nothing of the request
-// reached the peer, so retrying is safe for any method.
+// FailToConnect sees a try that made no connection to peer (refused,
+// unreachable, timed out, or sluice out of descriptors or ports). Nothing of
+// the request reached the peer, so retrying is safe for any method.
 type FailToConnect interface {
 	FailToConnect(s *Session, peer *Peer, e *fault.Error, f retry.Facts) *fault.Error
 }

@@ -281,7 +281,7 @@ func TestHookSeesTheFacts(t *testing.T) {
 	got := b.Requests()[0]
 	whole := int64(len(got.RawHead) + len(got.RawBody))
 	if f.Wrote < 30<<10 || f.Wrote > whole || f.Method != "PUT" || f.Reused || f.Read != 0 ||
-		!f.Replayable || f.SentDownstream || f.ClientFailed || f.Try != 1 || f.Err.Kind != fault.ConnectionReset {
+		!f.Replayable || f.SentDownstream || f.Source != fault.Upstream || f.Try != 1 || f.Err.Kind != fault.ConnectionReset {
 		t.Fatalf("facts %+v", f)
 	}
 	// The try that answered wrote the whole request, head and body.

@@ -296,7 +296,7 @@ func (s *Session) facts(pol *retry.Policy, a *Attempt, first time.Time) retry.Fa
 		Method:         s.Request.Method(),
 		Keyed:          s.Request.Header.Has(pol.Header()),
 		Err:            a.Err,
-		ClientFailed:   a.Err.Source != fault.Upstream,
+		Source:         a.Err.Source,
 		Reused:         a.Reused,
 		Wrote:          a.Wrote,
 		Read:           a.Read,
@@ -310,7 +310,9 @@ func (s *Session) facts(pol *retry.Policy, a *Attempt, first time.Time) retry.Fa
 // hook lets the Handler adjust the policy's decision after a failed try.
 func (s *Session) hook(peer *Peer, a *Attempt, f retry.Facts) *fault.Error {
 	e := a.Err
-	if e.Kind.Connect() {
+	if s.up == nil {
+		// No connection was made: refused, unreachable, timed out, or
+		// sluice out of descriptors or ports.
 		if h := s.hooks.failToConnect; h != nil {
 			if e2 := h.FailToConnect(s, peer, e, f); e2 != nil {
 				e = e2

@@ -16,9 +16,11 @@ type Facts struct {
 	Keyed bool
 	// Err is the failure; its Kind and Status select the condition.
 	Err *fault.Error
-	// ClientFailed is set when the failure was the client's (it went away,
-	// stalled, or sent a broken body): the request cannot be sent whole.
-	ClientFailed bool
+	// Source is whose failure it was, copied from Err before hooks run:
+	// Downstream when the client went away, stalled or sent a broken body
+	// (the request cannot be sent whole), Internally when sluice itself ran
+	// out of descriptors or ports (another try fails the same way).
+	Source fault.Source
 	// Reused is set when the try ran on a pooled connection.
 	Reused bool
 	// Wrote counts the request bytes, head and body, written on this try's
@@ -118,6 +120,7 @@ const (
 	NoLimit         Limit = iota
 	LimitDownstream       // a byte of the response went to the client
 	LimitClient           // the client side failed
+	LimitLocal            // sluice itself failed, out of a local resource
 	LimitBody             // the request body is no longer held whole
 	LimitTries            // every try was used
 	LimitTime             // the retry timeout passed
@@ -128,6 +131,7 @@ var limitNames = [...]string{
 	NoLimit:         "none",
 	LimitDownstream: "downstream",
 	LimitClient:     "client",
+	LimitLocal:      "local",
 	LimitBody:       "body",
 	LimitTries:      "tries",
 	LimitTime:       "time",
@@ -149,7 +153,8 @@ const ResponseStarted = "not retried: the response had started going to the clie
 // Enforce is the second stage of the decision: it applies the hard limits
 // to the answer the policy (Allow) and the hooks reached, and it is the last
 // word. Nothing lifts these limits: a byte of the response went to the
-// client; the client side failed; the request body is no longer held whole
+// client; the client side failed; sluice itself failed (out of descriptors
+// or ports: no server would fare better); the request body is no longer held whole
 // (a resend would send a head promising bytes sluice no longer has); every
 // try was used; the retry timeout passed; the retry budget is empty. A
 // retry that passes them is withdrawn from the budget, so Enforce is called
@@ -162,8 +167,10 @@ func (p *Policy) Enforce(f *Facts, retry bool, why string) (bool, string, Limit)
 	switch {
 	case f.SentDownstream:
 		return false, ResponseStarted, LimitDownstream
-	case f.ClientFailed:
+	case f.Source == fault.Downstream:
 		return false, "not retried: the client side failed", LimitClient
+	case f.Source == fault.Internally:
+		return false, "not retried: sluice itself failed, not the upstream", LimitLocal
 	case !f.Replayable:
 		return false, "not retried: the request body was larger than body_buffer and had partly gone out", LimitBody
 	case f.Try >= p.MaxTries():

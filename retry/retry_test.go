@@ -58,7 +58,7 @@ func TestDecide(t *testing.T) {
 		{"default retry timeout", keyed, Facts{Method: "GET", Err: up(fault.ResponseTimeout), Wrote: 40, Try: 1, Elapsed: DefaultTimeout, Replayable: true}, false, "retry timeout 1m0s"},
 		{"no retry timeout", &Policy{Timeout: -1}, Facts{Method: "GET", Err: up(fault.ResponseTimeout), Wrote: 40, Try: 1, Elapsed: time.Hour, Replayable: true}, true, "idempotent"},
 		{"body truncated is never retried", keyed, Facts{Method: "GET", Err: up(fault.BodyTruncated), Wrote: 40, Try: 1, Replayable: true}, false, "body_truncated is not"},
-		{"client failed", keyed, Facts{Method: "GET", Err: fault.New(fault.ClientClosed, fault.Downstream, nil), ClientFailed: true, Wrote: 40, Try: 1, Replayable: true}, false, "client_closed is not in"},
+		{"client failed", keyed, Facts{Method: "GET", Err: fault.New(fault.ClientClosed, fault.Downstream, nil), Source: fault.Downstream, Wrote: 40, Try: 1, Replayable: true}, false, "client_closed is not in"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -84,7 +84,8 @@ func TestEnforceHardLimits(t *testing.T) {
 	}{
 		{"nothing binds", &Policy{}, func(*Facts) {}, NoLimit, "hook says so"},
 		{"response started", &Policy{}, func(f *Facts) { f.SentDownstream = true }, LimitDownstream, "had started"},
-		{"client failed", &Policy{}, func(f *Facts) { f.ClientFailed = true }, LimitClient, "client side failed"},
+		{"client failed", &Policy{}, func(f *Facts) { f.Source = fault.Downstream }, LimitClient, "client side failed"},
+		{"out of descriptors", &Policy{}, func(f *Facts) { f.Source = fault.Internally }, LimitLocal, "sluice itself failed"},
 		{"body not held", &Policy{}, func(f *Facts) { f.Replayable = false }, LimitBody, "body_buffer"},
 		{"tries", &Policy{Tries: 2}, func(f *Facts) { f.Try = 2 }, LimitTries, "tries exhausted (2 of 2)"},
 		{"time", &Policy{Timeout: time.Second}, func(f *Facts) { f.Elapsed = time.Second }, LimitTime, "retry timeout 1s"},
