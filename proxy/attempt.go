@@ -158,8 +158,7 @@ func (s *Session) readResponse(peer *Peer, a *Attempt) bool {
 			}
 			if err := s.writeInterim(); err != nil {
 				s.Err = clientErr(err, "writing an interim response to the client")
-				s.Aborted = true
-				s.dropUpstream()
+				s.abort()
 				return true
 			}
 		}

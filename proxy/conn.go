@@ -40,6 +40,10 @@ type conn struct {
 	// bytes, so that they do not turn the close into a reset that could
 	// destroy the answer before the client reads it.
 	linger bool
+	// reset is set when a response that had started was aborted: the
+	// close is a reset (SO_LINGER 0), never a FIN, which a client reading a
+	// close-delimited body would take for its end.
+	reset bool
 
 	// writeBy is the write deadline set on nc (zero: none). write moves it
 	// only when it falls short of the send timeout, and then past it by
@@ -347,6 +351,13 @@ const (
 func (c *conn) close() {
 	c.r.Release()
 	c.giveBack()
+	if c.reset {
+		if tc, ok := c.nc.(*net.TCPConn); ok {
+			tc.SetLinger(0)
+		}
+		c.nc.Close()
+		return
+	}
 	if c.linger {
 		if tc, ok := c.nc.(*net.TCPConn); ok {
 			tc.CloseWrite()

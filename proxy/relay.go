@@ -220,17 +220,26 @@ func (s *Session) failBody(peer *Peer, a *Attempt, pending []byte, err error) {
 		s.Status = s.resp.Status
 	}
 	e.Retry, e.Why = false, retry.ResponseStarted
-	s.Aborted = true
-	s.keepAlive = false
-	s.dropUpstream()
+	s.abort()
 	s.logTry(a, true)
 }
 
 // clientGone handles a failed write to the client during the response.
 func (s *Session) clientGone(err error) {
 	s.Err = clientErr(err, "writing the response to the client")
+	s.abort()
+}
+
+// abort ends an exchange whose response had started and cannot be
+// finished: the upstream connection is dropped, and the client's is reset
+// once the request is logged, never closed with a FIN, which a client
+// reading a close-delimited body (HTTP/1.0, or no Content-Length) would
+// take for the end of a complete response. Whatever the framing, the
+// client sees a reset.
+func (s *Session) abort() {
 	s.Aborted = true
 	s.keepAlive = false
+	s.c.reset = true
 	s.dropUpstream()
 }
 

@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -112,5 +114,47 @@ func TestChunksGatheredNotHeld(t *testing.T) {
 	c.nc.SetReadDeadline(time.Now().Add(3 * time.Second))
 	if _, err := io.ReadFull(c.br, rest); err != nil || string(rest) != "6\r\nsecond\r\n0\r\n\r\n" {
 		t.Fatalf("rest %q, %v", rest, err)
+	}
+}
+
+// TestCutResponseEndsInReset: a response that fails after its first byte
+// went to the client is aborted, and the client sees a reset, never the
+// FIN that would end a close-delimited body as if it were complete: one
+// case per framing the client sees.
+func TestCutResponseEndsInReset(t *testing.T) {
+	chunkedCut := func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+		c.WriteString("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+		c.Close()
+	}
+	tests := []struct {
+		name    string
+		up      upstreamtest.Handler
+		version string
+		framing string // how the client's response is framed
+	}{
+		{"Content-Length", upstreamtest.Truncated(), "HTTP/1.1", "Content-Length: 100"},
+		{"chunked", chunkedCut, "HTTP/1.1", "Transfer-Encoding: chunked"},
+		{"close-delimited to HTTP/1.0", chunkedCut, "HTTP/1.0", "Connection: close"},
+		{"close-delimited, upstream reset", func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+			c.WriteString("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\npartial")
+			time.Sleep(20 * time.Millisecond)
+			c.Reset()
+		}, "HTTP/1.1", "Connection: close"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up := upstreamtest.Start(t, tt.up)
+			hs := start(t, peers(testOptions(), up.Addr()))
+			c := hs.dial(t)
+			c.send("GET / " + tt.version + "\r\nHost: a\r\n\r\n")
+			c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+			got, err := io.ReadAll(c.br)
+			if !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("client read %q and then %v, want a reset", got, err)
+			}
+			if len(got) > 0 && !strings.Contains(string(got), tt.framing) {
+				t.Fatalf("client got %q, want a head framed with %s", got, tt.framing)
+			}
+		})
 	}
 }
