@@ -50,6 +50,9 @@ const (
 	// upstream connection. Its source is Internally: another server would
 	// not help, and it is no server's fault.
 	Exhausted
+	// Drained: the proxy's drain timeout passed while the request waited
+	// for its upstream (Source Internally): sluice shut down.
+	Drained
 )
 
 var kindNames = [...]string{
@@ -74,6 +77,7 @@ var kindNames = [...]string{
 	ClientClosed:       "client_closed",
 	ClientTimeout:      "client_timeout",
 	Exhausted:          "local_resources_exhausted",
+	Drained:            "drain_timeout",
 }
 
 func (k Kind) String() string {
@@ -184,7 +188,7 @@ func (e *Error) Answer() int {
 		return 408
 	case e.Kind.Timeout():
 		return 504
-	case e.Kind == NoUpstream, e.Kind == Exhausted:
+	case e.Kind == NoUpstream, e.Kind == Exhausted, e.Kind == Drained:
 		return 503
 	case e.Kind == NoRoute:
 		return 404

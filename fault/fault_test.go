@@ -79,6 +79,7 @@ func TestAnswers(t *testing.T) {
 		{&Error{Kind: BadRequest, Source: Downstream, Status: 431}, 431, "http_request_error"},
 		{New(Internal, Internally, nil), 500, "proxy_internal_error"},
 		{New(Exhausted, Internally, nil), 503, "proxy_internal_error"},
+		{New(Drained, Internally, nil), 503, "proxy_internal_error"},
 	}
 	for _, tt := range tests {
 		if tt.e.Answer() != tt.status || tt.e.ProxyStatus() != tt.ps {

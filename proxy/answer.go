@@ -14,7 +14,7 @@ import (
 // answer writes a response sluice makes itself. keep says whether the
 // connection may carry another request afterwards.
 func (s *Session) answer(r *Response, keep bool) {
-	s.keepAlive = keep && s.keepAlive
+	s.keepAlive = keep && s.keepAlive && !s.srv.Draining()
 	status := r.Status
 	if status < 100 || status > 999 {
 		status = 500

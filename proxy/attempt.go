@@ -60,6 +60,15 @@ func (s *Session) try(peer *Peer, pol *retry.Policy, a *Attempt) bool {
 		up.SetReadDeadline(time.Time{})
 		s.body.start(up, opts)
 	}
+	if s.srv.expired.Load() {
+		// The drain timeout passed while this try was on its way: the
+		// wake Shutdown gave its connection may have come before this
+		// try set its deadlines.
+		s.countWrote(a)
+		a.Err = &fault.Error{Kind: fault.Drained, Source: fault.Internally,
+			Context: "the drain timeout passed before " + peer.Addr + " answered"}
+		return false
+	}
 	done := s.readResponse(peer, a)
 	s.countWrote(a)
 	return done
@@ -91,7 +100,7 @@ func (s *Session) connect(peer *Peer, pol *retry.Policy, a *Attempt) bool {
 			a.Reused = true
 			a.IdleAge = now.Sub(pc.IdleSince)
 			a.Served = pc.Served
-			s.up = pc
+			s.setUp(pc)
 			pc.Reader.SetReadTimeout(0)
 			return true
 		}
@@ -99,14 +108,21 @@ func (s *Session) connect(peer *Peer, pol *retry.Policy, a *Attempt) bool {
 	// No TCP keep-alive probes: the pool's idle watcher and timeouts end
 	// dead connections, and the probes cost system calls on every dial.
 	d := net.Dialer{Timeout: opts.connectTimeout(), KeepAlive: -1}
-	nc, err := d.Dial("tcp", peer.Addr)
+	nc, err := d.DialContext(s.srv.expire, "tcp", peer.Addr)
 	if err != nil {
 		a.Err = fault.FromIO(err, fault.PhaseConnect)
 		a.Err.Context = "connecting to " + peer.Addr
 		return false
 	}
-	s.up = pool.NewConn(nc, peer.Addr, limits, now)
+	s.setUp(pool.NewConn(nc, peer.Addr, limits, now))
 	return true
+}
+
+// setUp makes pc the connection of the try in progress (nil: none), where
+// Shutdown can find it.
+func (s *Session) setUp(pc *pool.Conn) {
+	s.up = pc
+	s.c.upstream.Store(pc)
 }
 
 // readResponse reads response heads until the final one, relaying interim
@@ -196,6 +212,6 @@ func (s *Session) dropUpstream() {
 	}
 	s.body.stop(s.up)
 	s.up.Close()
-	s.up = nil
+	s.setUp(nil)
 	s.held = false
 }

@@ -9,12 +9,14 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/internal/clock"
+	"github.com/sluice-proxy/sluice/pool"
 )
 
 var errTooManyFiles = syscall.EMFILE
@@ -44,6 +46,9 @@ type conn struct {
 	// close is a reset (SO_LINGER 0), never a FIN, which a client reading a
 	// close-delimited body would take for its end.
 	reset bool
+	// upstream is the connection of the try in progress, if any, for
+	// Shutdown to cut its wait short when the drain timeout passes.
+	upstream atomic.Pointer[pool.Conn]
 
 	// writeBy is the write deadline set on nc (zero: none). write moves it
 	// only when it falls short of the send timeout, and then past it by

@@ -194,7 +194,7 @@ func (s *Session) releaseUpstream(a *Attempt, upKeep bool) {
 			s.keepAlive = false
 		}
 	}
-	s.up = nil
+	s.setUp(nil)
 	up.Served++
 	if upKeep {
 		s.srv.Pool.Put(up)
@@ -299,7 +299,7 @@ func (s *Session) tunnel(peer *Peer, a *Attempt) {
 	up.SetReadDeadline(time.Now().Add(tunnelGrace))
 	wg.Wait()
 	up.Close()
-	s.up = nil
+	s.setUp(nil)
 }
 
 // tunnelGrace bounds how long a tunnel's upstream side may go on after the

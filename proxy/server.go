@@ -78,6 +78,11 @@ type Server struct {
 	listeners   map[net.Listener]struct{}
 	conns       map[*conn]struct{}
 	draining    atomic.Bool // read on every request
+	// expired is set when Shutdown's context ended with requests still in
+	// flight; expire cancels the dials of their tries.
+	expired     atomic.Bool
+	expire      context.Context
+	cancelDials context.CancelFunc
 	parker      *parker     // holds idle client connections without goroutines; nil where unsupported
 	work        chan *conn  // hands a connection to an idle worker (workers.go)
 	idleWorkers atomic.Int32
@@ -159,6 +164,7 @@ func (srv *Server) init() {
 	srv.conns = make(map[*conn]struct{})
 	srv.work = make(chan *conn)
 	srv.quit = make(chan struct{})
+	srv.expire, srv.cancelDials = context.WithCancel(context.Background())
 	srv.parker = newParker(srv)
 }
 
@@ -269,8 +275,12 @@ func Listen(addr string) (net.Listener, error) {
 
 // Shutdown stops accepting, closes idle client connections, lets requests
 // in flight finish, and closes each connection once its response is out.
-// When ctx ends first, it closes every remaining connection and returns
-// ctx's error. It then closes the Server's own pool.
+// When ctx ends first, the drain is over, whatever the upstreams do: every
+// request still waiting for its upstream is answered 503 (fault.Drained,
+// with Proxy-Status and Connection: close) where nothing of a response has
+// gone to its client, every response under way is aborted (the client sees
+// a reset), and within drainGrace every connection left is reset. Shutdown
+// then returns ctx's error. It closes the Server's own pool last.
 func (srv *Server) Shutdown(ctx context.Context) error {
 	srv.init()
 	srv.mu.Lock()
@@ -298,17 +308,52 @@ func (srv *Server) Shutdown(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		err = ctx.Err()
-		srv.mu.Lock()
-		for c := range srv.conns {
-			c.nc.Close()
-		}
-		srv.mu.Unlock()
-		<-done
+		srv.expireDrain(done)
 	}
 	if srv.ownPool {
 		srv.Pool.Close()
 	}
 	return err
+}
+
+// drainGrace is how long the requests in flight when the drain timeout
+// passes get to write their answer (a 503, or the abort of a response under
+// way) before every connection left is reset.
+const drainGrace = 250 * time.Millisecond
+
+// expireDrain ends the drain: each connection's wait for its upstream is
+// cut short (its try then fails as fault.Drained, which no retry follows),
+// dials in progress are cancelled, and after drainGrace the client
+// connections still open are reset. It returns when every connection is
+// done.
+func (srv *Server) expireDrain(done <-chan struct{}) {
+	srv.expired.Store(true)
+	srv.cancelDials()
+	now := time.Now()
+	srv.mu.Lock()
+	for c := range srv.conns {
+		if up := c.upstream.Load(); up != nil {
+			up.SetDeadline(now)
+		}
+	}
+	srv.mu.Unlock()
+	select {
+	case <-done:
+		return
+	case <-time.After(drainGrace):
+	}
+	srv.mu.Lock()
+	for c := range srv.conns {
+		if tc, ok := c.nc.(*net.TCPConn); ok {
+			tc.SetLinger(0)
+		}
+		c.nc.Close()
+		if up := c.upstream.Load(); up != nil {
+			up.Close()
+		}
+	}
+	srv.mu.Unlock()
+	<-done
 }
 
 // Draining reports whether Shutdown has begun.

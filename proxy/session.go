@@ -222,6 +222,10 @@ func (s *Session) proxy() {
 	s.body.preread()
 	var first time.Time
 	for {
+		if len(s.Attempts) > 0 && s.srv.expired.Load() {
+			s.giveUp("the drain timeout passed")
+			return
+		}
 		peer, err := s.hooks.h.UpstreamPeer(s)
 		if err != nil || peer == nil {
 			if len(s.Attempts) > 0 {
@@ -256,6 +260,13 @@ func (s *Session) proxy() {
 		if done {
 			s.tryDone(a)
 			return
+		}
+		if s.srv.expired.Load() && a.Err.Source == fault.Upstream {
+			// Shutdown cut the wait short: the drain is over, and the
+			// answer says so (503; no retry follows a failure of
+			// sluice's own).
+			a.Err = &fault.Error{Kind: fault.Drained, Source: fault.Internally,
+				Context: "the drain timeout passed before " + peer.Addr + " answered", Cause: a.Err}
 		}
 		f := s.facts(pol, a, first)
 		if s.up != nil && f.Stale() {

@@ -2,16 +2,19 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/retry"
 )
 
 func TestSimpleGet(t *testing.T) {
@@ -606,5 +609,64 @@ func TestResponseWithLengthAndChunked(t *testing.T) {
 				t.Fatalf("the connection was reused after a response with both framings (accepts %d)", up.Accepts())
 			}
 		})
+	}
+}
+
+// TestDrainTimeoutBoundsShutdown: with upstreams slower than the drain,
+// Shutdown returns when its context ends, not when they answer. A request
+// still waiting for its upstream gets a 503 that says why, with
+// Connection: close; a response under way is aborted with a reset; a POST
+// waiting for its answer is not sent again.
+func TestDrainTimeoutBoundsShutdown(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	b := upstreamtest.Start(t, upstreamtest.OK("B"))
+	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+		if r.Target == "/streaming" {
+			c.WriteString("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+		}
+		select { // answers nothing more before the test ends
+		case <-release:
+		case <-c.Done():
+		}
+	})
+	// POSTs may be resent, so that only the drain stops a retry.
+	opts := withPolicy(&retry.Policy{NonIdempotent: retry.Always})
+	opts.ResponseHeaderTimeout = time.Minute
+	opts.ReadTimeout = time.Minute
+	hs := start(t, inOrder(opts, up.Addr(), b.Addr()))
+	waiting := []*client{hs.dial(t), hs.dial(t)}
+	waiting[0].send("GET /waiting HTTP/1.1\r\nHost: a\r\n\r\n")
+	waiting[1].send("POST /waiting HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi")
+	streaming := hs.dial(t)
+	streaming.send("GET /streaming HTTP/1.1\r\nHost: a\r\n\r\n")
+	if head := readRawHead(t, streaming); !strings.Contains(head, "chunked") {
+		t.Fatalf("streamed head %q", head)
+	}
+	if !up.WaitRequests(3, 5*time.Second) {
+		t.Fatal("the upstream did not get the three requests")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := hs.srv.Shutdown(ctx); err != context.DeadlineExceeded {
+		t.Fatalf("Shutdown = %v, want the context's deadline", err)
+	}
+	// Shutdown has returned while the upstream still holds every request.
+	for i, c := range waiting {
+		resp, body := c.response("GET")
+		if resp.StatusCode != 503 || !resp.Close || !strings.Contains(resp.Header.Get("Proxy-Status"), "proxy_internal_error") {
+			t.Fatalf("waiting request %d: %d %q close=%v Proxy-Status %q", i, resp.StatusCode, body, resp.Close, resp.Header.Get("Proxy-Status"))
+		}
+	}
+	streaming.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if got, err := io.ReadAll(streaming.br); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("response under way: read %q, then %v; want a reset", got, err)
+	}
+	if b.Accepts() != 0 {
+		t.Fatal("a request cut short by the drain was retried on another server")
+	}
+	if !strings.Contains(hs.errors.String(), "drain timeout passed") {
+		t.Fatalf("the log does not say why:\n%s", hs.errors)
 	}
 }

@@ -120,7 +120,7 @@ const (
 	NoLimit         Limit = iota
 	LimitDownstream       // a byte of the response went to the client
 	LimitClient           // the client side failed
-	LimitLocal            // sluice itself failed, out of a local resource
+	LimitLocal            // sluice itself failed: out of a local resource, or shutting down
 	LimitBody             // the request body is no longer held whole
 	LimitTries            // every try was used
 	LimitTime             // the retry timeout passed
@@ -170,7 +170,7 @@ func (p *Policy) Enforce(f *Facts, retry bool, why string) (bool, string, Limit)
 	case f.Source == fault.Downstream:
 		return false, "not retried: the client side failed", LimitClient
 	case f.Source == fault.Internally:
-		return false, "not retried: sluice itself failed, not the upstream", LimitLocal
+		return false, fmt.Sprintf("not retried: sluice itself failed (%s), not the upstream", f.Err.Kind), LimitLocal
 	case !f.Replayable:
 		return false, "not retried: the request body was larger than body_buffer and had partly gone out", LimitBody
 	case f.Try >= p.MaxTries():
