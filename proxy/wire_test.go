@@ -670,3 +670,21 @@ func TestDrainTimeoutBoundsShutdown(t *testing.T) {
 		t.Fatalf("the log does not say why:\n%s", hs.errors)
 	}
 }
+
+// TestBareLFHeadForwardedWithCRLF: a request head whose lines end in a bare
+// LF is accepted (RFC 9112 §2.2 allows it) and goes upstream with CRLF line
+// ends only, so that no upstream can read it differently.
+func TestBareLFHeadForwardedWithCRLF(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.Echo())
+	hs := start(t, peers(testOptions(), up.Addr()))
+	c := hs.dial(t)
+	resp, body := c.roundTrip("POST /lf HTTP/1.1\nHost: a\nX-A: 1\r\nContent-Length: 2\n\nhi")
+	if resp.StatusCode != 200 || body != "hi" {
+		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+	up.WaitRequests(1, 2*time.Second)
+	raw := string(up.Requests()[0].RawHead)
+	if strings.Count(raw, "\n") != strings.Count(raw, "\r\n") || !strings.HasPrefix(raw, "POST /lf HTTP/1.1\r\nHost: a\r\nX-A: 1\r\n") {
+		t.Fatalf("upstream got head %q, want CRLF line ends only", raw)
+	}
+}
