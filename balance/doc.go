@@ -16,8 +16,10 @@
 //     its server, as nginx does). When no server is available at all, the
 //     group enters panic mode and picks among all its primaries as if they
 //     were healthy (Envoy's panic threshold, at 0%): a wrong health verdict
-//     on every server should cost retries, not a certain 502. Pick fails,
-//     with ErrNoServer, only for a group with no server at all.
+//     on every server should cost retries, not a certain 502. The one
+//     exception: a server taken out by passive health whose probe is due
+//     gets one try past these filters and the policy (see Passive health).
+//     Pick fails, with ErrNoServer, only for a group with no server at all.
 //  2. The Policy chooses among what is left. Policies are one type each
 //     behind a one-method interface, and the group never looks at which
 //     policy it has: RoundRobin (nginx's smooth weighted round robin),
@@ -38,7 +40,11 @@
 // unless more than MaxEjectedPercent of the group would then be ejected.
 // Connection failures, timeouts and invalid responses count as failures,
 // and so do the response statuses in Options.Statuses; a success clears the
-// consecutive counts. All time comes from Options.Now.
+// consecutive counts. A server taken out by either rule is probed once half
+// its time has passed: the first Pick from then on sends it one try,
+// whatever the policy, and that try's Report ends the time (a success) or
+// starts it over (a failure); Options.NoProbe turns probes off. All time
+// comes from Options.Now.
 //
 // # Active health
 //

@@ -174,11 +174,23 @@ func (g *Group) Servers() []*Server {
 //     than the servers, and a try beats a certain error.
 //
 // Available means not down by max_fails, not ejected and not failing its
-// active checks. No rule offers a server the request excludes. The chosen
-// server's outstanding count goes up by one until the matching Report. Pick
-// fails, with a *NoServerError matching ErrNoServer, when the group has no
-// server at all, and with ErrAllExcluded when the request excludes every
-// server.
+// active checks. No rule offers a server the request excludes.
+//
+// A server taken out passively whose probe is due (half its down time or
+// ejection has passed, see Options.NoProbe) is the exception: when rule 1
+// (for a backup, rule 2) comes to it, no try is in flight to it, and the
+// request has neither tried nor excluded it, Pick claims the probe and
+// returns that server at once, without asking the policy. The probe goes
+// past the policy because a policy might never choose it (First prefers
+// the servers before it, Hash takes it only for the keys it owns), and one
+// try does not upset any policy's balance. Backups are probed only when no
+// primary is available, as they are used. Of concurrent Picks, one claims
+// the probe; the others go on with the rules.
+//
+// The chosen server's outstanding count goes up by one until the matching
+// Report. Pick fails, with a *NoServerError matching ErrNoServer, when the
+// group has no server at all, and with ErrAllExcluded when the request
+// excludes every server.
 func (g *Group) Pick(req Request) (*Server, error) {
 	m := g.members.Load()
 	if len(m.all) == 0 {
@@ -188,24 +200,26 @@ func (g *Group) Pick(req Request) (*Server, error) {
 	now := t.UnixNano()
 	c := candidatesPool.Get().(*Candidates)
 	c.Now, c.Rand = t, g.opts.Rand
-	g.candidates(c, m, &req, now)
-	if len(c.Servers) == 0 {
-		c.reset()
-		candidatesPool.Put(c)
-		return nil, ErrAllExcluded
-	}
-	s := g.policy.Pick(c, req)
-	if s == nil {
-		s = c.Servers[0] // a broken Policy; the first candidate is still right
+	s := g.candidates(c, m, &req, now) // a probe, counted already
+	if s == nil && len(c.Servers) > 0 {
+		s = g.policy.Pick(c, req)
+		if s == nil {
+			s = c.Servers[0] // a broken Policy; the first candidate is still right
+		}
+		s.outstanding.Add(1)
 	}
 	c.reset()
 	candidatesPool.Put(c)
-	s.outstanding.Add(1)
+	if s == nil {
+		return nil, ErrAllExcluded
+	}
 	return s, nil
 }
 
-// candidates fills c with the first non-empty candidate set of Pick's rules.
-func (g *Group) candidates(c *Candidates, m *members, req *Request, now int64) {
+// candidates fills c with the first non-empty candidate set of Pick's
+// rules, or returns the server whose probe it claimed on the way (its try
+// counted as outstanding), leaving c as it stands.
+func (g *Group) candidates(c *Candidates, m *members, req *Request, now int64) *Server {
 	const (
 		available = 1 << iota
 		untried
@@ -223,6 +237,9 @@ func (g *Group) candidates(c *Candidates, m *members, req *Request, now int64) {
 	for _, st := range steps {
 		for _, s := range tiers[st.tier] {
 			if st.need&available != 0 && !g.available(s, now) {
+				if st.need&untried != 0 && s.probeDue(now) && !req.excluded(s) && !req.tried(s) && s.takeProbe(now) {
+					return s
+				}
 				continue
 			}
 			if req.excluded(s) {
@@ -234,7 +251,7 @@ func (g *Group) candidates(c *Candidates, m *members, req *Request, now int64) {
 			c.add(s, s.effectiveWeight(now, g.opts.SlowStart))
 		}
 		if len(c.Servers) > 0 {
-			return
+			return nil
 		}
 	}
 	// Panic mode.
@@ -254,6 +271,7 @@ func (g *Group) candidates(c *Candidates, m *members, req *Request, now int64) {
 			}
 		}
 	}
+	return nil
 }
 
 // available reports whether s may take requests at now, announcing its

@@ -47,6 +47,30 @@ type Options struct {
 	// below 100.
 	MaxEjectedPercent int
 
+	// NoProbe turns probes off (default false: probes on). A server that
+	// MaxFails or ConsecutiveFailures took out is probed once half of its
+	// down time or ejection has passed: the first Pick from then on that
+	// looks at its tier (see Group.Pick) sends it that one try, provided no
+	// other try is in flight to it and the request has not tried it. The
+	// probe's Report decides. A success ends the down time and the
+	// ejection at once: the server is announced healthy and slow-starts
+	// from then. Any failure, Slow included, starts over the rules that
+	// hold the server out, from the probe's end: down for FailTimeout
+	// again, or ejected again as its next ejection (BaseEjection times the
+	// new count, at most MaxEjection), with the next probe at half of that;
+	// it counts toward nothing else. A Canceled probe gives no verdict, and
+	// the next Pick probes instead. One probe at a time goes to a server,
+	// however many Picks run at once. While a probe is in flight the
+	// server's first report is taken for the probe's, which makes a
+	// difference only in panic mode, when other tries may go to it too.
+	//
+	// A server failing its active checks is not probed: it returns when
+	// its checks pass. Active checks do not end a passive down time, so one
+	// that passes them but was taken out passively is probed like any
+	// other. With NoProbe, a server taken out passively takes no request
+	// (but in panic mode) until its time ends.
+	NoProbe bool
+
 	// SlowStart (default 0: off) is how long a server that comes back — at
 	// the end of a fail_timeout or an ejection, after passing its active
 	// checks again, or when it is added by DNS or a config reload — takes

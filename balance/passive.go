@@ -69,11 +69,17 @@ type Result struct {
 // A try counts as a failure when its Failure is ConnectFailure, Timeout,
 // InvalidResponse or Slow (toward ConsecutiveFailures only), or when its
 // Status is one of Options.Statuses; any other try but a Canceled one is a
-// success. A success clears the server's
-// consecutive-failure counts; it does not end a down time already begun.
+// success. A success clears the server's consecutive-failure counts; it
+// does not end a down time already begun, unless it is the server's probe
+// (see Options.NoProbe), which ends it, while a failed probe starts it
+// over and a Canceled one lets the next Pick probe instead. While a probe
+// is in flight, the server's first report is taken for the probe's.
 func (g *Group) Report(s *Server, r Result) {
 	s.release()
 	if r.Failure == Canceled {
+		if p := s.probe.Load(); p < 0 {
+			s.probe.CompareAndSwap(p, -p) // no verdict: due again
+		}
 		return
 	}
 	t := g.opts.Now()
@@ -81,7 +87,11 @@ func (g *Group) Report(s *Server, r Result) {
 	if r.Duration > 0 && r.Failure != ConnectFailure {
 		s.observe(now, r.Duration)
 	}
-	if r.Failure == NoFailure && !g.countsStatus(r.Status) {
+	ok := r.Failure == NoFailure && !g.countsStatus(r.Status)
+	if s.probe.Load() < 0 && g.probed(s, now, ok, r) {
+		return
+	}
+	if ok {
 		if s.failing.Load() {
 			s.mu.Lock()
 			s.fails, s.consecutive = 0, 0
@@ -98,12 +108,17 @@ func (g *Group) countsStatus(status int) bool {
 	return status >= 0 && status < len(g.statuses)*64 && g.statuses[status/64]&(1<<(status%64)) != 0
 }
 
+// failureText names the failure r for logs and State.
+func failureText(r Result) string {
+	if r.Failure == NoFailure {
+		return fmt.Sprintf("status %d", r.Status)
+	}
+	return r.Failure.String()
+}
+
 // failed applies one failure of s at now to both passive rules.
 func (g *Group) failed(s *Server, now int64, r Result) {
-	what := r.Failure.String()
-	if r.Failure == NoFailure {
-		what = fmt.Sprintf("status %d", r.Status)
-	}
+	what := failureText(r)
 	o := &g.opts
 	s.mu.Lock()
 	s.failing.Store(true)
@@ -114,12 +129,8 @@ func (g *Group) failed(s *Server, now int64, r Result) {
 		}
 		s.fails++
 		if s.fails >= o.MaxFails {
-			until := now + int64(o.FailTimeout)
-			s.failReason = fmt.Sprintf("%d failures within %v, last: %s", s.fails, o.FailTimeout, what)
+			g.takeDown(s, now, fmt.Sprintf("%d failures within %v, last: %s", s.fails, o.FailTimeout, what))
 			reason = s.failReason
-			s.fails = 0
-			s.failedUntil.Store(until)
-			s.comeBackAt(until)
 		}
 	}
 	if o.ConsecutiveFailures > 0 && now >= s.ejectedUntil.Load() {
@@ -132,6 +143,18 @@ func (g *Group) failed(s *Server, now int64, r Result) {
 	if reason != "" {
 		g.noteHealth(s, now, reason)
 	}
+}
+
+// takeDown takes s, whose lock is held, down by max_fails for FailTimeout
+// from now, for reason.
+func (g *Group) takeDown(s *Server, now int64, reason string) {
+	d := g.opts.FailTimeout
+	until := now + int64(d)
+	s.failReason = reason
+	s.fails = 0
+	s.failedUntil.Store(until)
+	s.comeBackAt(until)
+	g.scheduleProbe(s, now, d)
 }
 
 // eject ejects s, whose lock is held, unless that would put the share of
@@ -155,14 +178,85 @@ func (g *Group) eject(s *Server, now int64, what string) bool {
 	if s.ejections > 0 && s.ejectionEnd > 0 && now > s.ejectionEnd {
 		s.ejections = max(0, s.ejections-int((now-s.ejectionEnd)/int64(o.BaseEjection)))
 	}
+	g.startEjection(s, now, fmt.Sprintf("%d consecutive failures, last: %s", s.consecutive, what))
+	return true
+}
+
+// startEjection ejects s, whose lock is held, from now, as its next
+// ejection: BaseEjection times the new count, at most MaxEjection.
+func (g *Group) startEjection(s *Server, now int64, why string) {
+	o := &g.opts
 	s.ejections++
 	d := min(o.BaseEjection*time.Duration(s.ejections), o.MaxEjection)
 	until := now + int64(d)
-	s.ejectReason = fmt.Sprintf("%d consecutive failures, last: %s; ejection %d for %v", s.consecutive, what, s.ejections, d)
+	s.ejectReason = fmt.Sprintf("%s; ejection %d for %v", why, s.ejections, d)
 	s.consecutive = 0
 	s.ejectionEnd = until
 	s.ejectedUntil.Store(until)
 	s.comeBackAt(until)
+	g.scheduleProbe(s, now, d)
+}
+
+// scheduleProbe schedules the probe of s, which a passive rule takes out
+// at now for d, at half of d, unless probes are off. s.mu is held.
+func (g *Group) scheduleProbe(s *Server, now int64, d time.Duration) {
+	if !g.opts.NoProbe {
+		s.scheduleProbe(now + int64(d/2))
+	}
+}
+
+// probed applies the outcome of s's probe to it, at now: ok is whether
+// the try was a success. It reports whether the report was the probe's
+// verdict; it is not when the probe stopped being one (a rule took s out
+// anew meanwhile) or when s is no longer held out (its time ended while
+// the probe was in flight), and then the caller counts it as an ordinary
+// try.
+//
+// A success ends the down time and the ejection at once, as if they had
+// run out. A failure starts each rule that holds s out over from now: a
+// down time for FailTimeout again, an ejection as the next ejection
+// (longer, not capped by MaxEjectedPercent: s is ejected already), each
+// with its probe at half; it counts toward nothing else, so a failed probe
+// is never two ejections.
+func (g *Group) probed(s *Server, now int64, ok bool, r Result) bool {
+	s.mu.Lock()
+	p := s.probe.Load()
+	if p >= 0 {
+		s.mu.Unlock()
+		return false
+	}
+	if !s.heldOutAt(now) {
+		s.probe.CompareAndSwap(p, 0)
+		s.mu.Unlock()
+		return false
+	}
+	s.probe.Store(0)
+	var reason string
+	if ok {
+		if now < s.ejectedUntil.Load() {
+			s.ejectedUntil.Store(now)
+			s.ejectionEnd = now
+		}
+		if now < s.failedUntil.Load() {
+			s.failedUntil.Store(now)
+		}
+		s.fails, s.consecutive = 0, 0
+		s.failing.Store(false)
+		s.rampFrom.Store(now) // it comes back now, not when its time would have ended
+		reason = "probe succeeded"
+	} else {
+		why := "probe failed: " + failureText(r)
+		if now < s.ejectedUntil.Load() {
+			g.startEjection(s, now, why)
+		}
+		if now < s.failedUntil.Load() {
+			g.takeDown(s, now, why)
+		}
+	}
+	s.mu.Unlock()
+	if reason != "" {
+		g.noteHealth(s, now, reason)
+	}
 	return true
 }
 

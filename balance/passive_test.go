@@ -30,6 +30,7 @@ func TestMaxFailsWithinFailTimeout(t *testing.T) {
 	c := newClock()
 	o := testOptions(c)
 	o.MaxFails, o.FailTimeout = 3, 10*time.Second
+	o.NoProbe = true // the whole fail_timeout, as nginx; probes are TestProbe's
 	g := NewGroup("u", servers(1, 1, 1), new(RoundRobin), o)
 	a := g.Servers()[0]
 
@@ -121,6 +122,7 @@ func TestConsecutiveFailureEjection(t *testing.T) {
 	c := newClock()
 	o := testOptions(c)
 	o.ConsecutiveFailures, o.BaseEjection, o.MaxEjection = 2, 30*time.Second, 75*time.Second
+	o.NoProbe = true // whole ejections; probes are TestProbe's
 	g := NewGroup("u", servers(1, 1, 1, 1), nil, o)
 	a := g.Servers()[0]
 

@@ -47,6 +47,11 @@ type Server struct {
 	activeDown    atomic.Bool  // failed its active checks
 	failing       atomic.Bool  // a failure counter below is not zero
 	announcedDown atomic.Bool  // the health last announced (log, OnChange) was "unhealthy"
+	// probe is the state of the probe of a server held out by a passive
+	// rule (see Options.NoProbe): t > 0 when one try may go to it from t
+	// on, -t while a Pick's probe try is in flight, 0 when none was
+	// scheduled. A t left from a down time that ended means nothing.
+	probe atomic.Int64
 
 	// Latency: a peak-sensitive EWMA (float64 nanoseconds) and when it was
 	// last updated. Written under latMu, read without it.
@@ -101,6 +106,61 @@ func (s *Server) now() time.Time {
 // passes its active checks and is neither down by max_fails nor ejected.
 func (s *Server) availableAt(now int64) bool {
 	return !s.activeDown.Load() && now >= s.failedUntil.Load() && now >= s.ejectedUntil.Load()
+}
+
+// heldOutAt reports whether a passive rule holds the server out at now:
+// it is down by max_fails or ejected.
+func (s *Server) heldOutAt(now int64) bool {
+	return now < s.failedUntil.Load() || now < s.ejectedUntil.Load()
+}
+
+// probeDue reports, cheaply, whether a probe of the server may be due at
+// now; takeProbe decides.
+func (s *Server) probeDue(now int64) bool {
+	p := s.probe.Load()
+	return p > 0 && now >= p
+}
+
+// takeProbe claims the server's probe for one try at now and counts that
+// try as outstanding. It succeeds only when the probe is due, a passive
+// rule alone holds the server out (one failing its active checks waits for
+// them), no try is in flight to the server, and no other Pick claimed the
+// probe first. It takes no lock.
+func (s *Server) takeProbe(now int64) bool {
+	p := s.probe.Load()
+	if p <= 0 || now < p || s.activeDown.Load() || !s.heldOutAt(now) {
+		return false
+	}
+	// No try in flight, and none can start as a probe meanwhile: the
+	// outstanding count is the gate, so that two probes are never in
+	// flight at once even if the probe state is rewritten under us.
+	if !s.outstanding.CompareAndSwap(0, 1) {
+		return false
+	}
+	if !s.probe.CompareAndSwap(p, -p) {
+		s.release()
+		return false
+	}
+	return true
+}
+
+// scheduleProbe makes the server's probe due at t, or at the time already
+// scheduled if that is later (a down time by one rule while the other holds
+// the server out longer: the probe comes at half of the longer). A probe in
+// flight stops being one: its report counts as an ordinary try. s.mu is
+// held.
+func (s *Server) scheduleProbe(t int64) {
+	if old := abs(s.probe.Load()); old > t {
+		t = old
+	}
+	s.probe.Store(t)
+}
+
+func abs(n int64) int64 {
+	if n < 0 {
+		return -n
+	}
+	return n
 }
 
 // Healthy reports whether the server may take requests now by its own
@@ -249,6 +309,8 @@ func (s *Server) carryFrom(o *Server) {
 	s.activeDown.Store(o.activeDown.Load())
 	s.failing.Store(o.failing.Load())
 	s.announcedDown.Store(o.announcedDown.Load())
+	// A probe in flight reports to o; s may take its own once it is due.
+	s.probe.Store(abs(o.probe.Load()))
 	s.ewma.Store(o.ewma.Load())
 	s.ewmaAt.Store(o.ewmaAt.Load())
 }
