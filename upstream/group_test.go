@@ -330,3 +330,108 @@ func TestTimedOutServerIsNotPickedAgain(t *testing.T) {
 		})
 	}
 }
+
+// fakeClock is a settable clock for balance.Options.Now.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// waitUntil polls cond until it holds or 5s pass: a try is reported a
+// moment after its response reached the client.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting until %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestRecoveredServerProbedAtHalfItsEjection: a server ejected for
+// answering 503 that then recovers gets one request at half its ejection,
+// and with that answered, its share again; without probes it waits for the
+// whole ejection.
+func TestRecoveredServerProbedAtHalfItsEjection(t *testing.T) {
+	const ejection = 30 * time.Second
+	for _, noProbe := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoProbe=%v", noProbe), func(t *testing.T) {
+			var mu sync.Mutex
+			sick := true
+			a := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+				mu.Lock()
+				s := sick
+				mu.Unlock()
+				if s {
+					c.Respond(503, "a is sick")
+					return
+				}
+				c.Respond(200, "a")
+			})
+			b := upstreamtest.Start(t, upstreamtest.OK("b"))
+			clk := &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+			g := upstream.New("app", servers(a.Addr(), b.Addr()), new(balance.RoundRobin), balance.Options{
+				MaxFails: -1, ConsecutiveFailures: 2, BaseEjection: ejection,
+				NoProbe: noProbe, Now: clk.Now,
+			}, &proxy.PeerOptions{})
+			srv := g.Balancer().Servers()[0]
+			addr, _ := run(t, g, routed(g))
+			get := func() string {
+				t.Helper()
+				_, body := proxytest.Get(t, addr, "/", "")
+				return body
+			}
+
+			for i := 0; srv.Healthy(); i++ {
+				if i == 20 {
+					t.Fatalf("a answered 503 and was not ejected: %s", srv.State())
+				}
+				get()
+			}
+			waitUntil(t, "every try on a is reported", func() bool { return srv.Outstanding() == 0 })
+			mu.Lock()
+			sick = false
+			mu.Unlock()
+
+			clk.Add(ejection/2 - time.Nanosecond)
+			for i := range 10 {
+				if body := get(); body != "b" {
+					t.Fatalf("request %d before half the ejection: %q, want b", i, body)
+				}
+			}
+			clk.Add(time.Nanosecond)
+			want := "a"
+			if noProbe {
+				want = "b"
+			}
+			if body := get(); body != want {
+				t.Fatalf("the first request at half the ejection: %q, want %s", body, want)
+			}
+			if noProbe {
+				clk.Add(ejection / 2)
+			}
+			waitUntil(t, "a is back", srv.Healthy)
+			got := map[string]int{}
+			for range 20 {
+				got[get()]++
+			}
+			if got["a"] != 10 || got["b"] != 10 {
+				t.Fatalf("after a came back: %v, want 10 each", got)
+			}
+		})
+	}
+}
