@@ -3,6 +3,7 @@ package h1
 import (
 	"bytes"
 	"io"
+	"math/bits"
 	"sync"
 	"time"
 )
@@ -65,12 +66,53 @@ func (b *Reader) Release() {
 	}
 }
 
+// Stash readies b to wait for the rest of a message head holding as little
+// memory as the bytes so far need: the unread bytes move to a buffer of
+// their size (256 B to 2 KiB, pooled) and the read buffer goes back to the
+// pool. With nothing unread it is Release; unread bytes that need a read
+// buffer's size stay where they are. The next read (Fill, Grab, GrabHead,
+// ReadHead) takes a read buffer again, so a connection that sends its head
+// a byte at a time holds a read buffer only while a read runs.
+func (b *Reader) Stash() {
+	n := b.w - b.r
+	if n == 0 {
+		b.Release()
+		return
+	}
+	c := bufClass(n)
+	if b.bp == nil || minStash<<c >= min(minBuf, len(b.buf)) {
+		return
+	}
+	sp := getBuf(n)
+	b.w = copy(*sp, b.buf[b.r:b.w])
+	b.r = 0
+	putBuf(b.bp)
+	b.bp, b.buf = sp, *sp
+}
+
+// GrabHead is Grab for reading the rest of a message head of at most max
+// bytes: a full buffer grows (doubling, up to max+4) as ReadHead's own
+// reads make it.
+func (b *Reader) GrabHead(max int) []byte {
+	if len(b.buf) < minBuf {
+		b.growTo(minBuf)
+	}
+	b.makeRoom(max + 4)
+	return b.buf[b.w:]
+}
+
+// FillHead reads once from the connection, as Fill does, into the room
+// GrabHead makes.
+func (b *Reader) FillHead(max int) error {
+	b.GrabHead(max)
+	return b.Fill()
+}
+
 // Fill reads once from the connection into free buffer space and reports the
 // first error. It returns io.EOF only when the read returned nothing.
 func (b *Reader) Fill() error {
-	if b.bp == nil {
-		b.bp = getBuf(minBuf)
-		b.buf = *b.bp
+	if len(b.buf) < minBuf {
+		b.growTo(minBuf) // none yet, or a stash
 	}
 	if b.r > 0 && b.r == b.w {
 		b.r, b.w = 0, 0
@@ -126,10 +168,8 @@ func (b *Reader) Grow(n int) {
 // itself (a read that must not hold a buffer while it waits). Commit the
 // bytes read, or Release if none.
 func (b *Reader) Grab() []byte {
-	if b.bp == nil {
-		b.bp = getBuf(minBuf)
-		b.buf = *b.bp
-		b.r, b.w = 0, 0
+	if len(b.buf) < minBuf {
+		b.growTo(minBuf) // none yet, or a stash
 	}
 	if b.r > 0 && b.r == b.w {
 		b.r, b.w = 0, 0
@@ -295,17 +335,24 @@ func (b *Reader) headEnd() int {
 }
 
 // Buffers come in a few size classes, pooled as pointers so that putting one
-// back does not allocate.
-const minBuf = 4 << 10
+// back does not allocate. Reads take buffers of minBuf or more; the classes
+// below it hold the start of a head while its connection waits for the rest
+// (Stash).
+const (
+	minBuf   = 4 << 10
+	minStash = 256
+)
 
-var bufPools [5]sync.Pool // 4, 8, 16, 32, 64 KiB; larger sizes are not pooled
+// bufPools holds 256 B to 2 KiB (stashes), and 4 to 64 KiB (read buffers);
+// larger sizes are not pooled.
+var bufPools [9]sync.Pool
 
+// bufClass returns the class of the smallest pooled size of at least n.
 func bufClass(n int) int {
-	c := 0
-	for size := minBuf; size < n; size <<= 1 {
-		c++
+	if n <= minStash {
+		return 0
 	}
-	return c
+	return bits.Len(uint(n-1)) - bits.Len(minStash-1)
 }
 
 func getBuf(n int) *[]byte {
@@ -317,13 +364,13 @@ func getBuf(n int) *[]byte {
 	if p, ok := bufPools[c].Get().(*[]byte); ok {
 		return p
 	}
-	b := make([]byte, minBuf<<c)
+	b := make([]byte, minStash<<c)
 	return &b
 }
 
 func putBuf(p *[]byte) {
 	c := bufClass(len(*p))
-	if c < len(bufPools) && len(*p) == minBuf<<c {
+	if c < len(bufPools) && len(*p) == minStash<<c {
 		bufPools[c].Put(p)
 	}
 }
