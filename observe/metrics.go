@@ -31,6 +31,10 @@ type Metrics struct {
 	denied   *prometheus.CounterVec   // upstream
 	stale    *prometheus.CounterVec   // upstream
 	aborted  *prometheus.CounterVec   // upstream
+	faults   *prometheus.CounterVec   // stage, kind: client faults
+
+	// The client-fault series of the kinds a client causes, by stage.
+	faultSeries [3][3]prometheus.Counter
 
 	mu    sync.Mutex
 	byUp  sync.Map // upstream name -> *series
@@ -82,7 +86,16 @@ func New(p *pool.Pool) *Metrics {
 	m.aborted = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_responses_aborted_total", Help: "Responses cut after they had started (upstream or client failed mid-body).",
 	}, ups)
-	m.reg.MustRegister(m.requests, m.duration, m.tries, m.retries, m.given, m.denied, m.stale, m.aborted)
+	m.faults = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_client_faults_total",
+		Help: "Client faults, by stage (head, body, response) and kind: client_timeout (a head past timeouts.header: 408; a stalled body or reader), client_closed (gone or reset mid-request), bad_request (broke HTTP/1.1).",
+	}, []string{"stage", "kind"})
+	for st := range m.faultSeries {
+		for k, kind := range clientKinds {
+			m.faultSeries[st][k] = m.faults.WithLabelValues(proxy.ClientStage(st).String(), kind.String())
+		}
+	}
+	m.reg.MustRegister(m.requests, m.duration, m.tries, m.retries, m.given, m.denied, m.stale, m.aborted, m.faults)
 	if p != nil {
 		m.reg.MustRegister(poolCollector{p})
 	}
@@ -219,6 +232,24 @@ func (m *Metrics) Done(s *proxy.Session) {
 		ser.aborted.Inc()
 	}
 }
+
+// clientKinds are the kinds of the client-fault series made up front.
+var clientKinds = [3]fault.Kind{fault.ClientTimeout, fault.ClientClosed, fault.BadRequest}
+
+// ClientFault implements proxy.ClientFaultObserver.
+func (m *Metrics) ClientFault(stage proxy.ClientStage, e *fault.Error) {
+	if int(stage) < len(m.faultSeries) {
+		for k, kind := range clientKinds {
+			if e.Kind == kind {
+				m.faultSeries[stage][k].Inc()
+				return
+			}
+		}
+	}
+	m.faults.WithLabelValues(stage.String(), e.Kind.String()).Inc()
+}
+
+var _ proxy.ClientFaultObserver = (*Metrics)(nil)
 
 // BudgetDenied implements proxy.Observer.
 func (m *Metrics) BudgetDenied(s *proxy.Session, p *proxy.Peer) {

@@ -28,6 +28,11 @@ func TestMetricsCount(t *testing.T) {
 	m.Try(s, &s.Attempts[1])
 	m.BudgetDenied(s, peer)
 	m.Done(s)
+	timeout := &fault.Error{Kind: fault.ClientTimeout, Source: fault.Downstream}
+	m.ClientFault(proxy.InHead, timeout)
+	m.ClientFault(proxy.InHead, timeout)
+	m.ClientFault(proxy.InBody, &fault.Error{Kind: fault.ClientClosed, Source: fault.Downstream})
+	m.ClientFault(proxy.InResponse, &fault.Error{Kind: fault.Internal, Source: fault.Downstream})
 
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
@@ -44,6 +49,10 @@ func TestMetricsCount(t *testing.T) {
 		`sluice_pool_untrusted_total 0`,
 		`sluice_upstream_server_healthy{server="127.0.0.1:1",upstream="api"} 0`,
 		`sluice_upstream_server_outstanding{server="127.0.0.1:1",upstream="api"} 2`,
+		`sluice_client_faults_total{kind="client_timeout",stage="head"} 2`,
+		`sluice_client_faults_total{kind="client_closed",stage="body"} 1`,
+		`sluice_client_faults_total{kind="bad_request",stage="head"} 0`,
+		`sluice_client_faults_total{kind="internal",stage="response"} 1`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("metrics lack %s", want)

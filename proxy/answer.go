@@ -77,9 +77,10 @@ func (s *Session) answerError(e *fault.Error) {
 	// that was read whole leaves the connection usable.
 	keep := e.Source != fault.Downstream && s.body.complete()
 	s.answer(r, keep)
-	if e.Source == fault.Downstream || len(s.Attempts) == 0 {
+	if e.Source != fault.Downstream && len(s.Attempts) == 0 {
 		s.logf(slog.LevelInfo, "request not proxied", e, nil)
 	}
+	// A client's fault is reported by finish.
 }
 
 // answerBadRequest answers a request that broke HTTP/1.1: with the status
@@ -93,10 +94,10 @@ func (s *Session) answerBadRequest(err error) {
 	e := &fault.Error{Kind: fault.BadRequest, Source: fault.Downstream, Status: status,
 		Context: "reading the request", Cause: err}
 	s.Err = e
+	s.headFault = true
 	s.keepAlive = false
 	s.answer(s.errorResponse(e), false)
-	s.logf(slog.LevelInfo, "bad request", e, nil)
-	s.finish()
+	s.finish() // which reports the fault
 }
 
 // errorResponse is the default answer for e: its status, a Proxy-Status
@@ -127,8 +128,13 @@ func (s *Session) errorResponse(e *fault.Error) *Response {
 }
 
 // logTry writes the line for a failed try: a warning when another try
-// follows, an error when it was the last.
+// follows, an error when it was the last. A try that failed because the
+// client did (gone, stalled or broken mid-body) is not the upstream's
+// failure: it is reported as a client fault, by finish.
 func (s *Session) logTry(a *Attempt, final bool) {
+	if a.Err.Source == fault.Downstream {
+		return
+	}
 	level := slog.LevelWarn
 	msg := "upstream try failed; retrying"
 	if final {

@@ -264,8 +264,12 @@ func (c *conn) takeRequest() next {
 			// RFC 9110 §15.5.9: 408 for a request not completed in time.
 			c.session()
 			c.borrow()
+			c.s.headFault = true
 			c.s.answerError(&fault.Error{Kind: fault.ClientTimeout, Source: fault.Downstream, Context: "reading the request head", Cause: err})
 			c.s.finish()
+		case err != io.EOF:
+			// Closed or reset mid-head.
+			srv.clientFault(nil, c.client, InHead, clientErr(err, "reading the request head"))
 		}
 		return closeIt
 	}

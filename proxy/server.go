@@ -64,15 +64,20 @@ type Server struct {
 	// Shutdown.
 	Pool *pool.Pool
 	// ErrorLog receives one line per failed try and per proxy-made error;
-	// nil means slog.Default().
+	// nil means slog.Default(). Client faults (header timeouts, malformed
+	// heads, clients gone mid-request) get a line each at debug level, and
+	// otherwise at most five lines a second at info, each with the number
+	// left out (the Observer counts them all: ClientFaultObserver).
 	ErrorLog *slog.Logger
 	// AccessLog, when set, receives one line per request unless the
 	// Handler implements Logger.
 	AccessLog *slog.Logger
-	// Observer, when set, is told about every try and request (metrics).
+	// Observer, when set, is told about every try and request (metrics),
+	// and about every client fault when it is a ClientFaultObserver.
 	Observer Observer
 
-	hooks atomic.Pointer[hooks]
+	hooks      atomic.Pointer[hooks]
+	faultLines lineSampler // client-fault lines at info level
 
 	mu          sync.Mutex
 	listeners   map[net.Listener]struct{}

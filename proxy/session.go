@@ -62,6 +62,7 @@ type Session struct {
 	respFrame h1.Framing
 	respReuse bool
 	continued bool // a 100 Continue went to the client
+	headFault bool // Err is the head's fault: timed out or malformed
 	scratch   []byte
 	readStart int64 // the upstream reader's count when this try began reading
 	headWrote int64 // bytes of this try's first write: the head, and a body sent with it
@@ -411,8 +412,19 @@ func noPeer(err error) *fault.Error {
 	return &fault.Error{Kind: fault.Internal, Source: fault.Internally, Context: "choosing an upstream", Cause: err}
 }
 
-// finish logs the request and tells the observer.
+// finish reports a client fault that ended the request, logs the request
+// and tells the observer.
 func (s *Session) finish() {
+	if e := s.Err; e != nil && e.Source == fault.Downstream {
+		stage := InResponse
+		switch {
+		case s.headFault:
+			stage = InHead
+		case e == s.body.err:
+			stage = InBody
+		}
+		s.srv.clientFault(s, s.Client, stage, e)
+	}
 	if o := s.srv.Observer; o != nil {
 		o.Done(s)
 	}
