@@ -68,12 +68,22 @@ type conn struct {
 	parkDue bool
 	left    next
 
+	// headBy is when the head that has begun must be whole (the header
+	// timeout, counted from its first byte); zero while no head is
+	// partly read.
+	headBy time.Time
+
 	// The parker's record of the connection while it waits without a
-	// goroutine (park_linux.go); guarded by the parker's lock.
+	// goroutine (park_linux.go); guarded by the parker's lock. lingerLeft
+	// counts the bytes it may still discard while it lingers there (0: not
+	// lingering); answerSlot is set when the parker started its goroutine
+	// to answer an expired head, in one of a few slots.
 	parkID       uint64
 	parkArmed    bool
 	parkDeadline time.Time
-	pprev, pnext *conn
+	parkIndex    int
+	lingerLeft   int
+	answerSlot   bool
 }
 
 // What readRequest leaves the connection to do.
@@ -248,29 +258,27 @@ func (c *conn) serveInline() bool {
 func (c *conn) takeRequest() next {
 	srv := c.srv
 	if !c.r.HasHead(true) {
-		// The header timeout bounds the wait for the rest of the head. A
-		// head that came whole needs no deadline: every later read from
-		// the client sets its own.
-		c.nc.SetReadDeadline(clock.Now().Add(srv.headerTimeout()))
+		// A goroutine the parker started to answer an expired head holds
+		// one of its few slots for that until awaitHead returns (after
+		// which c may be the parker's again: read the flag first).
+		slot := c.answerSlot
+		c.answerSlot = false
+		n := c.awaitHead()
+		if slot {
+			srv.parker.answered()
+		}
+		if n != readHead {
+			return n
+		}
 	}
+	c.headBy = time.Time{}
 	head, err := c.r.ReadHead(srv.maxHeaderBytes(), true)
 	if err != nil {
-		switch {
-		case h1.StatusOf(err) != 0:
-			c.session()
-			c.borrow()
-			c.s.answerBadRequest(err)
-		case isTimeout(err):
-			// RFC 9110 §15.5.9: 408 for a request not completed in time.
-			c.session()
-			c.borrow()
-			c.s.headFault = true
-			c.s.answerError(&fault.Error{Kind: fault.ClientTimeout, Source: fault.Downstream, Context: "reading the request head", Cause: err})
-			c.s.finish()
-		case err != io.EOF:
-			// Closed or reset mid-head.
-			srv.clientFault(nil, c.client, InHead, clientErr(err, "reading the request head"))
-		}
+		// Whole or over the limit, the head is in the buffer: only a
+		// malformed one fails here.
+		c.session()
+		c.borrow()
+		c.s.answerBadRequest(err)
 		return closeIt
 	}
 	c.session()
@@ -280,6 +288,81 @@ func (c *conn) takeRequest() next {
 		return closeIt
 	}
 	return serveIt
+}
+
+// awaitHead waits for the rest of a request head that has begun, within
+// the header timeout counted from its first byte, and returns readHead once
+// the buffer holds the whole head or more than a head may have (for
+// ReadHead to refuse). A head that came whole never waits here, and needs
+// no deadline: every later read from the client sets its own.
+//
+// While it waits, the bytes so far are stashed in a buffer of their size
+// (readiness.fillHead), and when no byte has come for parkAfter the
+// connection parks without its goroutine until the next byte or the
+// header timeout (then it returns parked). A connection that sends its
+// head a byte at a time therefore holds no goroutine and no read buffer
+// most of the time, as an idle one holds none.
+//
+// When the header timeout passes it answers 408 (RFC 9110 §15.5.9); when
+// the client closes or resets mid-head, it counts the fault and closes.
+func (c *conn) awaitHead() next {
+	srv := c.srv
+	max := srv.maxHeaderBytes()
+	now := clock.Now()
+	if c.headBy.IsZero() {
+		c.headBy = now.Add(srv.headerTimeout())
+	}
+	parkAt := now.Add(parkAfter)
+	if srv.parker == nil || parkAfter >= srv.headerTimeout() {
+		parkAt = c.headBy
+	}
+	for !c.r.HasHead(true) && c.r.Buffered() < max {
+		if !now.Before(c.headBy) {
+			return c.headTimeout(os.ErrDeadlineExceeded)
+		}
+		c.nc.SetReadDeadline(minTime(c.headBy, parkAt))
+		err := c.ready.fillHead(max)
+		now = clock.Now()
+		switch {
+		case err == nil:
+			if parkAt.Before(c.headBy) {
+				parkAt = minTime(now.Add(parkAfter), c.headBy) // from the last byte
+			}
+			continue
+		case !isTimeout(err):
+			c.headBy = time.Time{}
+			srv.clientFault(nil, c.client, InHead, clientErr(err, "reading the request head"))
+			return closeIt
+		case now.Before(c.headBy) && srv.parker != nil && !srv.Draining() && srv.parker.park(c, c.headBy):
+			return parked
+		}
+		parkAt = c.headBy // could not park: wait on with the goroutine
+	}
+	return readHead
+}
+
+// headTimeout answers a head not completed within the header timeout.
+func (c *conn) headTimeout(err error) next {
+	c.headBy = time.Time{}
+	c.session()
+	c.borrow()
+	c.s.headFault = true
+	c.s.answerError(&fault.Error{Kind: fault.ClientTimeout, Source: fault.Downstream, Context: "reading the request head", Cause: err})
+	c.s.finish()
+	if c.linger && c.srv.parker != nil && c.srv.parker.linger(c) {
+		// The parker reads what the client still sends, and closes
+		// it, with no goroutine waiting: a thousand heads timing out
+		// together cost no thousand goroutines.
+		return parked
+	}
+	return closeIt
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // sessionPool holds Sessions between requests: a connection borrows one

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"container/heap"
+	"net"
 	"sync"
 	"syscall"
 	"time"
@@ -8,22 +10,37 @@ import (
 	"github.com/sluice-proxy/sluice/internal/epoll"
 )
 
-// parker holds idle client connections without a goroutine each. A
-// connection that has waited parkAfter for its next request is registered
-// in one epoll set and its goroutine ends; when bytes (or the client's
-// close) arrive, the parker starts a goroutine for it again. Ten thousand
-// idle keep-alive clients then cost their small structures, not ten
-// thousand goroutine stacks. Busy connections never park.
+// parker holds client connections that wait without a goroutine each, in
+// one epoll set:
+//
+//   - idle ones: a connection that has waited parkAfter for its next
+//     request parks until bytes (or the client's close) arrive, when the
+//     parker starts a goroutine for it again, or until its idle timeout,
+//     when the parker closes it;
+//   - slow heads: one that has waited parkAfter for the next bytes of a
+//     head it has begun parks the same way with the bytes so far stashed,
+//     until the header timeout, when it gets a goroutine again to answer
+//     408 (at most maxAnswering at a time, so that a thousand heads timing
+//     out together do not take a thousand goroutine stacks at once);
+//   - lingering ones: a connection answered and closing, whose client may
+//     still be sending, is read and its bytes thrown away here until the
+//     client closes, lingerBytes came or lingerTime passed (conn.close
+//     does the same with a goroutine).
+//
+// Ten thousand idle keep-alive clients, or slow ones sending their heads a
+// byte at a time, then cost their small structures, not ten thousand
+// goroutine stacks. Busy connections never park.
 type parker struct {
-	srv    *Server
-	set    *epoll.Set
-	mu     sync.Mutex
-	byID   map[uint64]*conn
-	head   *conn // parked connections in the order they parked; their
-	tail   *conn // idle deadlines come in the same order
-	nextID uint64
-	closed bool
-	done   chan struct{}
+	srv       *Server
+	set       *epoll.Set
+	mu        sync.Mutex
+	byID      map[uint64]*conn
+	due       deadlines // parked connections, earliest deadline first
+	nextID    uint64
+	closed    bool
+	done      chan struct{}
+	answering chan struct{} // a slot per goroutine answering an expired head
+	discard   []byte        // lingering reads land here; the parker's goroutine's own
 }
 
 // parkAfter is how long a connection waits with its goroutine before it
@@ -31,27 +48,33 @@ type parker struct {
 // pays for parking, short enough that idle ones park soon.
 const parkAfter = 200 * time.Millisecond
 
+// maxAnswering bounds the goroutines answering 408 to parked heads at once.
+const maxAnswering = 64
+
 func newParker(srv *Server) *parker {
 	set, err := epoll.New()
 	if err != nil {
 		return nil
 	}
-	p := &parker{srv: srv, set: set, byID: make(map[uint64]*conn), done: make(chan struct{})}
+	p := &parker{srv: srv, set: set, byID: make(map[uint64]*conn), done: make(chan struct{}),
+		answering: make(chan struct{}, maxAnswering)}
 	go p.run()
 	return p
 }
 
 // park registers c, whose goroutine is about to end, until bytes arrive or
-// its idle deadline passes. It reports false when c cannot be parked (the
-// caller then keeps waiting with its goroutine).
+// deadline passes. It reports false when c cannot be parked (the caller
+// then keeps waiting with its goroutine).
 func (p *parker) park(c *conn, deadline time.Time) bool {
-	fd := c.ready.fd
-	if fd < 0 {
-		return false
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	return p.add(c, deadline)
+}
+
+// add registers c; p.mu held.
+func (p *parker) add(c *conn, deadline time.Time) bool {
+	fd := c.ready.fd
+	if fd < 0 || p.closed {
 		return false
 	}
 	if c.parkID == 0 {
@@ -67,54 +90,82 @@ func (p *parker) park(c *conn, deadline time.Time) bool {
 	}
 	c.parkArmed = true
 	c.parkDeadline = deadline
-	if p.head == nil {
-		// The parker may be waiting with no deadline: give it one.
+	if len(p.due) == 0 || deadline.Before(p.due[0].parkDeadline) {
+		// The parker may be waiting for a later deadline, or none.
 		p.set.Wake()
 	}
 	p.byID[c.parkID] = c
-	c.pprev, c.pnext = p.tail, nil
-	if p.tail != nil {
-		p.tail.pnext = c
-	} else {
-		p.head = c
-	}
-	p.tail = c
+	heap.Push(&p.due, c)
 	return true
 }
 
-// unlink takes c off the parked list; p.mu held.
-func (p *parker) unlink(c *conn) {
+// linger takes c, answered and closing, for its lingering read (see
+// conn.close): its buffers go back, its sending side closes, and the
+// parker reads and throws away what the client still sends, then closes
+// it. It reports false when c cannot be parked; the caller then closes c
+// itself.
+func (p *parker) linger(c *conn) bool {
+	tc, ok := c.nc.(*net.TCPConn)
+	if !ok {
+		return false
+	}
+	c.r.Discard(c.r.Buffered())
+	c.r.Release()
+	c.giveBack()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	tc.CloseWrite()
+	c.lingerLeft = lingerBytes
+	return p.add(c, time.Now().Add(lingerTime))
+}
+
+// remove takes c off the parked set; p.mu held.
+func (p *parker) remove(c *conn) {
 	delete(p.byID, c.parkID)
-	if c.pprev != nil {
-		c.pprev.pnext = c.pnext
-	} else {
-		p.head = c.pnext
-	}
-	if c.pnext != nil {
-		c.pnext.pprev = c.pprev
-	} else {
-		p.tail = c.pprev
-	}
-	c.pprev, c.pnext = nil, nil
+	heap.Remove(&p.due, c.parkIndex)
 }
 
 func (p *parker) run() {
 	defer close(p.done)
 	events := make([]syscall.EpollEvent, 128)
-	var resume, expired []*conn
+	p.discard = make([]byte, 16<<10)
+	var resume, expired, waiting []*conn
 	for {
+		// Heads that timed out wait for a slot to answer in.
+		started := 0
+		for _, c := range waiting {
+			if !p.takeSlot() {
+				break
+			}
+			c.answerSlot = true
+			p.srv.start(c)
+			started++
+		}
+		waiting = append(waiting[:0], waiting[started:]...)
 		wait := time.Duration(-1)
 		p.mu.Lock()
-		if p.head != nil {
-			wait = max(time.Until(p.head.parkDeadline), 0)
+		if len(p.due) > 0 {
+			wait = max(time.Until(p.due[0].parkDeadline), 0)
 		}
 		closed := p.closed
 		p.mu.Unlock()
 		if closed {
+			for _, c := range waiting {
+				p.end(c)
+			}
 			return
+		}
+		if len(waiting) > 0 && (wait < 0 || wait > 10*time.Millisecond) {
+			wait = 10 * time.Millisecond // for a slot to free
 		}
 		n, err := p.set.Wait(events, wait)
 		if err != nil {
+			for _, c := range waiting {
+				p.end(c)
+			}
 			return
 		}
 		resume, expired = resume[:0], expired[:0]
@@ -122,26 +173,85 @@ func (p *parker) run() {
 		p.mu.Lock()
 		for _, ev := range events[:n] {
 			if c := p.byID[epoll.ID(ev)]; c != nil {
-				p.unlink(c)
+				p.remove(c)
 				resume = append(resume, c)
 			}
 		}
-		for c := p.head; c != nil && !c.parkDeadline.After(now); c = p.head {
-			p.unlink(c)
+		for len(p.due) > 0 && !p.due[0].parkDeadline.After(now) {
+			c := p.due[0]
+			p.remove(c)
 			expired = append(expired, c)
 		}
 		p.mu.Unlock()
 		for _, c := range resume {
+			if c.lingerLeft > 0 {
+				p.drain(c)
+				continue
+			}
 			p.srv.start(c)
 		}
 		for _, c := range expired {
-			// Idle too long: closed without a word, as a waiting
-			// goroutine would have.
-			c.close()
-			c.srv.forget(c)
+			if c.lingerLeft == 0 && !c.headBy.IsZero() {
+				// A head begun and not finished in time: a goroutine
+				// answers 408 (conn.awaitHead).
+				waiting = append(waiting, c)
+				continue
+			}
+			// Idle too long, closed without a word, as a waiting
+			// goroutine would have; or done lingering.
+			p.end(c)
 		}
 	}
 }
+
+// drain reads what a lingering connection's client sent and throws it
+// away, then parks it again, or closes it at the client's end or past
+// lingerBytes.
+func (p *parker) drain(c *conn) {
+	r := c.ready.reader()
+	for {
+		n, err := r.Read(p.discard)
+		c.lingerLeft -= n
+		switch {
+		case err == errWouldBlock && c.lingerLeft > 0:
+			p.mu.Lock()
+			ok := p.add(c, c.parkDeadline)
+			p.mu.Unlock()
+			if !ok {
+				p.end(c)
+			}
+			return
+		case err != nil || c.lingerLeft <= 0:
+			p.end(c) // closed, reset, or enough
+			return
+		}
+	}
+}
+
+// end closes a connection the parker held.
+func (p *parker) end(c *conn) {
+	if c.lingerLeft > 0 {
+		c.nc.Close() // its buffers went back when it began lingering
+	} else {
+		c.close()
+	}
+	c.srv.forget(c)
+}
+
+// takeSlot takes a slot for a goroutine answering an expired head, if one
+// is free.
+func (p *parker) takeSlot() bool {
+	select {
+	case p.answering <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// answered gives back the slot of a goroutine that was started to answer
+// an expired head.
+func (p *parker) answered() { <-p.answering }
 
 // closeAll closes every parked connection and stops the parker, for
 // Shutdown.
@@ -152,19 +262,40 @@ func (p *parker) closeAll() {
 		return
 	}
 	p.closed = true
-	var all []*conn
-	for c := p.head; c != nil; c = c.pnext {
-		all = append(all, c)
-	}
+	all := append([]*conn(nil), p.due...)
 	for _, c := range all {
-		p.unlink(c)
+		p.remove(c)
 	}
 	p.mu.Unlock()
 	p.set.Wake()
 	<-p.done
 	p.set.Close()
 	for _, c := range all {
-		c.close()
-		c.srv.forget(c)
+		p.end(c)
 	}
+}
+
+// deadlines is a heap of parked connections by deadline.
+type deadlines []*conn
+
+func (d deadlines) Len() int           { return len(d) }
+func (d deadlines) Less(i, j int) bool { return d[i].parkDeadline.Before(d[j].parkDeadline) }
+func (d deadlines) Swap(i, j int) {
+	d[i], d[j] = d[j], d[i]
+	d[i].parkIndex, d[j].parkIndex = i, j
+}
+
+func (d *deadlines) Push(x any) {
+	c := x.(*conn)
+	c.parkIndex = len(*d)
+	*d = append(*d, c)
+}
+
+func (d *deadlines) Pop() any {
+	old := *d
+	c := old[len(old)-1]
+	old[len(old)-1] = nil
+	*d = old[:len(old)-1]
+	c.parkIndex = -1
+	return c
 }

@@ -12,3 +12,5 @@ const parkAfter = 0
 func newParker(*Server) *parker              { return nil }
 func (p *parker) park(*conn, time.Time) bool { return false }
 func (p *parker) closeAll()                  {}
+func (p *parker) linger(*conn) bool          { return false }
+func (p *parker) answered()                  {}

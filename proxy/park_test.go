@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net"
 	"runtime"
 	"testing"
 	"time"
@@ -72,4 +73,37 @@ func TestParkedConnectionClosedByClient(t *testing.T) {
 		defer hs.srv.mu.Unlock()
 		return len(hs.srv.conns) == before-1
 	})
+}
+
+// A slow head parked behind idle connections, whose deadlines are later,
+// is answered at its own: the parker orders deadlines, not arrivals. Then
+// the parker lingers on the closing connection, reading what the client
+// still sends, until the client closes.
+func TestParkedSlowHeadAnsweredBeforeIdleOnes(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	hs := start(t, peers(testOptions(), up.Addr()), func(s *Server) {
+		s.IdleTimeout = time.Minute
+		s.HeaderTimeout = parkAfter + 300*time.Millisecond
+	})
+	for i := 0; i < 3; i++ {
+		c := hs.dial(t)
+		if resp, _ := c.roundTrip("GET / HTTP/1.1\r\nHost: a\r\n\r\n"); resp.StatusCode != 200 {
+			t.Fatal(resp.Status)
+		}
+	}
+	time.Sleep(2 * parkAfter) // the idle ones park, deadlines a minute away
+	c := hs.dial(t)           // reads time out after 10s: long before a minute
+	c.send("GET / HTTP/1.1\r\nHo")
+	resp, err := readHTTP(c)
+	if err != nil {
+		t.Fatalf("no answer to a slow head parked behind idle connections: %v", err)
+	}
+	if resp.StatusCode != 408 {
+		t.Fatalf("slow head: %s, want 408", resp.Status)
+	}
+	c.send("st: still sending") // read and thrown away while lingering
+	c.nc.(*net.TCPConn).CloseWrite()
+	if !c.closed(5 * time.Second) {
+		t.Fatal("the lingering connection was not closed after the client's close")
+	}
 }

@@ -25,6 +25,11 @@ var errWouldBlock = errors.New("would block")
 //     wait makes the system calls of a plain Read (a read that finds
 //     nothing, then the poller, then the read that succeeds); the waits
 //     after inline served a request skip the read that finds nothing.
+//   - fillHead waits for more of a request head that has begun, holding
+//     its bytes so far in a buffer of their size (h1.Reader.Stash): a read
+//     buffer is taken only when bytes are there, and given back when the
+//     read leaves the head incomplete, so a client that sends its head a
+//     byte at a time costs little more than an idle one.
 //   - reader reads what the socket holds now, never waiting.
 type readiness struct {
 	fd      int // the socket, for the parker; -1 when unknown
@@ -41,6 +46,9 @@ type readiness struct {
 	// records whether the last read left the socket empty.
 	inside  bool
 	drained bool
+
+	// head is set while fillHead runs: the largest head allowed.
+	head int
 }
 
 func (w *readiness) init(nc net.Conn, r *h1.Reader, inline func() bool) {
@@ -52,11 +60,22 @@ func (w *readiness) init(nc net.Conn, r *h1.Reader, inline func() bool) {
 	w.rc, w.r, w.nb.w, w.inline = rc, r, w, inline
 	w.fill = func(fd uintptr) bool {
 		for {
-			buf := w.r.Grab()
+			var buf []byte
+			if w.head > 0 {
+				buf = w.r.GrabHead(w.head)
+			} else {
+				buf = w.r.Grab()
+			}
 			n, err := syscall.Read(int(fd), buf)
 			switch {
 			case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
-				w.r.Release() // nothing yet: wait for the poller, holding no buffer
+				// Nothing yet: wait for the poller, holding no read
+				// buffer.
+				if w.head > 0 {
+					w.r.Stash()
+				} else {
+					w.r.Release()
+				}
 				return false
 			case err == syscall.EINTR:
 				return false
@@ -70,7 +89,7 @@ func (w *readiness) init(nc net.Conn, r *h1.Reader, inline func() bool) {
 			w.r.Commit(n)
 			w.err = nil
 			w.drained = n < len(buf)
-			if w.inline == nil {
+			if w.inline == nil || w.head > 0 {
 				return true
 			}
 			w.inside = true
@@ -112,6 +131,22 @@ func (w *readiness) fillIdle() error {
 		return w.r.Fill()
 	}
 	if err := w.rc.Read(w.fill); err != nil {
+		return err
+	}
+	return w.err
+}
+
+// fillHead reads more of a request head of at most max bytes into r,
+// waiting (within the connection's read deadline) with the bytes so far
+// stashed. When it returns, r holds a read buffer again only if bytes came.
+func (w *readiness) fillHead(max int) error {
+	if w.rc == nil {
+		return w.r.FillHead(max)
+	}
+	w.head = max
+	err := w.rc.Read(w.fill)
+	w.head = 0
+	if err != nil {
 		return err
 	}
 	return w.err
