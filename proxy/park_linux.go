@@ -3,6 +3,7 @@ package proxy
 import (
 	"container/heap"
 	"net"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -50,6 +51,10 @@ const parkAfter = 200 * time.Millisecond
 
 // maxAnswering bounds the goroutines answering 408 to parked heads at once.
 const maxAnswering = 64
+
+// resumeBatch is how many connections the parker resumes before it lets
+// them run.
+const resumeBatch = 16
 
 func newParker(srv *Server) *parker {
 	set, err := epoll.New()
@@ -183,12 +188,20 @@ func (p *parker) run() {
 			expired = append(expired, c)
 		}
 		p.mu.Unlock()
-		for _, c := range resume {
+		for i, c := range resume {
 			if c.lingerLeft > 0 {
 				p.drain(c)
 				continue
 			}
 			p.srv.start(c)
+			if i%resumeBatch == resumeBatch-1 {
+				// Let those started run before starting more: most
+				// finish at once (a client that closed, a request
+				// served inline) and their goroutines take the next
+				// ones, where a thousand clients closing together
+				// would otherwise take a thousand new stacks.
+				runtime.Gosched()
+			}
 		}
 		for _, c := range expired {
 			if c.lingerLeft == 0 && !c.headBy.IsZero() {
