@@ -284,11 +284,16 @@ func TestHookSeesTheFacts(t *testing.T) {
 		!f.Replayable || f.SentDownstream || f.Source != fault.Upstream || f.Try != 1 || f.Err.Kind != fault.ConnectionReset {
 		t.Fatalf("facts %+v", f)
 	}
-	// The try that answered wrote the whole request, head and body.
-	h.mu.Lock()
-	wrote := h.wrote
-	h.mu.Unlock()
-	if len(wrote) != 2 || wrote[1] != whole {
+	// The try that answered wrote the whole request, head and body. Its
+	// TryDone comes once its response has gone to the client.
+	var wrote []int64
+	waitFor(t, "the answering try's TryDone", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		wrote = append(wrote[:0], h.wrote...)
+		return len(wrote) == 2
+	})
+	if wrote[1] != whole {
 		t.Fatalf("tries wrote %v, want [..., %d]", wrote, whole)
 	}
 }
