@@ -79,6 +79,8 @@ type Server struct {
 	hooks      atomic.Pointer[hooks]
 	faultLines lineSampler // client-fault lines at info level
 
+	exhausted logLimit // the lines saying sluice ran out of descriptors or ports
+
 	mu          sync.Mutex
 	listeners   map[net.Listener]struct{}
 	conns       map[*conn]struct{}
