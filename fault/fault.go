@@ -267,10 +267,23 @@ func FromIO(err error, phase Phase) *Error {
 // something a connection needs: descriptors for the process (EMFILE) or
 // the system (ENFILE), buffer space (ENOBUFS, ENOMEM), or local addresses
 // and ports (EADDRNOTAVAIL, when the ephemeral ports are used up).
-func LocalExhaustion(err error) bool {
-	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
-		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) ||
-		errors.Is(err, syscall.EADDRNOTAVAIL)
+func LocalExhaustion(err error) bool { return Resource(err) != "" }
+
+// Resource names the local resource err says ran out, for metrics and
+// logs: "descriptors" (EMFILE, ENFILE), "memory" (ENOBUFS, ENOMEM) or
+// "ports" (EADDRNOTAVAIL); "" when err says none did.
+func Resource(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE):
+		return "descriptors"
+	case errors.Is(err, syscall.ENOBUFS), errors.Is(err, syscall.ENOMEM):
+		return "memory"
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return "ports"
+	}
+	return ""
 }
 
 func classify(err error, phase Phase) Kind {

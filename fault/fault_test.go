@@ -63,6 +63,30 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+func TestResource(t *testing.T) {
+	tests := []struct {
+		err  error
+		want string
+	}{
+		{&net.OpError{Op: "dial", Err: os.NewSyscallError("socket", syscall.EMFILE)}, "descriptors"},
+		{&net.OpError{Op: "accept", Err: os.NewSyscallError("accept4", syscall.ENFILE)}, "descriptors"},
+		{New(Exhausted, Internally, fmt.Errorf("dialing: %w", syscall.ENOBUFS)), "memory"},
+		{syscall.ENOMEM, "memory"},
+		{&net.OpError{Op: "dial", Err: syscall.EADDRNOTAVAIL}, "ports"},
+		{&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, ""},
+		{io.EOF, ""},
+		{nil, ""},
+	}
+	for _, tt := range tests {
+		if got := Resource(tt.err); got != tt.want {
+			t.Errorf("Resource(%v) = %q, want %q", tt.err, got, tt.want)
+		}
+		if LocalExhaustion(tt.err) != (tt.want != "") {
+			t.Errorf("LocalExhaustion(%v) = %v", tt.err, !(tt.want != ""))
+		}
+	}
+}
+
 func TestAnswers(t *testing.T) {
 	tests := []struct {
 		e      *Error

@@ -23,15 +23,16 @@ import (
 type Metrics struct {
 	reg *prometheus.Registry
 
-	requests *prometheus.CounterVec   // upstream, code
-	duration *prometheus.HistogramVec // upstream
-	tries    *prometheus.CounterVec   // upstream, outcome
-	retries  *prometheus.CounterVec   // upstream, reason
-	given    *prometheus.CounterVec   // upstream, reason: a failed try not retried
-	denied   *prometheus.CounterVec   // upstream
-	stale    *prometheus.CounterVec   // upstream
-	aborted  *prometheus.CounterVec   // upstream
-	faults   *prometheus.CounterVec   // stage, kind: client faults
+	requests  *prometheus.CounterVec   // upstream, code
+	duration  *prometheus.HistogramVec // upstream
+	tries     *prometheus.CounterVec   // upstream, outcome
+	retries   *prometheus.CounterVec   // upstream, reason
+	given     *prometheus.CounterVec   // upstream, reason: a failed try not retried
+	denied    *prometheus.CounterVec   // upstream
+	stale     *prometheus.CounterVec   // upstream
+	aborted   *prometheus.CounterVec   // upstream
+	faults    *prometheus.CounterVec   // stage, kind: client faults
+	exhausted *prometheus.CounterVec   // resource, op: sluice out of descriptors, memory or ports
 
 	// The client-fault series of the kinds a client causes, by stage.
 	faultSeries [3][3]prometheus.Counter
@@ -95,7 +96,12 @@ func New(p *pool.Pool) *Metrics {
 			m.faultSeries[st][k] = m.faults.WithLabelValues(proxy.ClientStage(st).String(), kind.String())
 		}
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.tries, m.retries, m.given, m.denied, m.stale, m.aborted, m.faults)
+	m.exhausted = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_local_exhaustion_total",
+		Help: "Failures for want of a local resource (descriptors, memory, ports), by resource and op: " +
+			"upstream, a try that could not reach its upstream (answered 503, not retried, no server's fault).",
+	}, []string{"resource", "op"})
+	m.reg.MustRegister(m.requests, m.duration, m.tries, m.retries, m.given, m.denied, m.stale, m.aborted, m.faults, m.exhausted)
 	if p != nil {
 		m.reg.MustRegister(poolCollector{p})
 	}
@@ -199,6 +205,9 @@ func (m *Metrics) Try(s *proxy.Session, a *proxy.Attempt) {
 		ser.stale.Inc()
 	}
 	if a.Err != nil {
+		if a.Err.Kind == fault.Exhausted {
+			m.exhausted.WithLabelValues(resource(a.Err), "upstream").Inc()
+		}
 		if a.Err.Retry {
 			child(&ser.retries, m.retries, up, outcome).Inc()
 		} else {
@@ -213,6 +222,14 @@ func reason(e *fault.Error) string {
 		return "http_" + strconv.Itoa(e.Status)
 	}
 	return e.Kind.String()
+}
+
+// resource names what sluice ran out of, for a label.
+func resource(err error) string {
+	if r := fault.Resource(err); r != "" {
+		return r
+	}
+	return "other"
 }
 
 // Done implements proxy.Observer.

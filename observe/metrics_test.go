@@ -1,9 +1,12 @@
 package observe
 
 import (
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,9 +26,11 @@ func TestMetricsCount(t *testing.T) {
 	s := &proxy.Session{Start: time.Now(), Status: 200}
 	failed := proxy.Attempt{Peer: peer, Reused: true, Err: &fault.Error{Kind: fault.ConnectionClosed, Source: fault.Upstream, Retry: true}}
 	ok := proxy.Attempt{Peer: peer, StaleResend: true}
+	short := proxy.Attempt{Peer: peer, Err: fault.FromIO(&net.OpError{Op: "dial", Err: os.NewSyscallError("socket", syscall.EMFILE)}, fault.PhaseConnect)}
 	s.Attempts = []proxy.Attempt{failed, ok}
 	m.Try(s, &s.Attempts[0])
 	m.Try(s, &s.Attempts[1])
+	m.Try(&proxy.Session{}, &short)
 	m.BudgetDenied(s, peer)
 	m.Done(s)
 	timeout := &fault.Error{Kind: fault.ClientTimeout, Source: fault.Downstream}
@@ -47,6 +52,8 @@ func TestMetricsCount(t *testing.T) {
 		`sluice_pool_idle_connections 0`,
 		`sluice_pool_closed_while_idle_total 0`,
 		`sluice_pool_untrusted_total 0`,
+		`sluice_local_exhaustion_total{op="upstream",resource="descriptors"} 1`,
+		`sluice_not_retried_total{reason="local_resources_exhausted",upstream="api"} 1`,
 		`sluice_upstream_server_healthy{server="127.0.0.1:1",upstream="api"} 0`,
 		`sluice_upstream_server_outstanding{server="127.0.0.1:1",upstream="api"} 2`,
 		`sluice_client_faults_total{kind="client_timeout",stage="head"} 2`,
