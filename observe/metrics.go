@@ -99,7 +99,8 @@ func New(p *pool.Pool) *Metrics {
 	m.exhausted = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_local_exhaustion_total",
 		Help: "Failures for want of a local resource (descriptors, memory, ports), by resource and op: " +
-			"upstream, a try that could not reach its upstream (answered 503, not retried, no server's fault).",
+			"upstream, a try that could not reach its upstream (answered 503, not retried, no server's fault); " +
+			"accept, a waiting client answered 503 at accept and closed, its request unread.",
 	}, []string{"resource", "op"})
 	m.reg.MustRegister(m.requests, m.duration, m.tries, m.retries, m.given, m.denied, m.stale, m.aborted, m.faults, m.exhausted)
 	if p != nil {
@@ -272,6 +273,13 @@ var _ proxy.ClientFaultObserver = (*Metrics)(nil)
 func (m *Metrics) BudgetDenied(s *proxy.Session, p *proxy.Peer) {
 	m.series(upstreamOf(p)).denied.Inc()
 }
+
+// Shed implements proxy.ShedObserver.
+func (m *Metrics) Shed(n int, err error) {
+	m.exhausted.WithLabelValues(resource(err), "accept").Add(float64(n))
+}
+
+var _ proxy.ShedObserver = (*Metrics)(nil)
 
 // poolCollector reports the pool's counters at scrape time.
 type poolCollector struct{ p *pool.Pool }

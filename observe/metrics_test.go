@@ -32,6 +32,7 @@ func TestMetricsCount(t *testing.T) {
 	m.Try(s, &s.Attempts[1])
 	m.Try(&proxy.Session{}, &short)
 	m.BudgetDenied(s, peer)
+	m.Shed(3, &net.OpError{Op: "accept", Err: os.NewSyscallError("accept4", syscall.EMFILE)})
 	m.Done(s)
 	timeout := &fault.Error{Kind: fault.ClientTimeout, Source: fault.Downstream}
 	m.ClientFault(proxy.InHead, timeout)
@@ -53,6 +54,7 @@ func TestMetricsCount(t *testing.T) {
 		`sluice_pool_closed_while_idle_total 0`,
 		`sluice_pool_untrusted_total 0`,
 		`sluice_local_exhaustion_total{op="upstream",resource="descriptors"} 1`,
+		`sluice_local_exhaustion_total{op="accept",resource="descriptors"} 3`,
 		`sluice_not_retried_total{reason="local_resources_exhausted",upstream="api"} 1`,
 		`sluice_upstream_server_healthy{server="127.0.0.1:1",upstream="api"} 0`,
 		`sluice_upstream_server_outstanding{server="127.0.0.1:1",upstream="api"} 2`,

@@ -10,8 +10,9 @@
 // (answers sluice writes itself, and the logs). Around them: handler.go
 // (the Handler, its hooks, peers), headers.go (hop-by-hop and forwarding
 // fields), buffers.go, wait_*.go (reading a socket without holding a
-// buffer), park_*.go (idle connections without a goroutine) and workers.go
-// (the goroutines that serve connections).
+// buffer), park_*.go (idle connections without a goroutine), workers.go
+// (the goroutines that serve connections) and shed*.go (clients answered
+// at accept when sluice is out of descriptors).
 package proxy
 
 import (
@@ -23,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/pool"
 )
 
@@ -109,7 +111,8 @@ type Forwarding struct {
 }
 
 // Observer is told what the proxy does, for metrics. Its methods are called
-// from connection goroutines concurrently and must not block.
+// from connection goroutines concurrently and must not block. It may also
+// be a ShedObserver.
 type Observer interface {
 	// Try is called after each try of a request.
 	Try(s *Session, a *Attempt)
@@ -227,6 +230,10 @@ func (srv *Server) Serve(ln net.Listener) error {
 		ln.Close()
 	}()
 
+	// A descriptor in reserve, to answer the clients that wait when there
+	// is no other (shed_linux.go).
+	spare := holdSpare()
+	defer spare.release()
 	var backoff time.Duration
 	for {
 		nc, err := ln.Accept()
@@ -234,18 +241,27 @@ func (srv *Server) Serve(ln net.Listener) error {
 			if srv.draining.Load() {
 				return ErrServerClosed
 			}
+			shed := 0
+			if fault.Resource(err) == "descriptors" {
+				shed = srv.shed(ln, spare, err) // the waiting clients get a 503
+			}
 			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTooManyFiles) {
-				// Out of file descriptors and the like: wait and go on,
-				// as net/http does.
+			if errors.As(err, &ne) && ne.Timeout() || fault.LocalExhaustion(err) {
+				// Out of descriptors or memory, and the like: wait and go
+				// on, as net/http does; soon if clients were waiting.
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				srv.ErrorLog.Warn("accept failed; retrying", "error", err, "delay", backoff)
+				if shed > 0 {
+					backoff = 5 * time.Millisecond
+				} else {
+					srv.logAcceptFailed(err, backoff)
+				}
 				time.Sleep(backoff)
 				continue
 			}
 			return err
 		}
 		backoff = 0
+		spare.hold() // again, if it was taken while released
 		c := newConn(srv, nc)
 		srv.mu.Lock()
 		if srv.draining.Load() {

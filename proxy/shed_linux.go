@@ -1,0 +1,124 @@
+package proxy
+
+import (
+	"net"
+	"syscall"
+)
+
+// spare is a descriptor an accept loop holds in reserve (/dev/null, read
+// only) for the moment the process has no other: accept(2) then fails
+// with EMFILE before it looks at the queue, and without a descriptor to
+// spare the clients waiting there get no answer at all, only their own
+// timeout, however long sluice stays short. With one, the loop closes it,
+// accepts each waiting client on the descriptor it frees, answers 503 and
+// closes, then opens the spare again (shed); the same descriptor serves
+// every client in turn. A descriptor is what accepting a client costs, so
+// one is the whole reserve. (libev's documentation describes the trick,
+// closing the clients unanswered; nginx and HAProxy pause accepting for a
+// moment and try again, as this loop did alone before.)
+//
+// Each Serve holds its own, used only by its goroutine. A loop whose spare
+// was taken (another goroutine dialed in the moment it was free) backs off
+// as before and opens it again after its next successful accept.
+type spare struct {
+	fd    int  // -1 when not held
+	never bool // /dev/null cannot be opened here (a chroot): no reserve
+}
+
+func holdSpare() *spare {
+	sp := &spare{fd: -1}
+	sp.hold()
+	return sp
+}
+
+// hold opens the spare descriptor if it is not held; it fails quietly.
+func (sp *spare) hold() {
+	if sp.fd >= 0 || sp.never {
+		return
+	}
+	fd, err := syscall.Open("/dev/null", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	switch {
+	case err == nil:
+		sp.fd = fd
+	case err != syscall.EMFILE && err != syscall.ENFILE && err != syscall.EINTR:
+		sp.never = true // not once per accepted connection
+	}
+}
+
+// release closes the spare descriptor if it is held.
+func (sp *spare) release() {
+	if sp.fd >= 0 {
+		syscall.Close(sp.fd)
+		sp.fd = -1
+	}
+}
+
+// shedMax bounds the clients one call of shed turns away, so that the
+// accept loop soon tries again to accept normally.
+const shedMax = 256
+
+// shed is the accept loop's answer to an accept that failed with err for
+// want of descriptors: with the spare descriptor released, it accepts the
+// clients waiting on ln one by one, answers each 503 (shedAnswer) and
+// closes it, and then holds the spare again. It returns how many it
+// answered: none when no spare was held, ln has no socket to reach, no
+// client was waiting, or another goroutine took the released descriptor
+// first. The accept loop still backs off after it (accept(2) takes a
+// descriptor before it looks at its queue, so an Accept would fail at
+// once), but briefly when clients were waiting.
+//
+// The accepts are raw accept4(2) calls on ln's descriptor, non-blocking: a
+// client turned away costs no poller registration, only a write, a read
+// and a close.
+func (srv *Server) shed(ln net.Listener, sp *spare, err error) int {
+	sc, ok := ln.(syscall.Conn)
+	if !ok || sp.fd < 0 {
+		return 0
+	}
+	rc, rerr := sc.SyscallConn()
+	if rerr != nil {
+		return 0
+	}
+	n := 0
+	var buf []byte
+	sp.release()
+	rc.Control(func(lfd uintptr) {
+		for n < shedMax {
+			fd, _, aerr := syscall.Accept4(int(lfd), syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC)
+			switch aerr {
+			case nil:
+			case syscall.ECONNABORTED, syscall.EINTR:
+				continue
+			default:
+				// EAGAIN: every waiting client was answered. EMFILE:
+				// the descriptor was taken elsewhere first.
+				return
+			}
+			if buf == nil {
+				buf = make([]byte, 4096)
+			}
+			answerShed(fd, buf)
+			n++
+		}
+	})
+	sp.hold()
+	if n > 0 {
+		srv.noteShed(n, err)
+	}
+	return n
+}
+
+// answerShed writes shedAnswer on the accepted socket fd and closes it.
+// The socket is new, so its buffer takes the answer whole. The request is
+// read first, up to 16 reads of buf (with TCP_DEFER_ACCEPT it has arrived
+// already), so that the close sends a FIN and not a reset, which could
+// destroy the answer before the client reads it.
+func answerShed(fd int, buf []byte) {
+	syscall.Write(fd, shedAnswer)
+	for range 16 {
+		if n, err := syscall.Read(fd, buf); n <= 0 || err != nil {
+			break
+		}
+	}
+	syscall.Close(fd)
+}
