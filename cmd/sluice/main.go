@@ -135,6 +135,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 	}
 	log := slog.New(config.Handler(stderr, cfg.Log.Format, config.Level(cfg.Log.Level)))
 	slog.SetDefault(log)
+	logDescriptorLimit(log, cfg)
 	gen, err := config.Build(cfg)
 	if err != nil {
 		log.Error("building the proxy", "error", err)
