@@ -81,7 +81,7 @@ type Server struct {
 	hooks      atomic.Pointer[hooks]
 	faultLines lineSampler // client-fault lines at info level
 
-	exhausted logLimit // the lines saying sluice ran out of descriptors or ports
+	exhausted logLimit // the lines of tries that found sluice out of descriptors or ports
 
 	mu          sync.Mutex
 	listeners   map[net.Listener]struct{}
@@ -231,9 +231,11 @@ func (srv *Server) Serve(ln net.Listener) error {
 	}()
 
 	// A descriptor in reserve, to answer the clients that wait when there
-	// is no other (shed_linux.go).
+	// is no other (shed_linux.go), and the limit on this loop's lines
+	// about running out.
 	spare := holdSpare()
 	defer spare.release()
+	var lines logLimit
 	var backoff time.Duration
 	for {
 		nc, err := ln.Accept()
@@ -243,7 +245,7 @@ func (srv *Server) Serve(ln net.Listener) error {
 			}
 			shed := 0
 			if fault.Resource(err) == "descriptors" {
-				shed = srv.shed(ln, spare, err) // the waiting clients get a 503
+				shed = srv.shed(ln, spare, err, &lines) // the waiting clients get a 503
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || fault.LocalExhaustion(err) {
@@ -253,7 +255,7 @@ func (srv *Server) Serve(ln net.Listener) error {
 				if shed > 0 {
 					backoff = 5 * time.Millisecond
 				} else {
-					srv.logAcceptFailed(err, backoff)
+					srv.logAcceptFailed(err, backoff, &lines)
 				}
 				time.Sleep(backoff)
 				continue

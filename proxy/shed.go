@@ -37,12 +37,12 @@ var shedAnswer = func() []byte {
 }()
 
 // noteShed tells the observer that n clients were turned away at accept,
-// and logs it within the limit of lines about running out of descriptors.
-func (srv *Server) noteShed(n int, err error) {
+// and logs it within the accept loop's limit of lines.
+func (srv *Server) noteShed(n int, err error, lines *logLimit) {
 	if o, ok := srv.Observer.(ShedObserver); ok {
 		o.Shed(n, err)
 	}
-	left, ok := srv.exhausted.allow(clock.Now())
+	left, ok := lines.allow(clock.Now())
 	if !ok {
 		return
 	}
@@ -55,12 +55,12 @@ func (srv *Server) noteShed(n int, err error) {
 }
 
 // logAcceptFailed logs an accept failure the accept loop waits out; a
-// failure for want of descriptors or memory goes through the limit of
-// lines about running out.
-func (srv *Server) logAcceptFailed(err error, delay time.Duration) {
+// failure for want of descriptors or memory goes through the loop's limit
+// of lines.
+func (srv *Server) logAcceptFailed(err error, delay time.Duration, lines *logLimit) {
 	attrs := []slog.Attr{slog.String("error", err.Error()), slog.Duration("delay", delay)}
 	if fault.LocalExhaustion(err) {
-		left, ok := srv.exhausted.allow(clock.Now())
+		left, ok := lines.allow(clock.Now())
 		if !ok {
 			return
 		}

@@ -60,7 +60,8 @@ const shedMax = 256
 // shed is the accept loop's answer to an accept that failed with err for
 // want of descriptors: with the spare descriptor released, it accepts the
 // clients waiting on ln one by one, answers each 503 (shedAnswer) and
-// closes it, and then holds the spare again. It returns how many it
+// closes it, and then holds the spare again; it logs them within lines.
+// It returns how many it
 // answered: none when no spare was held, ln has no socket to reach, no
 // client was waiting, or another goroutine took the released descriptor
 // first. The accept loop still backs off after it (accept(2) takes a
@@ -70,7 +71,7 @@ const shedMax = 256
 // The accepts are raw accept4(2) calls on ln's descriptor, non-blocking: a
 // client turned away costs no poller registration, only a write, a read
 // and a close.
-func (srv *Server) shed(ln net.Listener, sp *spare, err error) int {
+func (srv *Server) shed(ln net.Listener, sp *spare, err error, lines *logLimit) int {
 	sc, ok := ln.(syscall.Conn)
 	if !ok || sp.fd < 0 {
 		return 0
@@ -103,7 +104,7 @@ func (srv *Server) shed(ln net.Listener, sp *spare, err error) int {
 	})
 	sp.hold()
 	if n > 0 {
-		srv.noteShed(n, err)
+		srv.noteShed(n, err, lines)
 	}
 	return n
 }
