@@ -85,6 +85,11 @@ func Excludes(wrote int64, e *fault.Error) bool {
 // in words for the log. Hooks may change its answer either way; Enforce
 // then applies the hard limits, which they cannot lift.
 func (p *Policy) Allow(f *Facts) (bool, string) {
+	if f.Source == fault.Internally {
+		// Out of descriptors or ports: another server would fare no
+		// better, and retry.on has no name for it to be missing from.
+		return false, fmt.Sprintf("not retried: sluice itself failed (%s), not the upstream", condName(f.Err))
+	}
 	cond := condition(f.Err)
 	if cond == 0 || p.Conditions()&cond == 0 {
 		return false, fmt.Sprintf("not retried: %s is not in retry.on (%s)", condName(f.Err), p.Conditions())

@@ -59,6 +59,7 @@ func TestDecide(t *testing.T) {
 		{"no retry timeout", &Policy{Timeout: -1}, Facts{Method: "GET", Err: up(fault.ResponseTimeout), Wrote: 40, Try: 1, Elapsed: time.Hour, Replayable: true}, true, "idempotent"},
 		{"body truncated is never retried", keyed, Facts{Method: "GET", Err: up(fault.BodyTruncated), Wrote: 40, Try: 1, Replayable: true}, false, "body_truncated is not"},
 		{"client failed", keyed, Facts{Method: "GET", Err: fault.New(fault.ClientClosed, fault.Downstream, nil), Source: fault.Downstream, Wrote: 40, Try: 1, Replayable: true}, false, "client_closed is not in"},
+		{"sluice out of descriptors", keyed, Facts{Method: "GET", Err: fault.New(fault.Exhausted, fault.Internally, nil), Source: fault.Internally, Try: 1, Replayable: true}, false, "sluice itself failed (local_resources_exhausted), not the upstream"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
