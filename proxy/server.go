@@ -11,8 +11,8 @@
 // (the Handler, its hooks, peers), headers.go (hop-by-hop and forwarding
 // fields), buffers.go, wait_*.go (reading a socket without holding a
 // buffer), park_*.go (idle connections without a goroutine), workers.go
-// (the goroutines that serve connections) and shed*.go (clients answered
-// at accept when sluice is out of descriptors).
+// (the goroutines that serve connections), and accept.go and spare_*.go
+// (failed accepts; clients answered when sluice is out of descriptors).
 package proxy
 
 import (
@@ -24,7 +24,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/pool"
 )
 
@@ -230,40 +229,22 @@ func (srv *Server) Serve(ln net.Listener) error {
 		ln.Close()
 	}()
 
-	// A descriptor in reserve, to answer the clients that wait when there
-	// is no other (shed_linux.go), and the limit on this loop's lines
-	// about running out.
-	spare := holdSpare()
-	defer spare.release()
-	var lines logLimit
-	var backoff time.Duration
+	st := newAcceptState() // the back-off, and a descriptor in reserve (accept.go)
+	defer st.close()
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
 			if srv.draining.Load() {
 				return ErrServerClosed
 			}
-			shed := 0
-			if fault.Resource(err) == "descriptors" {
-				shed = srv.shed(ln, spare, err, &lines) // the waiting clients get a 503
+			wait, ok := srv.acceptFailed(ln, st, err)
+			if !ok {
+				return err
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || fault.LocalExhaustion(err) {
-				// Out of descriptors or memory, and the like: wait and go
-				// on, as net/http does; soon if clients were waiting.
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				if shed > 0 {
-					backoff = 5 * time.Millisecond
-				} else {
-					srv.logAcceptFailed(err, backoff, &lines)
-				}
-				time.Sleep(backoff)
-				continue
-			}
-			return err
+			time.Sleep(wait)
+			continue
 		}
-		backoff = 0
-		spare.hold() // again, if it was taken while released
+		st.accepted()
 		c := newConn(srv, nc)
 		srv.mu.Lock()
 		if srv.draining.Load() {

@@ -14,12 +14,12 @@ import (
 // closes, then opens the spare again (shed); the same descriptor serves
 // every client in turn. A descriptor is what accepting a client costs, so
 // one is the whole reserve. (libev's documentation describes the trick,
-// closing the clients unanswered; nginx and HAProxy pause accepting for a
-// moment and try again, as this loop did alone before.)
+// closing the clients unanswered.)
 //
-// Each Serve holds its own, used only by its goroutine. A loop whose spare
-// was taken (another goroutine dialed in the moment it was free) backs off
-// as before and opens it again after its next successful accept.
+// Each Serve holds its own, used only by its goroutine. Another goroutine
+// may take the descriptor in the moment it is free (a dial): the loop then
+// backs off, and takes one again at its next try or accept that finds one
+// free.
 type spare struct {
 	fd    int  // -1 when not held
 	never bool // /dev/null cannot be opened here (a chroot): no reserve
@@ -57,21 +57,19 @@ func (sp *spare) release() {
 // accept loop soon tries again to accept normally.
 const shedMax = 256
 
-// shed is the accept loop's answer to an accept that failed with err for
-// want of descriptors: with the spare descriptor released, it accepts the
-// clients waiting on ln one by one, answers each 503 (shedAnswer) and
-// closes it, and then holds the spare again; it logs them within lines.
-// It returns how many it
-// answered: none when no spare was held, ln has no socket to reach, no
-// client was waiting, or another goroutine took the released descriptor
-// first. The accept loop still backs off after it (accept(2) takes a
-// descriptor before it looks at its queue, so an Accept would fail at
-// once), but briefly when clients were waiting.
+// shed answers the clients waiting on ln when an accept failed with err
+// for want of descriptors: with the spare descriptor released, it accepts
+// them one by one, answers each 503 (shedAnswer) and closes it, and then
+// holds the spare again; it logs them within lines. It returns how many it
+// answered: none when no spare is held (it tries to take one first), ln
+// has no socket to reach, no client was waiting, or another goroutine took
+// the released descriptor first.
 //
 // The accepts are raw accept4(2) calls on ln's descriptor, non-blocking: a
 // client turned away costs no poller registration, only a write, a read
 // and a close.
 func (srv *Server) shed(ln net.Listener, sp *spare, err error, lines *logLimit) int {
+	sp.hold() // if it was taken while released, and one is free now
 	sc, ok := ln.(syscall.Conn)
 	if !ok || sp.fd < 0 {
 		return 0

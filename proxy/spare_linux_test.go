@@ -110,6 +110,70 @@ func TestShedAnswersWaitingClients(t *testing.T) {
 	}
 }
 
+// TestAcceptFailedWaitsThenSheds: out of descriptors, the accept loop
+// leaves a waiting client to wait for one until accepts have failed for
+// shedAfter, then answers it 503; it waits at most shedAfter between tries
+// meanwhile. Other shortages are waited out with the back-off up to a
+// second, and an error that is neither a shortage nor a timeout ends
+// Serve.
+func TestAcceptFailedWaitsThenSheds(t *testing.T) {
+	ln, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	obs := &shedCount{}
+	srv := &Server{ErrorLog: slog.New(slog.DiscardHandler), Observer: obs}
+	st := newAcceptState()
+	defer st.close()
+	emfile := &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(nc, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+
+	// The shortage has just begun: the client waits.
+	for range 8 {
+		if wait, ok := srv.acceptFailed(ln, st, emfile); !ok || wait > shedAfter {
+			t.Fatalf("acceptFailed = %v, %v; want a wait of at most %v", wait, ok, shedAfter)
+		}
+	}
+	if n := obs.count(); n != 0 {
+		t.Fatalf("%d clients answered at the start of a shortage", n)
+	}
+	// It has lasted: the client is answered, as soon as it has arrived.
+	st.short = st.short.Add(-shedAfter)
+	for deadline := time.Now().Add(10 * time.Second); obs.count() == 0 && time.Now().Before(deadline); {
+		srv.acceptFailed(ln, st, emfile)
+		time.Sleep(time.Millisecond)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(nc), &http.Request{Method: "GET"})
+	if err != nil || resp.StatusCode != 503 {
+		t.Fatalf("after %v short of descriptors: %v, %v; want a 503", shedAfter, resp, err)
+	}
+	// Accepting again ends the shortage.
+	st.accepted()
+	if !st.short.IsZero() || st.backoff != 0 {
+		t.Errorf("after an accept: short since %v, back-off %v", st.short, st.backoff)
+	}
+
+	var wait time.Duration
+	enomem := &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.ENOMEM)}
+	for range 10 {
+		wait, _ = srv.acceptFailed(ln, st, enomem)
+	}
+	if wait != time.Second {
+		t.Errorf("out of memory, the back-off reached %v; want 1s", wait)
+	}
+	if _, ok := srv.acceptFailed(ln, st, syscall.EINVAL); ok {
+		t.Error("EINVAL was waited out; want Serve to return it")
+	}
+}
+
 func errString(err error) string {
 	if err == nil {
 		return "<nil>"
@@ -135,7 +199,8 @@ func (l *shortListener) Accept() (net.Conn, error) {
 
 // TestServeShedsWhenOutOfDescriptors: the accept loop answers a client
 // waiting while accept fails for want of descriptors 503, with the spare
-// descriptor, and serves the next client once accept works again.
+// descriptor, once the shortage has lasted shedAfter, and serves the next
+// client once accept works again.
 func TestServeShedsWhenOutOfDescriptors(t *testing.T) {
 	up := upstreamtest.Start(t, upstreamtest.OK("fine"))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -153,13 +218,18 @@ func TestServeShedsWhenOutOfDescriptors(t *testing.T) {
 		t.Fatalf("while short: %d %q, Proxy-Status %q, close %v; want 503 proxy_internal_error and a close",
 			resp.StatusCode, body, resp.Header.Get("Proxy-Status"), resp.Close)
 	}
-	if status, body := hs.get(t, "/"); status != 200 || body != "fine" {
-		t.Fatalf("after: %d %q, want 200 from the upstream", status, body)
+	// The client reads its answer before the loop has counted it (and
+	// might answer the next client in the same round).
+	waitFor(t, "the client turned away to be counted", func() bool { return obs.count() > 0 })
+	if resp, body := hs.do(t, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"); resp.StatusCode != 200 || body != "fine" {
+		t.Fatalf("after: %d %q, Proxy-Status %q; want 200 from the upstream", resp.StatusCode, body, resp.Header.Get("Proxy-Status"))
 	}
 	if n := obs.count(); n != 1 {
 		t.Errorf("observer told of %d clients turned away, want 1", n)
 	}
-	if !strings.Contains(hs.errors.String(), "waiting clients answered 503 at accept") {
-		t.Errorf("no log line for the client turned away")
+	for _, line := range []string{"out of file descriptors; clients wait for one", "waiting clients answered 503 at accept"} {
+		if n := strings.Count(hs.errors.String(), line); n != 1 {
+			t.Errorf("%d lines %q, want 1", n, line)
+		}
 	}
 }
