@@ -27,10 +27,10 @@ type ShedObserver interface {
 // before the clients waiting are answered 503, and so about the longest a
 // client waits for a descriptor to come free while the shortage lasts.
 // A shortage shorter than that (a burst of slow requests) delays clients
-// and fails none. nginx stops accepting for 500 ms after such a failure,
-// HAProxy for 100 ms; both leave the clients to wait and time out if the
-// shortage lasts, which is what keep-alive clients holding their
-// descriptors make it do.
+// and fails none. nginx stops accepting for accept_mutex_delay (500 ms)
+// after such a failure and HAProxy pauses the listener; both leave the
+// clients to wait, and time out if the shortage lasts, which is what
+// keep-alive clients holding their descriptors make it do.
 const shedAfter = 100 * time.Millisecond
 
 // acceptState is one accept loop's: its back-off, its spare descriptor,

@@ -108,10 +108,11 @@ func (srv *Server) shed(ln net.Listener, sp *spare, err error, lines *logLimit) 
 }
 
 // answerShed writes shedAnswer on the accepted socket fd and closes it.
-// The socket is new, so its buffer takes the answer whole. The request is
-// read first, up to 16 reads of buf (with TCP_DEFER_ACCEPT it has arrived
-// already), so that the close sends a FIN and not a reset, which could
-// destroy the answer before the client reads it.
+// The socket is new, so its buffer takes the answer whole. What the client
+// sent is read before the close, up to 16 reads of buf (with
+// TCP_DEFER_ACCEPT its request has arrived already), so that the close
+// sends a FIN and not a reset, which could destroy the answer before the
+// client reads it.
 func answerShed(fd int, buf []byte) {
 	syscall.Write(fd, shedAnswer)
 	for range 16 {
