@@ -10,7 +10,6 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/sluice-proxy/sluice/fault"
@@ -18,8 +17,6 @@ import (
 	"github.com/sluice-proxy/sluice/internal/clock"
 	"github.com/sluice-proxy/sluice/pool"
 )
-
-var errTooManyFiles = syscall.EMFILE
 
 // conn is one client connection. Its goroutine reads a request, serves it,
 // and goes back for the next until the client or sluice ends the
