@@ -82,17 +82,17 @@ type Server struct {
 
 	exhausted logLimit // the lines of tries that found sluice out of descriptors or ports
 
-	mu          sync.Mutex
-	listeners   map[net.Listener]struct{}
-	conns       map[*conn]struct{}
-	draining    atomic.Bool // read on every request
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*conn]struct{}
+	draining  atomic.Bool // read on every request
 	// expired is set when Shutdown's context ended with requests still in
 	// flight; expire cancels the dials of their tries.
 	expired     atomic.Bool
 	expire      context.Context
 	cancelDials context.CancelFunc
-	parker      *parker     // holds idle client connections without goroutines; nil where unsupported
-	work        chan *conn  // hands a connection to an idle worker (workers.go)
+	parker      *parker    // holds idle client connections without goroutines; nil where unsupported
+	work        chan *conn // hands a connection to an idle worker (workers.go)
 	idleWorkers atomic.Int32
 	quit        chan struct{} // closed by Shutdown: idle workers end
 	ownPool     bool
