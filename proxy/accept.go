@@ -39,7 +39,7 @@ type acceptState struct {
 	backoff time.Duration
 	short   time.Time // when accepts began failing for want of descriptors; zero while they work
 	spare   *spare
-	lines   logLimit
+	lines   logSampler
 }
 
 func newAcceptState() *acceptState { return &acceptState{spare: holdSpare()} }
@@ -78,7 +78,7 @@ func (srv *Server) acceptFailed(ln net.Listener, st *acceptState, err error) (ti
 	now := clock.Now()
 	if st.short.IsZero() {
 		st.short = now
-		if left, ok := st.lines.allow(now); ok {
+		if ok, left, _ := st.lines.take(now); ok {
 			attrs := []slog.Attr{slog.String("error", err.Error())}
 			if left > 0 {
 				attrs = append(attrs, slog.Int("suppressed", left))
@@ -111,11 +111,11 @@ var shedAnswer = func() []byte {
 
 // noteShed tells the observer that n clients were turned away at accept,
 // and logs it within the accept loop's limit of lines.
-func (srv *Server) noteShed(n int, err error, lines *logLimit) {
+func (srv *Server) noteShed(n int, err error, lines *logSampler) {
 	if o, ok := srv.Observer.(ShedObserver); ok {
 		o.Shed(n, err)
 	}
-	left, ok := lines.allow(clock.Now())
+	ok, left, _ := lines.take(clock.Now())
 	if !ok {
 		return
 	}
@@ -129,10 +129,10 @@ func (srv *Server) noteShed(n int, err error, lines *logLimit) {
 
 // logAcceptFailed logs an accept failure the accept loop waits out; a
 // failure for want of memory goes through the loop's limit of lines.
-func (srv *Server) logAcceptFailed(err error, delay time.Duration, lines *logLimit) {
+func (srv *Server) logAcceptFailed(err error, delay time.Duration, lines *logSampler) {
 	attrs := []slog.Attr{slog.String("error", err.Error()), slog.Duration("delay", delay)}
 	if fault.LocalExhaustion(err) {
-		left, ok := lines.allow(clock.Now())
+		ok, left, _ := lines.take(clock.Now())
 		if !ok {
 			return
 		}

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sluice-proxy/sluice/fault"
@@ -147,7 +146,7 @@ func (s *Session) logTry(a *Attempt, final bool) {
 		// Out of descriptors or ports, every request fails alike: a few
 		// lines a second say so, each with the count of those left out
 		// before it (sluice_local_exhaustion_total counts them all).
-		left, ok := s.srv.exhausted.allow(clock.Now())
+		ok, left, _ := s.srv.exhausted.take(clock.Now())
 		if !ok {
 			return
 		}
@@ -157,40 +156,6 @@ func (s *Session) logTry(a *Attempt, final bool) {
 		}
 	}
 	s.logf(level, msg, a.Err, a)
-}
-
-// logLimit lets through at most logLimitPerSecond lines in each second and
-// counts the lines it holds back, so that a failure every request meets is
-// logged without a line per request. Its zero value is ready for use; it is
-// safe for concurrent use.
-type logLimit struct {
-	mu     sync.Mutex
-	second int64 // the second the lines in n were let through in
-	n      int
-	left   int // lines held back since the last one let through
-}
-
-// logLimitPerSecond is how many lines a logLimit lets through in a second.
-const logLimitPerSecond = 5
-
-// allow reports whether a line may be written at now and, when it may, how
-// many lines were held back since the last one that was. The count of the
-// last lines held back is written with the next line let through, whenever
-// that comes.
-func (l *logLimit) allow(now time.Time) (left int, ok bool) {
-	sec := now.Unix()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if sec != l.second {
-		l.second, l.n = sec, 0
-	}
-	if l.n >= logLimitPerSecond {
-		l.left++
-		return 0, false
-	}
-	l.n++
-	left, l.left = l.left, 0
-	return left, true
 }
 
 func (s *Session) logf(level slog.Level, msg string, e *fault.Error, a *Attempt, extra ...slog.Attr) {

@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/sluice-proxy/sluice/fault"
@@ -46,7 +45,7 @@ type ClientFaultObserver interface {
 // One client can cause a fault per connection, and many clients together
 // thousands a second (a slow-head attack, a broken load balancer), none of
 // which is sluice's or an upstream's trouble: with the error log at debug
-// level each gets a line at debug; otherwise at most clientFaultLines a
+// level each gets a line at debug; otherwise at most logLinesPerSecond a
 // second are written at info, each saying how many were left out since the
 // last one written (or, when no line follows within the second, in a line
 // of its own). The observer counts them all.
@@ -98,52 +97,4 @@ func (srv *Server) logLeftOut() {
 		srv.ErrorLog.LogAttrs(context.Background(), slog.LevelInfo, "client faults left out of the log",
 			slog.Int("left_out", n))
 	}
-}
-
-// clientFaultLines is how many client-fault lines a second the error log
-// gets at info level.
-const clientFaultLines = 5
-
-// lineSampler lets up to clientFaultLines lines through in each second and
-// counts the rest, to be told by the next line let through or, when none
-// comes within the second, by a line of their own (flush). Its zero value
-// is ready.
-type lineSampler struct {
-	mu      sync.Mutex
-	second  time.Time // when the current second began
-	lines   int       // let through in it
-	leftOut int       // left out since the last line let through
-	due     bool      // a flush is due at the end of the second
-}
-
-// take reports whether a line may be written now and, when it may, how
-// many were left out before it. When it leaves the first line of a second
-// out, report is how long until the caller should flush (0 otherwise).
-func (ls *lineSampler) take(now time.Time) (ok bool, leftOut int, report time.Duration) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if now.Sub(ls.second) >= time.Second {
-		ls.second, ls.lines = now, 0
-	}
-	if ls.lines >= clientFaultLines {
-		ls.leftOut++
-		if !ls.due {
-			ls.due = true
-			report = max(ls.second.Add(time.Second).Sub(now), time.Millisecond)
-		}
-		return false, 0, report
-	}
-	ls.lines++
-	leftOut, ls.leftOut = ls.leftOut, 0
-	return true, leftOut, 0
-}
-
-// flush returns the number of lines left out and not yet told, and
-// forgets them.
-func (ls *lineSampler) flush() int {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	n := ls.leftOut
-	ls.leftOut, ls.due = 0, false
-	return n
 }

@@ -123,10 +123,10 @@ func TestHeaderTimeoutsCountedLogSampled(t *testing.T) {
 	if lines+leftOut != n {
 		t.Fatalf("%d lines and %d left out, for %d faults:\n%s", lines, leftOut, n, log)
 	}
-	// clientFaultLines and a line telling what was left out, in each
+	// logLinesPerSecond and a line telling what was left out, in each
 	// second begun, as the sampler counts them.
 	all := strings.Count(log, "\n")
-	bound := (clientFaultLines + 1) * (int(math.Ceil(elapsed.Seconds())) + 1)
+	bound := (logLinesPerSecond + 1) * (int(math.Ceil(elapsed.Seconds())) + 1)
 	if lines == 0 || all > bound {
 		t.Fatalf("%d lines in %v for %d faults, want 1 to %d:\n%s", all, elapsed, n, bound, log)
 	}
@@ -165,12 +165,12 @@ func TestClientGoneMidBodyIsNoUpstreamFailure(t *testing.T) {
 	}
 }
 
-// The sampler lets clientFaultLines through per second and tells the next
+// The sampler lets logLinesPerSecond through per second and tells the next
 // line let through how many it left out.
-func TestLineSampler(t *testing.T) {
-	var ls lineSampler
+func TestLogSampler(t *testing.T) {
+	var ls logSampler
 	t0 := time.Unix(1000, 0)
-	for i := 0; i < clientFaultLines; i++ {
+	for i := 0; i < logLinesPerSecond; i++ {
 		if ok, left, _ := ls.take(t0); !ok || left != 0 {
 			t.Fatalf("line %d: %v, %d left out", i, ok, left)
 		}
@@ -194,7 +194,7 @@ func TestLineSampler(t *testing.T) {
 	if n := ls.flush(); n != 0 {
 		t.Fatalf("flush after a line told them: %d left out", n)
 	}
-	for i := 0; i < clientFaultLines+1; i++ { // one of the second's lines went above
+	for i := 0; i < logLinesPerSecond+1; i++ { // one of the second's lines went above
 		ls.take(t0.Add(time.Second))
 	}
 	if n := ls.flush(); n != 2 {

@@ -78,9 +78,9 @@ type Server struct {
 	Observer Observer
 
 	hooks      atomic.Pointer[hooks]
-	faultLines lineSampler // client-fault lines at info level
+	faultLines logSampler // client-fault lines at info level
 
-	exhausted logLimit // the lines of tries that found sluice out of descriptors or ports
+	exhausted logSampler // the lines of tries that found sluice out of descriptors or ports
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}

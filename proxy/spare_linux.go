@@ -68,7 +68,7 @@ const shedMax = 256
 // The accepts are raw accept4(2) calls on ln's descriptor, non-blocking: a
 // client turned away costs no poller registration, only a write, a read
 // and a close.
-func (srv *Server) shed(ln net.Listener, sp *spare, err error, lines *logLimit) int {
+func (srv *Server) shed(ln net.Listener, sp *spare, err error, lines *logSampler) int {
 	sp.hold() // if it was taken while released, and one is free now
 	sc, ok := ln.(syscall.Conn)
 	if !ok || sp.fd < 0 {

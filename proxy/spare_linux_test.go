@@ -55,7 +55,7 @@ func TestShedAnswersWaitingClients(t *testing.T) {
 
 	// Without a spare there is nothing to answer with: the accept loop
 	// backs off as before.
-	if n := srv.shed(ln, &spare{fd: -1}, syscall.EMFILE, &logLimit{}); n != 0 {
+	if n := srv.shed(ln, &spare{fd: -1}, syscall.EMFILE, &logSampler{}); n != 0 {
 		t.Fatalf("shed without a spare descriptor answered %d clients", n)
 	}
 
@@ -87,7 +87,7 @@ func TestShedAnswersWaitingClients(t *testing.T) {
 	// Each call answers the clients waiting then, as the accept loop's
 	// calls do after each accept that failed for want of descriptors.
 	shed := 0
-	var lines logLimit
+	var lines logSampler
 	for deadline := time.Now().Add(10 * time.Second); shed < clients && time.Now().Before(deadline); {
 		shed += srv.shed(ln, sp, syscall.EMFILE, &lines)
 		if sp.fd < 0 {
