@@ -146,8 +146,19 @@ func (s *Session) logTry(a *Attempt, final bool) {
 		// Out of descriptors or ports, every request fails alike: a few
 		// lines a second say so, each with the count of those left out
 		// before it (sluice_local_exhaustion_total counts them all).
-		ok, left, _ := s.srv.exhausted.take(clock.Now())
+		ok, left, report := s.srv.exhausted.take(clock.Now())
 		if !ok {
+			if report > 0 {
+				// If no line follows within the second, one says how
+				// many were left out.
+				srv := s.srv
+				time.AfterFunc(report, func() {
+					if n := srv.exhausted.flush(); n > 0 {
+						srv.ErrorLog.Error("upstream tries failed for want of descriptors or ports, left out of the log",
+							"suppressed", n)
+					}
+				})
+			}
 			return
 		}
 		if left > 0 {
