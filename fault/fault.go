@@ -53,6 +53,20 @@ const (
 	// Drained: the proxy's drain timeout passed while the request waited
 	// for its upstream (Source Internally): sluice shut down.
 	Drained
+	// TLSHandshake: the TLS handshake with the upstream failed: it closed
+	// or reset the connection during the handshake, answered with
+	// something that is not TLS, or broke the protocol.
+	TLSHandshake
+	// TLSAlert: the upstream refused the TLS handshake with an alert (no
+	// common version or cipher, a client certificate missing or refused).
+	// In TLS 1.3 the server judges the client's certificate after the
+	// client has finished its side of the handshake, so the refusal may
+	// come on the first read of a new connection, after the request was
+	// written; the server's TLS layer never passed it on (retry.Unsent).
+	TLSAlert
+	// TLSCertificate: the upstream's certificate did not verify (an
+	// unknown authority, a name it is not valid for, expired).
+	TLSCertificate
 )
 
 var kindNames = [...]string{
@@ -78,6 +92,9 @@ var kindNames = [...]string{
 	ClientTimeout:      "client_timeout",
 	Exhausted:          "local_resources_exhausted",
 	Drained:            "drain_timeout",
+	TLSHandshake:       "tls_handshake_error",
+	TLSAlert:           "tls_alert_received",
+	TLSCertificate:     "tls_certificate_error",
 }
 
 func (k Kind) String() string {
@@ -87,11 +104,19 @@ func (k Kind) String() string {
 	return fmt.Sprintf("kind(%d)", k)
 }
 
-// Connect reports whether k is a failure to establish the connection, after
-// which nothing of the request can have reached the upstream.
+// Connect reports whether k is a failure to establish the connection, TLS
+// included, after which nothing of the request can have reached the
+// upstream's HTTP server.
 func (k Kind) Connect() bool {
-	return k == ConnectRefused || k == ConnectTimeout || k == ConnectUnreachable || k == DNS
+	switch k {
+	case ConnectRefused, ConnectTimeout, ConnectUnreachable, DNS, TLSHandshake, TLSAlert, TLSCertificate:
+		return true
+	}
+	return false
 }
+
+// TLS reports whether k is a failure of the TLS handshake.
+func (k Kind) TLS() bool { return k == TLSHandshake || k == TLSAlert || k == TLSCertificate }
 
 // Timeout reports whether k is one of the upstream timeouts.
 func (k Kind) Timeout() bool {
@@ -231,6 +256,12 @@ func (e *Error) ProxyStatus() string {
 		return "http_request_error"
 	case UpstreamStatus:
 		return "proxy_internal_response"
+	case TLSHandshake:
+		return "tls_protocol_error"
+	case TLSAlert:
+		return "tls_alert_received"
+	case TLSCertificate:
+		return "tls_certificate_error"
 	}
 	return "proxy_internal_error"
 }
@@ -241,6 +272,10 @@ type Phase uint8
 
 const (
 	PhaseConnect Phase = iota
+	// PhaseHandshake is the TLS handshake, after the TCP connect: its
+	// failures are connect failures (TLSHandshake, TLSAlert,
+	// TLSCertificate; a timeout is ConnectTimeout).
+	PhaseHandshake
 	PhaseWrite
 	PhaseReadHead
 	PhaseReadBody
@@ -288,6 +323,9 @@ func Resource(err error) string {
 
 func classify(err error, phase Phase) Kind {
 	var dnsErr *net.DNSError
+	if phase == PhaseHandshake {
+		return classifyHandshake(err)
+	}
 	switch {
 	case LocalExhaustion(err):
 		return Exhausted
@@ -308,6 +346,15 @@ func classify(err error, phase Phase) Kind {
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
 		return ConnectUnreachable
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNABORTED):
+		return ConnectionReset
+	case isAlert(err):
+		// A TLS alert after the handshake. One that refuses a handshake,
+		// read where the response head was awaited, is TLS 1.3's late
+		// verdict on the client's certificate (see TLSAlert); any other
+		// aborts the connection as a reset does.
+		if a, _ := Alert(err); phase == PhaseReadHead && refusesHandshake(a) {
+			return TLSAlert
+		}
 		return ConnectionReset
 	case errors.Is(err, h1.ErrTruncated):
 		if phase == PhaseReadBody {
