@@ -63,20 +63,43 @@ func Stale(reused bool, read int64, e *fault.Error) bool {
 }
 
 // Excludes reports whether a failed try rules its server out for the rest
-// of the request: it timed out after the request, or part of it, was sent.
-// The server may still be working on it, and the same server never gets the
-// same request twice because it was slow: the request goes to another
-// server or the timeout is the answer. A connect timeout sent nothing and
-// excludes nothing.
+// of the request. It does when the try timed out after the request, or
+// part of it, was sent: the server may still be working on it, and the
+// same server never gets the same request twice because it was slow; the
+// request goes to another server or the timeout is the answer. A connect
+// timeout sent nothing and excludes nothing. It does too when the server's
+// certificate did not verify (fault.TLSCertificate) or the server refused
+// the TLS handshake (fault.TLSAlert): nothing was sent, but another try on
+// that server would meet the same verdict, so the request goes to another
+// server as after any connect failure, or the failure is the answer.
 func Excludes(wrote int64, e *fault.Error) bool {
-	if wrote == 0 || e == nil || e.Source != fault.Upstream {
+	if e == nil || e.Source != fault.Upstream {
 		return false
 	}
 	switch e.Kind {
 	case fault.ResponseTimeout, fault.WriteTimeout, fault.ReadTimeout:
+		return wrote > 0
+	case fault.TLSCertificate, fault.TLSAlert:
 		return true
 	}
 	return false
+}
+
+// Unsent reports whether nothing of the request can have reached the
+// upstream's HTTP server: nothing of it was written, or the server's TLS
+// layer refused the connection before passing anything on. The second is
+// TLS 1.3's: the server judges the client's certificate after the client
+// has finished its handshake and may have written the request, and refuses
+// with an alert (fault.TLSAlert) that the client reads first, on a new
+// connection, before any response byte. A server sends such an alert only
+// to refuse a handshake, and never hands the application data behind a
+// refused handshake to its application.
+func (f *Facts) Unsent() bool {
+	if f.Wrote == 0 {
+		return true
+	}
+	e := f.Err
+	return e != nil && e.Source == fault.Upstream && e.Kind == fault.TLSAlert && !f.Reused && f.Read == 0
 }
 
 // Allow is the policy stage of the decision after a failed try: is the
@@ -94,7 +117,7 @@ func (p *Policy) Allow(f *Facts) (bool, string) {
 	if cond == 0 || p.Conditions()&cond == 0 {
 		return false, fmt.Sprintf("not retried: %s is not in retry.on (%s)", condName(f.Err), p.Conditions())
 	}
-	wrote := f.Wrote > 0
+	wrote := !f.Unsent()
 	if wrote && !Idempotent(f.Method) {
 		switch p.Mode() {
 		case Never:
@@ -106,8 +129,10 @@ func (p *Policy) Allow(f *Facts) (bool, string) {
 		}
 	}
 	switch {
-	case !wrote:
+	case f.Wrote == 0:
 		return true, "retrying: nothing of the request reached the upstream"
+	case !wrote:
+		return true, "retrying: the upstream refused the TLS handshake; the request it was sent with never reached the server"
 	case !Idempotent(f.Method) && f.Keyed:
 		return true, fmt.Sprintf("retrying: %s carries %s", f.Method, p.Header())
 	case !Idempotent(f.Method):
@@ -199,6 +224,7 @@ func condition(e *fault.Error) Condition {
 	}
 	switch e.Kind {
 	case fault.ConnectRefused, fault.ConnectUnreachable, fault.DNS,
+		fault.TLSHandshake, fault.TLSAlert, fault.TLSCertificate,
 		fault.ConnectionClosed, fault.ConnectionReset, fault.WriteError:
 		return OnError
 	case fault.ConnectTimeout, fault.ResponseTimeout, fault.WriteTimeout:

@@ -59,6 +59,12 @@ func TestDecide(t *testing.T) {
 		{"no retry timeout", &Policy{Timeout: -1}, Facts{Method: "GET", Err: up(fault.ResponseTimeout), Wrote: 40, Try: 1, Elapsed: time.Hour, Replayable: true}, true, "idempotent"},
 		{"body truncated is never retried", keyed, Facts{Method: "GET", Err: up(fault.BodyTruncated), Wrote: 40, Try: 1, Replayable: true}, false, "body_truncated is not"},
 		{"client failed", keyed, Facts{Method: "GET", Err: fault.New(fault.ClientClosed, fault.Downstream, nil), Source: fault.Downstream, Wrote: 40, Try: 1, Replayable: true}, false, "client_closed is not in"},
+		{"certificate error, POST", keyed, Facts{Method: "POST", Err: up(fault.TLSCertificate), Try: 1, Replayable: true}, true, "nothing of the request"},
+		{"handshake failed, POST", never, Facts{Method: "POST", Err: up(fault.TLSHandshake), Try: 1, Replayable: true}, true, "nothing of the request"},
+		{"handshake refused late, POST", never, Facts{Method: "POST", Err: up(fault.TLSAlert), Wrote: 60, Try: 1, Replayable: true}, true, "refused the TLS handshake"},
+		{"alert on a reused connection, POST", keyed, Facts{Method: "POST", Err: up(fault.TLSAlert), Reused: true, Wrote: 60, Try: 1, Replayable: true}, false, "POST without Idempotency-Key"},
+		{"alert after response bytes, POST", keyed, Facts{Method: "POST", Err: up(fault.TLSAlert), Wrote: 60, Read: 10, Try: 1, Replayable: true}, false, "POST without Idempotency-Key"},
+		{"TLS failure, retries off", &Policy{On: OnTimeout}, Facts{Method: "GET", Err: up(fault.TLSCertificate), Try: 1, Replayable: true}, false, "error is not in retry.on"},
 		{"sluice out of descriptors", keyed, Facts{Method: "GET", Err: fault.New(fault.Exhausted, fault.Internally, nil), Source: fault.Internally, Try: 1, Replayable: true}, false, "sluice itself failed (local_resources_exhausted), not the upstream"},
 	}
 	for _, tt := range tests {
@@ -156,6 +162,10 @@ func TestStaleAndExcludes(t *testing.T) {
 		{"write timeout before a byte", true, 0, 0, up(fault.WriteTimeout), false, false},
 		{"connect timeout", false, 0, 0, up(fault.ConnectTimeout), false, false},
 		{"503", true, 40, 100, status(503), false, false},
+		{"certificate did not verify", false, 0, 0, up(fault.TLSCertificate), false, true},
+		{"handshake refused with an alert", false, 0, 0, up(fault.TLSAlert), false, true},
+		{"TLS 1.3 refusal after the request was written", false, 60, 0, up(fault.TLSAlert), false, true},
+		{"handshake reset", false, 0, 0, up(fault.TLSHandshake), false, false},
 	}
 	for _, tt := range tests {
 		f := Facts{Reused: tt.reused, Wrote: tt.wrote, Read: tt.read, Err: tt.err}
