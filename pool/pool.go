@@ -9,6 +9,7 @@
 package pool
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"strconv"
@@ -138,7 +139,12 @@ type Conn struct {
 	gprev, gnext *Conn
 	id           uint64  // the watcher's name for it, from its first Put
 	sv           *server // what the pool knows of its server, from its first Put
-	sys          sysConn
+	sys          sysConn // the socket: the TCP connection's, under TLS too
+
+	// A TLS connection's layers: tls is Conn, and tr the TCP connection
+	// under it. Both are nil for a plain TCP connection.
+	tls *tls.Conn
+	tr  *transport
 }
 
 // NewConn wraps a freshly dialed connection.
@@ -149,6 +155,25 @@ func NewConn(c net.Conn, key string, limits *Limits, now time.Time) *Conn {
 	return pc
 }
 
+// Close closes the connection. A TLS connection first sends its peer a
+// close_notify if the socket has room for it now; Close never waits for
+// the peer.
+func (c *Conn) Close() error {
+	if c.tr != nil {
+		c.tr.closing.Store(true)
+	}
+	return c.Conn.Close()
+}
+
+// alive reports whether an idle connection can still carry a request (see
+// sysConn.alive, and tlsAlive for a TLS connection).
+func (c *Conn) alive() bool {
+	if c.tr != nil {
+		return c.tlsAlive()
+	}
+	return c.sys.alive()
+}
+
 // discard closes an idle connection the pool no longer wants, with a reset
 // rather than a FIN, so that the pool's own closes leave no TIME_WAIT
 // behind: sluice may open and retire many upstream connections (requests
@@ -156,7 +181,11 @@ func NewConn(c net.Conn, key string, limits *Limits, now time.Time) *Conn {
 // TIME_WAIT runs out of local ports. Nothing is in flight on an idle
 // connection, so the reset loses nothing.
 func (c *Conn) discard() {
-	if tc, ok := c.Conn.(*net.TCPConn); ok {
+	raw := c.Conn
+	if c.tr != nil {
+		raw = c.tr.Conn
+	}
+	if tc, ok := raw.(*net.TCPConn); ok {
 		tc.SetLinger(0)
 	}
 	c.Close()
@@ -321,7 +350,7 @@ func (p *Pool) Get(key string, once *Once) *Conn {
 		}
 		p.remove(c)
 		p.mu.Unlock()
-		if c.sys.alive() {
+		if c.alive() {
 			p.hits.Add(1)
 			return c
 		}

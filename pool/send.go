@@ -22,10 +22,18 @@ import (
 // one, is skipped. It waits for the poller's report instead, which is safe
 // because the report is armed before the request leaves: no answer can
 // come in between unseen.
+//
+// Over TLS, Send is Write: the request must go through the TLS layer to be
+// encrypted, and the wait without a read would end at the first TLS record
+// to arrive, which may be a session ticket rather than the answer.
 func (c *Conn) Send(req []byte, writeTimeout time.Duration) (int, error) {
-	n, tried, err := c.sys.send(req)
-	if tried && (err != nil || n == len(req)) {
-		return n, err
+	var n int
+	if c.tr == nil {
+		m, tried, err := c.sys.send(req)
+		if tried && (err != nil || m == len(req)) {
+			return m, err
+		}
+		n = m
 	}
 	// The socket took part of it, or cannot be written to directly: the
 	// rest waits for room.
@@ -46,7 +54,14 @@ var ErrNothingYet = errors.New("pool: nothing to read yet")
 // read the poller refuses (expired deadline, closed connection), which an
 // ordinary Read then reports; a reset or an end of stream comes back as
 // Read's would. On a connection that is not a socket it reads nothing.
-func (c *Conn) Now() io.Reader { return nowReader{c} }
+// Over TLS it reads the plaintext of what the TLS layer and the socket
+// hold, at most one record's, and never waits either.
+func (c *Conn) Now() io.Reader {
+	if c.tr != nil {
+		return tlsNow{c}
+	}
+	return nowReader{c}
+}
 
 type nowReader struct{ c *Conn }
 

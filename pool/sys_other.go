@@ -16,3 +16,11 @@ func (s *sysConn) send(req []byte) (int, bool, error) { return 0, false, nil }
 
 // readNow cannot read without waiting here.
 func (s *sysConn) readNow([]byte) (int, error) { return 0, ErrNothingYet }
+
+// readIdle cannot either: an idle TLS connection's check finds nothing,
+// as alive does.
+func (s *sysConn) readIdle([]byte) (int, error) { return 0, errWouldBlock }
+
+// writeIdle writes p the ordinary way, waiting as crypto/tls lets it for
+// a close_notify (up to 5 s).
+func (s *sysConn) writeIdle(p []byte, c net.Conn) (int, error) { return c.Write(p) }

@@ -29,11 +29,12 @@ type sysConn struct {
 	sent          bool
 	write         func(fd uintptr) bool
 
-	// readNow's state
+	// readNow's and readIdle's state
 	in    []byte
 	got   int
 	rerr  error
 	read1 func(fd uintptr) bool
+	idle1 func(fd uintptr)
 }
 
 func (s *sysConn) init(c net.Conn) {
@@ -71,19 +72,68 @@ func (s *sysConn) init(c net.Conn) {
 		}
 	}
 	s.read1 = func(fd uintptr) bool {
-		n, err := syscall.Read(int(fd), s.in)
-		switch {
-		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK || err == syscall.EINTR:
-			s.got, s.rerr = 0, ErrNothingYet
-		case err != nil:
-			s.got, s.rerr = 0, &net.OpError{Op: "read", Net: "tcp", Source: s.local, Addr: s.remote, Err: os.NewSyscallError("read", err)}
-		case n == 0:
-			s.got, s.rerr = 0, io.EOF
-		default:
-			s.got, s.rerr = n, nil
-		}
+		s.readOnce(fd, ErrNothingYet)
 		return true
 	}
+	s.idle1 = func(fd uintptr) { s.readOnce(fd, errWouldBlock) }
+}
+
+// readOnce makes one read(2) into s.in; none is reported as nothing.
+func (s *sysConn) readOnce(fd uintptr, nothing error) {
+	n, err := syscall.Read(int(fd), s.in)
+	switch {
+	case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK || err == syscall.EINTR:
+		s.got, s.rerr = 0, nothing
+	case err != nil:
+		s.got, s.rerr = 0, &net.OpError{Op: "read", Net: "tcp", Source: s.local, Addr: s.remote, Err: os.NewSyscallError("read", err)}
+	case n == 0:
+		s.got, s.rerr = 0, io.EOF
+	default:
+		s.got, s.rerr = n, nil
+	}
+}
+
+// readIdle makes one read(2) into p and does not wait, whatever deadline
+// the connection has (a read deadline left from its last response may have
+// passed while it idled): through Control, as alive peeks. It is the
+// TLS layer's read while the pool checks an idle TLS connection, and
+// reports an empty socket, or a connection that is not a socket, as
+// errWouldBlock.
+func (s *sysConn) readIdle(p []byte) (int, error) {
+	if s.rc == nil {
+		return 0, errWouldBlock
+	}
+	s.in, s.got, s.rerr = p, 0, errWouldBlock
+	if err := s.rc.Control(s.idle1); err != nil {
+		s.in = nil
+		return 0, err
+	}
+	s.in = nil
+	return s.got, s.rerr
+}
+
+// writeIdle writes p with one write(2) that does not wait, whatever
+// deadline the connection has, for the close_notify of a TLS connection
+// being closed; on a connection that is not a socket it writes to c.
+func (s *sysConn) writeIdle(p []byte, c net.Conn) (int, error) {
+	if s.rc == nil {
+		return c.Write(p)
+	}
+	var n int
+	var werr error
+	err := s.rc.Control(func(fd uintptr) {
+		n, werr = syscall.Write(int(fd), p)
+	})
+	if err == nil {
+		err = werr
+	}
+	if n < 0 {
+		n = 0
+	}
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
+	}
+	return n, err
 }
 
 // readNow makes one read(2) into p and does not wait. When the poller
