@@ -2,6 +2,7 @@ package upstreamtest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -60,9 +61,11 @@ const (
 // safe for concurrent use; write errors are ignored because misbehaving
 // upstreams are the point and the peer may well be gone.
 type Conn struct {
-	s  *Server
-	nc net.Conn
-	n  int
+	s   *Server
+	nc  net.Conn  // what requests are read from and responses written to
+	raw net.Conn  // the TCP connection: nc, or the one under its TLS
+	tls *tls.Conn // nil on a plain TCP server
+	n   int
 
 	mu       sync.Mutex
 	state    connState
@@ -125,10 +128,11 @@ func (c *Conn) Respond(code int, body string, header ...Field) {
 	c.WriteString(b.String())
 }
 
-// Close closes the connection normally: it sends FIN at once, and the server
-// then discards whatever the peer still sends until the peer closes too (or
-// the server is closed), so that unread input never turns the FIN into an
-// RST. It does nothing once the connection is closed, reset or silenced.
+// Close closes the connection normally: it sends FIN at once (a TLS
+// connection's close_notify first), and the server then discards whatever
+// the peer still sends until the peer closes too (or the server is closed),
+// so that unread input never turns the FIN into an RST. It does nothing once
+// the connection is closed, reset or silenced.
 func (c *Conn) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -136,11 +140,41 @@ func (c *Conn) Close() {
 		return
 	}
 	c.state = stateClosed
-	if tc, ok := c.nc.(*net.TCPConn); ok {
+	if c.tls != nil {
+		c.tls.CloseWrite()
+	}
+	if tc, ok := c.raw.(*net.TCPConn); ok {
 		tc.CloseWrite()
 	} else {
-		c.nc.Close()
+		c.raw.Close()
 	}
+}
+
+// CloseNotify, on a TLS connection, sends a close_notify alert and nothing
+// else: the TCP connection stays open, without a FIN, and the server
+// discards what the peer still sends, as after Close. On a plain TCP
+// connection it is Close.
+func (c *Conn) CloseNotify() {
+	if c.tls == nil {
+		c.Close()
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != stateOpen {
+		return
+	}
+	c.state = stateClosed
+	c.tls.CloseWrite()
+}
+
+// TLS returns the state of the connection's TLS handshake, complete when a
+// handler runs; ok is false on a plain TCP server.
+func (c *Conn) TLS() (state tls.ConnectionState, ok bool) {
+	if c.tls == nil {
+		return tls.ConnectionState{}, false
+	}
+	return c.tls.ConnectionState(), true
 }
 
 // Reset aborts the connection: it sets SO_LINGER to 0 and closes, so the
@@ -153,10 +187,10 @@ func (c *Conn) Reset() {
 		return
 	}
 	c.state = stateReset
-	if tc, ok := c.nc.(*net.TCPConn); ok {
+	if tc, ok := c.raw.(*net.TCPConn); ok {
 		tc.SetLinger(0)
 	}
-	c.nc.Close()
+	c.raw.Close()
 }
 
 // Silence makes the connection stop: once the handler returns, the server

@@ -1,9 +1,9 @@
 // Package upstreamtest provides scriptable HTTP/1.1 upstreams for tests of
 // the proxy.
 //
-// A Server is a raw TCP server on 127.0.0.1 that reads requests with its own
-// small parser, deliberately independent of the proxy's, so that the two
-// cross-check each other. It records every request it reads, byte for byte,
+// A Server is a raw TCP server on 127.0.0.1 (StartTLS: TLS over it) that
+// reads requests with its own small parser, deliberately independent of the
+// proxy's, so that the two cross-check each other. It records every request it reads, byte for byte,
 // with the connection and the position on that connection it arrived at, and
 // answers (or misbehaves) as its handler says: answer the first request of a
 // connection and drop the second, reset, stay silent, send a garbage status
@@ -16,6 +16,7 @@
 package upstreamtest
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -30,9 +31,10 @@ import (
 // concurrent use. It must be closed, which Start and StartStreaming arrange
 // with t.Cleanup.
 type Server struct {
-	t  testing.TB
-	ln net.Listener
-	h  StreamHandler
+	t   testing.TB
+	ln  net.Listener
+	h   StreamHandler
+	tls *tls.Config // nil: plain TCP
 
 	wg        sync.WaitGroup // the accept loop and one per connection
 	done      chan struct{}  // closed by Close
@@ -61,6 +63,20 @@ func Start(t testing.TB, h Handler) *Server {
 // answers every request with an empty 200.
 func StartStreaming(t testing.TB, h StreamHandler) *Server {
 	t.Helper()
+	return start(t, h, nil)
+}
+
+// StartTLS is Start for a server that speaks TLS, configured by cfg, on
+// every connection it accepts (the handshake runs as the first request is
+// read; a connection whose handshake fails is closed). Conn.TLS tells a
+// handler how the handshake went.
+func StartTLS(t testing.TB, cfg *tls.Config, h Handler) *Server {
+	t.Helper()
+	return start(t, h.stream(), cfg)
+}
+
+func start(t testing.TB, h StreamHandler, cfg *tls.Config) *Server {
+	t.Helper()
 	if h == nil {
 		h = OK("").stream()
 	}
@@ -72,6 +88,7 @@ func StartStreaming(t testing.TB, h StreamHandler) *Server {
 		t:     t,
 		ln:    ln,
 		h:     h,
+		tls:   cfg,
 		done:  make(chan struct{}),
 		conns: make(map[*Conn]struct{}),
 		grew:  make(chan struct{}),
@@ -109,7 +126,7 @@ func (s *Server) Close() {
 		close(s.done)
 		s.ln.Close()
 		for c := range s.conns {
-			c.nc.Close()
+			c.raw.Close()
 		}
 		s.mu.Unlock()
 	})
@@ -197,7 +214,11 @@ func (s *Server) accept() {
 			return
 		}
 		s.accepts++
-		c := &Conn{s: s, nc: nc, n: s.accepts}
+		c := &Conn{s: s, nc: nc, raw: nc, n: s.accepts}
+		if s.tls != nil {
+			c.tls = tls.Server(nc, s.tls)
+			c.nc = c.tls
+		}
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()

@@ -2,6 +2,7 @@ package upstreamtest_test
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-proxy/sluice/internal/testcert"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 )
 
@@ -477,5 +479,47 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 			t.Fatalf("%d goroutines before, %d after Close:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestStartTLS: a TLS server answers through TLS, tells the handler the
+// name the client asked for, and its CloseNotify sends a close_notify
+// without a FIN, its Close both.
+func TestStartTLS(t *testing.T) {
+	ca := testcert.NewCA(t, "upstreamtest CA")
+	cfg := &tls.Config{Certificates: []tls.Certificate{ca.Server(t, "up.test")}}
+	s := upstreamtest.StartTLS(t, cfg, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+		st, ok := c.TLS()
+		c.Respond(200, fmt.Sprintf("%v %s", ok, st.ServerName))
+		switch r.Target {
+		case "/notify":
+			c.CloseNotify()
+		case "/close":
+			c.Close()
+		}
+	})
+	for _, path := range []string{"/notify", "/close"} {
+		nc, _ := dial(t, s.Addr())
+		tc := tls.Client(nc, &tls.Config{RootCAs: ca.Pool(), ServerName: "up.test"})
+		br := bufio.NewReader(tc)
+		send(t, tc, "GET "+path+" HTTP/1.1\r\nHost: a\r\n\r\n")
+		resp, err := readResponse(br)
+		if err != nil || resp.body != "true up.test" {
+			t.Fatalf("%s: %+v, %v", path, resp, err)
+		}
+		if _, err := br.ReadByte(); err != io.EOF {
+			t.Fatalf("%s: after the response, %v; want a close_notify (io.EOF)", path, err)
+		}
+		// Behind the close_notify, a FIN only after Close. (No FIN
+		// within 100 ms stands for none after CloseNotify.)
+		wait := 100 * time.Millisecond
+		if path == "/close" {
+			wait = 5 * time.Second
+		}
+		nc.SetReadDeadline(time.Now().Add(wait))
+		_, err = nc.Read(make([]byte, 1))
+		if fin := err == io.EOF; fin != (path == "/close") {
+			t.Fatalf("%s: the TCP connection then read %v", path, err)
+		}
 	}
 }
