@@ -32,12 +32,13 @@ func (e *NoServerError) Is(target error) bool { return target == ErrNoServer }
 
 // ErrAllExcluded is the error Pick returns when every server of the group
 // is one the request must not go to again (Tries.Excluded).
-var ErrAllExcluded = errors.New("every server already timed out on this request")
+var ErrAllExcluded = errors.New("every server is ruled out for this request")
 
 // Tries reports what the request being served has been through: the
 // servers it already tried and failed on, and those it must not go to again
 // (it timed out there after it was sent, and the server may still be working
-// on it). The proxy's session implements it.
+// on it; or the server's TLS certificate did not verify). The proxy's
+// session implements it.
 type Tries interface {
 	Tried(addr string) bool
 	Excluded(addr string) bool
