@@ -236,6 +236,18 @@ func (s *Server) serve(c *Conn) {
 	defer s.wg.Done()
 	defer s.forget(c)
 
+	if c.tls != nil {
+		c.raw.SetDeadline(time.Now().Add(10 * time.Second))
+		err := c.tls.Handshake()
+		c.raw.SetDeadline(time.Time{})
+		if err != nil {
+			// The alert that refused the handshake is sent; reading what
+			// the peer still sends until it goes keeps the close from
+			// turning into a reset that could overtake the alert.
+			io.Copy(io.Discard, c.raw)
+			return
+		}
+	}
 	br := bufio.NewReaderSize(c.nc, 64<<10)
 	for {
 		if !c.awaitRequest(br) {

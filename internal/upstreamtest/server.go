@@ -67,8 +67,9 @@ func StartStreaming(t testing.TB, h StreamHandler) *Server {
 }
 
 // StartTLS is Start for a server that speaks TLS, configured by cfg, on
-// every connection it accepts (the handshake runs as the first request is
-// read; a connection whose handshake fails is closed). Conn.TLS tells a
+// every connection it accepts. When a handshake fails, the server reads and
+// discards what the peer sends until it closes, so that the alert refusing
+// the handshake reaches the peer rather than a reset. Conn.TLS tells a
 // handler how the handshake went.
 func StartTLS(t testing.TB, cfg *tls.Config, h Handler) *Server {
 	t.Helper()
