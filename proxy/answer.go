@@ -109,6 +109,10 @@ func (s *Session) errorResponse(e *fault.Error) *Response {
 	var ps strings.Builder
 	ps.WriteString("sluice; error=")
 	ps.WriteString(e.ProxyStatus())
+	if p := e.ProxyStatusParams(); p != "" {
+		ps.WriteString("; ")
+		ps.WriteString(p)
+	}
 	if n := len(s.Attempts); n > 0 {
 		ps.WriteString(`; details="`)
 		ps.WriteString(strconv.Itoa(n))

@@ -83,18 +83,25 @@ func (s *Session) countWrote(a *Attempt) {
 // connect takes a pooled connection to peer or dials one, into s.up. Which
 // pooled connections the try may take is the retry policy's rule
 // (retry.Policy.Reuse); which of them are safe for a request that must be
-// sent at most once is the pool's (pool.Limits.Once).
+// sent at most once is the pool's (pool.Limits.Once). Over TLS, a new
+// connection is handshaken within the connect timeout.
 func (s *Session) connect(peer *Peer, pol *retry.Policy, a *Attempt) bool {
 	opts := peer.Options
 	now := a.Start
 	limits := opts.limits()
+	key := peer.Addr
+	var tlsState *peerTLS
+	if t := opts.tlsOptions(); t != nil {
+		tlsState = peer.tlsState(t)
+		key = tlsState.key
+	}
 	if limits.MaxIdle > 0 {
 		var pc *pool.Conn
 		switch pol.Reuse(s.Request.Method(), s.Request.Header.Has(pol.Header()), a.StaleResend) {
 		case retry.ReuseAny:
-			pc = s.srv.Pool.Get(peer.Addr, nil)
+			pc = s.srv.Pool.Get(key, nil)
 		case retry.ReuseOnce:
-			pc = s.srv.Pool.Get(peer.Addr, &limits.Once)
+			pc = s.srv.Pool.Get(key, &limits.Once)
 		}
 		if pc != nil {
 			a.Reused = true
@@ -114,7 +121,16 @@ func (s *Session) connect(peer *Peer, pol *retry.Policy, a *Attempt) bool {
 		a.Err.Context = "connecting to " + peer.Addr
 		return false
 	}
-	s.setUp(pool.NewConn(nc, peer.Addr, limits, now))
+	if tlsState == nil {
+		s.setUp(pool.NewConn(nc, key, limits, now))
+		return true
+	}
+	pc := pool.NewTLSConn(nc, tlsState.config, key, limits, now)
+	if !s.handshake(pc, peer, tlsState, a) {
+		pc.Close()
+		return false
+	}
+	s.setUp(pc)
 	return true
 }
 

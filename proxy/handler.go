@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-proxy/sluice/fault"
@@ -64,8 +65,11 @@ type ResponseFilter interface {
 // says.
 
 // FailToConnect sees a try that made no connection to peer (refused,
-// unreachable, timed out, or sluice out of descriptors or ports). Nothing of
-// the request reached the peer, so retrying is safe for any method.
+// unreachable, timed out, its TLS handshake failed, or sluice out of
+// descriptors or ports). Nothing of the request reached the peer's HTTP
+// server, so retrying is safe for any method. (A TLS 1.3 server that
+// refuses sluice's client certificate says so only once sluice has written
+// the request, which it never passes on: f.Wrote > 0 then.)
 type FailToConnect interface {
 	FailToConnect(s *Session, peer *Peer, e *fault.Error, f retry.Facts) *fault.Error
 }
@@ -115,10 +119,17 @@ func Text(status int, body string) *Response {
 }
 
 // Peer is an upstream server a request can be sent to. Handlers keep their
-// Peers for as long as they serve, so that choosing one allocates nothing.
+// Peers for as long as they serve, so that choosing one allocates nothing
+// (a TLS peer works out its pool key and TLS config at its first try). A
+// Peer's fields must not change once it is in use.
 type Peer struct {
 	// Addr is the server's host:port.
 	Addr string
+	// ServerName is the server's name for TLS, when its options make its
+	// connections TLS and their config names none: sent as SNI and
+	// verified against its certificate. Empty means the host of Addr; a
+	// server resolved from a DNS name sets that name.
+	ServerName string
 	// Upstream names the group the peer belongs to, for logs and metrics.
 	Upstream string
 	// Options governs connections to the server; nil means the defaults of
@@ -126,6 +137,8 @@ type Peer struct {
 	Options *PeerOptions
 	// Tag is free for the handler, e.g. the balancer's server record.
 	Tag any
+
+	tls atomic.Pointer[peerTLS] // set at the first try over TLS
 }
 
 // PeerOptions are the connection and retry settings of a group of peers.
@@ -152,6 +165,9 @@ type PeerOptions struct {
 	Retry *retry.Policy
 	// Host, when set, replaces the Host header sent upstream.
 	Host string
+	// TLS, when set, makes the connections to the peers TLS (see TLS);
+	// nil means plain TCP.
+	TLS *TLS
 }
 
 // Defaults of a zero PeerOptions. The response-header timeout is nginx's
@@ -243,7 +259,8 @@ type Attempt struct {
 func (a *Attempt) Stale() bool { return retry.Stale(a.Reused, a.Read, a.Err) }
 
 // Excludes reports whether the try rules its server out for the rest of the
-// request (retry.Excludes): it timed out after the request was sent.
+// request (retry.Excludes): it timed out after the request was sent, or the
+// server's certificate did not verify, or it refused the TLS handshake.
 func (a *Attempt) Excludes() bool { return retry.Excludes(a.Wrote, a.Err) }
 
 // upstreamList formats the attempts the way nginx's $upstream_addr does.

@@ -34,7 +34,7 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 		// The upstream is closing this connection, often because the
 		// process behind it is going away (gunicorn's max_requests);
 		// its other pooled connections may follow.
-		s.srv.Pool.MarkClosing(peer.Addr)
+		s.srv.Pool.MarkClosing(up.Key)
 	}
 	stripHopByHop(&resp.Header, false)
 

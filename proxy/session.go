@@ -237,11 +237,11 @@ func (s *Session) proxy() {
 			return
 		}
 		if s.Excluded(peer.Addr) {
-			// A handler that ignores Excluded chose a server that timed
-			// out on this request after it was sent: not again. The
-			// handler is still told the try it chose ended.
+			// A handler that ignores Excluded chose a server this
+			// request must not go to again. The handler is still told
+			// the try it chose ended.
 			s.refuse(peer)
-			s.giveUp("the handler chose " + peer.Addr + ", where this request already timed out")
+			s.giveUp("the handler chose " + peer.Addr + ", which this request must not go to again")
 			return
 		}
 		pol := peer.Options.policy()
@@ -322,9 +322,10 @@ func (s *Session) facts(pol *retry.Policy, a *Attempt, first time.Time) retry.Fa
 // hook lets the Handler adjust the policy's decision after a failed try.
 func (s *Session) hook(peer *Peer, a *Attempt, f retry.Facts) *fault.Error {
 	e := a.Err
-	if s.up == nil {
-		// No connection was made: refused, unreachable, timed out, or
-		// sluice out of descriptors or ports.
+	if s.up == nil || (e.Source == fault.Upstream && e.Kind.Connect()) {
+		// No connection was made: refused, unreachable, timed out, its
+		// TLS handshake failed (TLS 1.3's late refusal of sluice's
+		// certificate included), or sluice out of descriptors or ports.
 		if h := s.hooks.failToConnect; h != nil {
 			if e2 := h.FailToConnect(s, peer, e, f); e2 != nil {
 				e = e2
@@ -355,7 +356,7 @@ func (s *Session) refuse(peer *Peer) {
 	if h := s.hooks.tryDone; h != nil {
 		h.TryDone(s, &Attempt{Peer: peer, Start: clock.Now(), Err: &fault.Error{
 			Kind: fault.NoUpstream, Source: fault.Internally,
-			Context: "not sent to " + peer.Addr + ": it timed out on this request already",
+			Context: "not sent to " + peer.Addr + ": this request must not go to it again",
 		}})
 	}
 }
@@ -387,10 +388,11 @@ func (s *Session) Tried(addr string) bool {
 	return false
 }
 
-// Excluded reports whether the request must not go to addr again: a try
-// there timed out after the request was sent (Attempt.Excludes). The server
-// may still be working on it; the request goes to another server, or the
-// timeout is the answer. Handlers must not choose an excluded peer; the
+// Excluded reports whether the request must not go to addr again
+// (Attempt.Excludes): a try there timed out after the request was sent, and
+// the server may still be working on it; or its certificate did not verify,
+// or it refused the TLS handshake, as it would again. The request goes to
+// another server, or that failure is the answer. Handlers must not choose an excluded peer; the
 // engine refuses one.
 func (s *Session) Excluded(addr string) bool {
 	for i := range s.Attempts {
