@@ -3,24 +3,30 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"testing"
 	"time"
 
+	"github.com/sluice-proxy/sluice/internal/testcert"
 	"github.com/sluice-proxy/sluice/pool"
 )
 
 // fastUpstream answers every request head with a fixed response, reading
 // and writing with preallocated buffers, so that it allocates nothing per
-// request and the proxy's allocations can be counted.
-func fastUpstream(tb testing.TB, response []byte) string {
+// request and the proxy's allocations can be counted. With cfg, it
+// speaks TLS.
+func fastUpstream(tb testing.TB, response []byte, cfg *tls.Config) string {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { ln.Close() })
+	if cfg != nil {
+		ln = tls.NewListener(ln, cfg)
+	}
 	go func() {
 		for {
 			nc, err := ln.Accept()
@@ -78,10 +84,22 @@ func benchProxy(tb testing.TB, body int) (*roundTripper, func()) {
 // benchProxyWith is benchProxy with the Server changed by set before it
 // serves.
 func benchProxyWith(tb testing.TB, body int, set func(*Server)) (*roundTripper, func()) {
+	return benchProxyOver(tb, body, set, false)
+}
+
+// benchProxyOver is benchProxyWith, over TLS to the upstream when overTLS
+// is set.
+func benchProxyOver(tb testing.TB, body int, set func(*Server), overTLS bool) (*roundTripper, func()) {
 	payload := bytes.Repeat([]byte("x"), body)
 	resp := append([]byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "+itoa(body)+"\r\n\r\n"), payload...)
-	up := fastUpstream(tb, resp)
 	opts := &PeerOptions{Pool: &pool.Limits{MaxIdle: 16, IdleTimeout: time.Minute}}
+	var srvTLS *tls.Config
+	if overTLS {
+		ca := testcert.NewCA(tb, "bench CA")
+		srvTLS = &tls.Config{Certificates: []tls.Certificate{ca.Server(tb, "127.0.0.1")}}
+		opts.TLS = &TLS{Config: &tls.Config{RootCAs: ca.Pool()}}
+	}
+	up := fastUpstream(tb, resp, srvTLS)
 	srv := &Server{Handler: &ordered{peers: []*Peer{{Addr: up, Options: opts}}}, Forwarding: Forwarding{}}
 	if set != nil {
 		set(srv)
@@ -135,6 +153,25 @@ func BenchmarkProxyRoundTrip(b *testing.B) {
 	for _, size := range []int{64, 16 << 10} {
 		b.Run(itoa(size)+"B", func(b *testing.B) {
 			rt, stop := benchProxy(b, size)
+			defer stop()
+			b.ReportAllocs()
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := rt.do(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkProxyRoundTripTLS is BenchmarkProxyRoundTrip with TLS to the
+// upstream.
+func BenchmarkProxyRoundTripTLS(b *testing.B) {
+	for _, size := range []int{64, 16 << 10} {
+		b.Run(itoa(size)+"B", func(b *testing.B) {
+			rt, stop := benchProxyOver(b, size, nil, true)
 			defer stop()
 			b.ReportAllocs()
 			b.SetBytes(int64(size))
