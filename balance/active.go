@@ -3,6 +3,7 @@ package balance
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -41,8 +42,13 @@ type ActiveCheck struct {
 	// (transfer coding removed) for an HTTP check to pass.
 	BodyContains string
 	// TCP makes the check a connect-and-close: a server passes if it
-	// accepts a connection.
+	// accepts a connection (no TLS handshake even with TLS set).
 	TCP bool
+	// TLS, when set, makes HTTP checks run over TLS with this client
+	// config, within Timeout like the rest of the check; an empty
+	// ServerName is the host of the server's Name (its configured address,
+	// the DNS name for a resolved server). nil: plain TCP.
+	TLS *tls.Config
 	// Interval (default 5s) is the time between a server's checks.
 	Interval time.Duration
 	// Timeout (default 1s) bounds one check, connect to last byte.
@@ -172,6 +178,18 @@ func (g *Group) check(ctx context.Context, s *Server) error {
 	if dl, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(dl)
 	}
+	if a.TLS != nil {
+		cfg := a.TLS
+		if cfg.ServerName == "" {
+			cfg = cfg.Clone()
+			cfg.ServerName = hostOf(s.Name)
+		}
+		tc := tls.Client(conn, cfg)
+		if err := tc.Handshake(); err != nil {
+			return err
+		}
+		conn = tc
+	}
 	req := a.Method + " " + a.Path + " HTTP/1.1\r\nHost: " + host +
 		"\r\nConnection: close\r\nUser-Agent: sluice-health-check\r\n\r\n"
 	if _, err := io.WriteString(conn, req); err != nil {
@@ -220,6 +238,15 @@ func (g *Group) check(ctx context.Context, s *Server) error {
 		return errBodyMismatch
 	}
 	return nil
+}
+
+// hostOf returns the host of a host:port address (an address without a
+// port is all host).
+func hostOf(addr string) string {
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
 }
 
 var (

@@ -3,6 +3,7 @@ package balance
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/netip"
@@ -12,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/testcert"
 )
 
 // checkTarget is a tiny raw HTTP/1.1 server for health checks: it reads one
@@ -29,9 +32,19 @@ type checkTarget struct {
 
 func newCheckTarget(t *testing.T, response string) *checkTarget {
 	t.Helper()
+	return newCheckTargetTLS(t, response, nil)
+}
+
+// newCheckTargetTLS is newCheckTarget speaking TLS under cfg (nil: plain
+// TCP).
+func newCheckTargetTLS(t *testing.T, response string, cfg *tls.Config) *checkTarget {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if cfg != nil {
+		ln = tls.NewListener(ln, cfg)
 	}
 	ct := &checkTarget{ln: ln}
 	ct.response.Store(response)
@@ -191,6 +204,46 @@ func TestActiveHTTPCheckVerdicts(t *testing.T) {
 			st := s.State()
 			if s.Healthy() != tt.healthy || (tt.healthy && st != tt.state) || (!tt.healthy && !failedChecks(tt.state).MatchString(st)) {
 				t.Fatalf("healthy = %v, State = %q; want %v, %q", s.Healthy(), s.State(), tt.healthy, tt.state)
+			}
+		})
+	}
+}
+
+// TestActiveTLSCheck: with ActiveCheck.TLS, HTTP checks verify the
+// server's certificate against the server's configured name, and a server
+// whose certificate does not verify fails them.
+func TestActiveTLSCheck(t *testing.T) {
+	ca := testcert.NewCA(t, "check CA")
+	other := testcert.NewCA(t, "other CA")
+	tests := []struct {
+		name    string
+		cert    tls.Certificate
+		check   *tls.Config
+		healthy bool
+		reason  string
+	}{
+		{"verified against the server's name", ca.Server(t, "up.test"), &tls.Config{RootCAs: ca.Pool()}, true, ""},
+		{"unknown authority", other.Server(t, "up.test"), &tls.Config{RootCAs: ca.Pool()}, false, ".*certificate signed by unknown authority"},
+		{"plain HTTP to a TLS server", ca.Server(t, "up.test"), nil, false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ct := newCheckTargetTLS(t, ok200, &tls.Config{Certificates: []tls.Certificate{tt.cert}})
+			o := testOptions(newClock())
+			o.Active = fastChecks()
+			o.Active.TLS = tt.check
+			_, port, _ := net.SplitHostPort(ct.addr())
+			g := NewGroup("u", []*Server{{Addr: ct.addr(), Name: "up.test:" + port}}, nil, o)
+			g.Start(context.Background())
+			defer g.Close()
+			s := g.Servers()[0]
+			if tt.healthy {
+				waitFor(t, "checks to pass", func() bool { return len(ct.requestsSeen()) >= 3 })
+			} else {
+				waitFor(t, "the server to be taken out", func() bool { return !s.Healthy() })
+			}
+			if s.Healthy() != tt.healthy || !tt.healthy && !failedChecks(tt.reason).MatchString(s.State()) {
+				t.Fatalf("healthy = %v, State = %q; want %v, ...%s", s.Healthy(), s.State(), tt.healthy, tt.reason)
 			}
 		})
 	}
