@@ -1,6 +1,8 @@
 package upstream
 
 import (
+	"crypto/tls"
+	"net"
 	"sync"
 
 	"github.com/sluice-proxy/sluice/balance"
@@ -30,9 +32,20 @@ type Group struct {
 // of the servers. peer holds the connection and retry options of every
 // peer; it is shared, not copied, and nil means proxy's defaults.
 //
+// When peer makes connections TLS and opts has active HTTP checks that set
+// no TLS of their own, the checks run over TLS with peer's config.
+//
 // The group picks at once; its background work (active checks, DNS
 // re-resolution) runs from Balancer().Start until Balancer().Close.
 func New(name string, servers []*balance.Server, policy balance.Policy, opts balance.Options, peer *proxy.PeerOptions) *Group {
+	if peer != nil && peer.TLS != nil && opts.Active != nil && opts.Active.TLS == nil {
+		a := *opts.Active
+		a.TLS = peer.TLS.Config
+		if a.TLS == nil {
+			a.TLS = &tls.Config{}
+		}
+		opts.Active = &a
+	}
 	return &Group{
 		name:     name,
 		options:  peer,
@@ -87,9 +100,18 @@ func (u *Group) Pick(s *proxy.Session) (*proxy.Peer, error) {
 		return &m.(*member).peer, nil
 	}
 	m := &member{group: u.balancer, server: srv}
-	m.peer = proxy.Peer{Addr: srv.Addr, Upstream: u.name, Options: u.options, Tag: m}
+	m.peer = proxy.Peer{Addr: srv.Addr, ServerName: host(srv.Name), Upstream: u.name, Options: u.options, Tag: m}
 	actual, _ := u.members.LoadOrStore(srv, m)
 	return &actual.(*member).peer, nil
+}
+
+// host returns the host of a server's configured address, the name its TLS
+// certificate is verified against: a DNS name for a resolved server.
+func host(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
 }
 
 // UpstreamPeer is Pick: with it a Group is a proxy.Handler, for a proxy

@@ -8,10 +8,11 @@ import (
 
 // Result turns a try into what the balancer's health rules need. A stale
 // pooled connection (Attempt.Stale) is the keep-alive race, not the
-// server's failure; a failure on the client's side is nobody's. A timeout
-// after the connection was made is balance.Slow: it counts toward
-// consecutive failures, not max_fails, so that one slow endpoint does not
-// take a server that answers everything else out.
+// server's failure; a failure on the client's side is nobody's. A failed
+// TLS handshake, a certificate that does not verify included, is a connect
+// failure. A timeout after the connection was made is balance.Slow: it
+// counts toward consecutive failures, not max_fails, so that one slow
+// endpoint does not take a server that answers everything else out.
 func Result(a *proxy.Attempt) balance.Result {
 	r := balance.Result{Status: a.Status, Duration: a.Wait}
 	e := a.Err
