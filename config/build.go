@@ -2,6 +2,10 @@ package config
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -148,6 +152,13 @@ func buildUpstream(cfg *Config, u *Upstream, log *slog.Logger) (*upstream.Group,
 		},
 		Retry: pol,
 	}
+	if u.TLS != nil {
+		t, err := clientTLS(u.TLS)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: upstream %s: %w", cfg.File, u.TLS.Line, u.Name, err)
+		}
+		opts.TLS = t
+	}
 	var servers []*balance.Server
 	for _, s := range u.Servers {
 		servers = append(servers, &balance.Server{
@@ -165,6 +176,60 @@ func buildUpstream(cfg *Config, u *Upstream, log *slog.Logger) (*upstream.Group,
 	g := upstream.New(u.Name, servers, newPolicy(), health, opts)
 	g.SetHashKey(hashKey)
 	return g, nil
+}
+
+// clientTLS turns the tls section of an upstream into the proxy's TLS
+// settings, reading its files: the CA's certificates, the client
+// certificate and its key. An error names the key, the file and what is
+// wrong with it.
+//
+// The settings' ID, which keys the upstream's pooled connections, is a
+// digest of what they verify with and present: the server name, whether
+// verification is off, the CA file's contents and the client certificate.
+// Upstreams with equal settings share connections to a server they share,
+// and a reload that changes none of them keeps the pooled connections,
+// while a new CA or certificate file starts new ones.
+func clientTLS(t *UpstreamTLS) (*proxy.TLS, error) {
+	cfg := &tls.Config{ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}
+	id := sha256.New()
+	fmt.Fprintf(id, "server_name=%q insecure_skip_verify=%v\n", t.ServerName, t.InsecureSkipVerify)
+	if t.CA != "" {
+		data, err := os.ReadFile(t.CA)
+		if err != nil {
+			return nil, fmt.Errorf("tls.ca: %w", err)
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(data) {
+			return nil, fmt.Errorf("tls.ca %s: no PEM certificate in the file", t.CA)
+		}
+		cfg.RootCAs = roots
+		fmt.Fprintf(id, "ca %d\n", len(data))
+		id.Write(data)
+	}
+	if t.Cert != "" {
+		certPEM, err := os.ReadFile(t.Cert)
+		if err != nil {
+			return nil, fmt.Errorf("tls.cert: %w", err)
+		}
+		keyPEM, err := os.ReadFile(t.Key)
+		if err != nil {
+			return nil, fmt.Errorf("tls.key: %w", err)
+		}
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			return nil, fmt.Errorf("tls.cert %s and tls.key %s: %w", t.Cert, t.Key, err)
+		}
+		// Presented whatever authorities the server names: crypto/tls
+		// would otherwise send no certificate to a server whose list
+		// leaves its issuer out, and the server would say one is
+		// missing rather than refused.
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &pair, nil }
+		for _, der := range pair.Certificate {
+			fmt.Fprintf(id, "cert %d\n", len(der))
+			id.Write(der)
+		}
+	}
+	return &proxy.TLS{Config: cfg, ID: hex.EncodeToString(id.Sum(nil)[:12])}, nil
 }
 
 // Policy turns the retry section of an upstream into a retry.Policy with

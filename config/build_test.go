@@ -2,14 +2,18 @@ package config_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/internal/proxytest"
+	"github.com/sluice-proxy/sluice/internal/testcert"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 	"github.com/sluice-proxy/sluice/proxy"
 )
@@ -66,4 +70,45 @@ func TestBuildHashKey(t *testing.T) {
 	}
 	addr, _ := serve(t, head(servers...)+"    balance: hash\n    hash_key: header:X-User\n", nil)
 	proxytest.Sticky(t, addr, "X-User")
+}
+
+// TestBuildTLS: an upstream's tls section reaches its servers: verified
+// against the configured CA and server name, with the client certificate
+// an upstream that requires one asks for.
+func TestBuildTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := testcert.NewCA(t, "config CA")
+	caFile := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(caFile, ca.PEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := testcert.WriteFiles(t, dir, ca.Client(t, "sluice"))
+	up := upstreamtest.StartTLS(t, &tls.Config{
+		Certificates: []tls.Certificate{ca.Server(t, "api.internal")},
+		ClientAuth:   tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(),
+	}, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+		st, _ := c.TLS()
+		c.Respond(200, st.ServerName+" "+st.PeerCertificates[0].Subject.CommonName)
+	})
+	yaml := head("{address: "+up.Addr()+"}") + fmt.Sprintf("    tls: {server_name: api.internal, ca: %q, cert: %q, key: %q}\n", caFile, certFile, keyFile)
+	addr, _ := serve(t, yaml, nil)
+	if code, body := proxytest.Get(t, addr, "/", ""); code != 200 || body != "api.internal sluice" {
+		t.Fatalf("got %d %q", code, body)
+	}
+}
+
+// TestBuildTLSFileError: a tls file that cannot be used fails the build
+// (and so sluice validate) with the file, the reason and the line.
+func TestBuildTLSFileError(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "client.pem")
+	yaml := head("{address: 127.0.0.1:9}") + fmt.Sprintf("    tls:\n      cert: %q\n      key: %q\n", missing, missing)
+	cfg, err := config.Parse("t.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = config.Build(cfg)
+	want := "t.yaml:9: upstream app: tls.cert: open " + missing + ": no such file or directory"
+	if err == nil || err.Error() != want {
+		t.Fatalf("Build: %v\nwant %s", err, want)
+	}
 }

@@ -191,6 +191,9 @@ type Upstream struct {
 	Pool Pool
 	// Retry (key "retry"); see DefaultRetry.
 	Retry Retry
+	// TLS (key "tls", default nil: plain TCP) makes the connections to the
+	// servers TLS. The key given, even empty ("tls: {}"), turns it on.
+	TLS *UpstreamTLS
 	// Balance (key "balance", default "p2c") is the selection policy:
 	// round_robin, least_request, p2c, random, first or hash.
 	Balance string
@@ -253,10 +256,37 @@ type Server struct {
 	Line int
 }
 
+// UpstreamTLS is how an upstream's servers are reached over TLS. The
+// files are read when the config is built (Build), on start and on each
+// reload, not when it is parsed.
+type UpstreamTLS struct {
+	// ServerName (key "server_name", default "": each server's host, the
+	// DNS name for a resolved server) is the name sent as SNI and
+	// verified against the servers' certificates. A host name or an IP
+	// address, without a port.
+	ServerName string
+	// CA (key "ca", default "": the system's roots) is a PEM file of the
+	// certificates that servers' certificates are verified against,
+	// instead of the system's.
+	CA string
+	// Cert and Key (keys "cert" and "key", default "", both or neither)
+	// are PEM files of a client certificate (the chain, leaf first) and
+	// its private key, for mutual TLS: presented to every server that
+	// asks for one, whatever authorities it names (as nginx does).
+	Cert, Key string
+	// InsecureSkipVerify (key "insecure_skip_verify", default false)
+	// accepts any certificate from the servers: encryption without
+	// authentication. Not with CA, which it would ignore.
+	InsecureSkipVerify bool
+	// Line is the line of the section's value in the file, for messages.
+	Line int
+}
+
 // UpstreamTimeouts bounds the exchanges with an upstream's servers.
 // DefaultUpstreamTimeouts returns the defaults.
 type UpstreamTimeouts struct {
-	// Connect (key "connect", default 2s, > 0) bounds dialing a server.
+	// Connect (key "connect", default 2s, > 0) bounds dialing a server,
+	// the TLS handshake included.
 	Connect time.Duration
 	// ResponseHeader (key "response_header", default 60s, > 0) is the
 	// time from the request being fully written (or from a 100 Continue)

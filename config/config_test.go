@@ -136,9 +136,11 @@ upstreams:
       backoff: {base: 1s, max: 1s}
       budget: {ratio: 1, min_per_second: 0.5}
       body_buffer: 0
+    tls: {server_name: API.Internal., ca: /etc/ca.pem, cert: /etc/c.pem, key: /etc/k.pem, insecure_skip_verify: false}
   web:
     servers: [{address: "127.0.0.1:9001"}]
     retry: {tries: 5, on: []}
+    tls:
 `
 	got, err := Parse("every.yaml", []byte(file))
 	if err != nil {
@@ -193,10 +195,12 @@ upstreams:
 				Budget:            Budget{Ratio: 1, MinPerSecond: 0.5},
 				BodyBuffer:        0,
 			},
+			TLS: &UpstreamTLS{ServerName: "api.internal", CA: "/etc/ca.pem", Cert: "/etc/c.pem", Key: "/etc/k.pem", Line: 41},
 		}, {
 			Name:     "web",
-			Line:     41,
-			Servers:  []Server{{Address: "127.0.0.1:9001", Weight: 1, Line: 42, Resolve: 10 * time.Second}},
+			Line:     42,
+			Servers:  []Server{{Address: "127.0.0.1:9001", Weight: 1, Line: 43, Resolve: 10 * time.Second}},
+			TLS:      &UpstreamTLS{Line: 45}, // "tls:" with no value: TLS with the defaults
 			Balance:  "p2c",
 			HashKey:  "client_ip",
 			Health:   DefaultHealth(),
@@ -424,6 +428,15 @@ func TestParseProblem(t *testing.T) {
 		{"access log buffer too large", minimal + "access_log: {buffer: 32MiB}\n", 9, 22, "access_log.buffer", "must be between 0B and 16MiB"},
 		{"access log flush of zero", minimal + "access_log: {flush: 0}\n", 9, 21, "access_log.flush", "must be > 0"},
 		{"merge of a scalar", minimal + "    <<: 5\n", 9, 9, "upstreams.web", "a merge key (<<) must refer to a mapping"},
+		{"tls cert without key", minimal + "    tls: {cert: /c.pem}\n", 9, 17, "upstreams.web.tls.cert", "needs key"},
+		{"tls key without cert", minimal + "    tls: {key: /k.pem}\n", 9, 16, "upstreams.web.tls.key", "needs cert"},
+		{"tls ca and insecure_skip_verify", minimal + "    tls: {ca: /ca.pem, insecure_skip_verify: true}\n", 9, 46,
+			"upstreams.web.tls.insecure_skip_verify", "ca would go unused"},
+		{"tls server_name with a port", minimal + "    tls: {server_name: \"api.internal:443\"}\n", 9, 24, "upstreams.web.tls.server_name", "must not include a port"},
+		{"tls server_name not a name", minimal + "    tls: {server_name: a b}\n", 9, 24, "upstreams.web.tls.server_name", "not a valid name"},
+		{"tls empty ca", minimal + "    tls: {ca: \"\"}\n", 9, 15, "upstreams.web.tls.ca", "must not be empty"},
+		{"tls unknown key", minimal + "    tls: {sni: api.internal}\n", 9, 11, "upstreams.web.tls.sni", "unknown key"},
+		{"tls not a mapping", minimal + "    tls: true\n", 9, 10, "upstreams.web.tls", "must be a mapping"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -776,6 +789,9 @@ func dump(c *Config) string {
 	s := fmt.Sprintf("%+v", *c)
 	for _, u := range c.Upstreams {
 		s += fmt.Sprintf("\n  upstream %+v", *u)
+		if u.TLS != nil {
+			s += fmt.Sprintf("\n    tls %+v", *u.TLS)
+		}
 	}
 	return s
 }

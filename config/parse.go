@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"regexp"
 	"slices"
@@ -582,6 +583,7 @@ func (d *decoder) walkUpstream(key, n *yaml.Node, path string, u *Upstream) {
 			})
 		}},
 		{"retry", func(n *yaml.Node, path string) { d.retry(n, path, &u.Retry) }},
+		{"tls", func(n *yaml.Node, path string) { u.TLS = d.tls(n, path) }},
 		{"balance", d.enum(&u.Balance, balance.PolicyNames()...)},
 		{"hash_key", func(n *yaml.Node, path string) {
 			hashKeyNode = n
@@ -595,6 +597,57 @@ func (d *decoder) walkUpstream(key, n *yaml.Node, path string, u *Upstream) {
 	if hashKeyNode != nil && u.Balance != "hash" {
 		d.addf(hashKeyNode, join(path, "hash_key"), "only used with balance: hash (balance is %s)", u.Balance)
 	}
+}
+
+// tls walks an upstream's "tls" mapping. Whether its files can be read
+// and hold what they should is for Build to find.
+func (d *decoder) tls(n *yaml.Node, path string) *UpstreamTLS {
+	t := &UpstreamTLS{Line: n.Line}
+	var certNode, keyNode, caNode, insecureNode *yaml.Node
+	d.mapping(n, path, []field{
+		{"server_name", d.str(&t.ServerName, checkServerName)},
+		{"ca", func(n *yaml.Node, path string) {
+			caNode = n
+			d.str(&t.CA, checkNotEmpty)(n, path)
+		}},
+		{"cert", func(n *yaml.Node, path string) {
+			certNode = n
+			d.str(&t.Cert, checkNotEmpty)(n, path)
+		}},
+		{"key", func(n *yaml.Node, path string) {
+			keyNode = n
+			d.str(&t.Key, checkNotEmpty)(n, path)
+		}},
+		{"insecure_skip_verify", func(n *yaml.Node, path string) {
+			insecureNode = n
+			d.boolean(&t.InsecureSkipVerify)(n, path)
+		}},
+	})
+	switch {
+	case certNode != nil && keyNode == nil:
+		d.addf(certNode, join(path, "cert"), "needs key, the file of its private key")
+	case keyNode != nil && certNode == nil:
+		d.addf(keyNode, join(path, "key"), "needs cert, the file of the certificate it is the key of")
+	}
+	if caNode != nil && t.InsecureSkipVerify {
+		d.addf(insecureNode, join(path, "insecure_skip_verify"), "verifies nothing, so ca would go unused; leave one of them out")
+	}
+	return t
+}
+
+// checkServerName validates tls.server_name: a host name or an IP
+// address, without a port.
+func checkServerName(s string) (string, string) {
+	if _, err := netip.ParseAddr(s); err == nil {
+		return s, ""
+	}
+	if strings.Contains(s, ":") {
+		return "", "must not include a port"
+	}
+	if !isHostName(s) {
+		return "", "not a valid name: want a DNS name such as api.internal, or an IP address"
+	}
+	return strings.TrimSuffix(strings.ToLower(s), "."), ""
 }
 
 // checkHashKey validates a hash_key value.
