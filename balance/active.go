@@ -182,7 +182,7 @@ func (g *Group) check(ctx context.Context, s *Server) error {
 		cfg := a.TLS
 		if cfg.ServerName == "" {
 			cfg = cfg.Clone()
-			cfg.ServerName = hostOf(s.Name)
+			cfg.ServerName = s.Host()
 		}
 		tc := tls.Client(conn, cfg)
 		if err := tc.Handshake(); err != nil {
@@ -238,15 +238,6 @@ func (g *Group) check(ctx context.Context, s *Server) error {
 		return errBodyMismatch
 	}
 	return nil
-}
-
-// hostOf returns the host of a host:port address (an address without a
-// port is all host).
-func hostOf(addr string) string {
-	if host, _, err := net.SplitHostPort(addr); err == nil {
-		return host
-	}
-	return addr
 }
 
 var (

@@ -3,6 +3,7 @@ package balance
 import (
 	"fmt"
 	"math"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,6 +89,17 @@ func (s *Server) weight() int {
 
 // String returns the server's address, and its configured name when that
 // differs.
+// Host returns the host of the server's configured address (Name): the
+// name its TLS certificate is verified against, a DNS name for a server
+// resolved from one. Name must not change, as the rest of the
+// configuration.
+func (s *Server) Host() string {
+	if host, _, err := net.SplitHostPort(s.Name); err == nil {
+		return host
+	}
+	return s.Name
+}
+
 func (s *Server) String() string {
 	if s.Name != "" && s.Name != s.Addr {
 		return s.Addr + " (" + s.Name + ")"

@@ -10,7 +10,7 @@ import (
 // NewTLSConn wraps raw, a freshly dialed TCP connection, in a TLS client
 // connection configured by cfg, not yet handshaken: the caller runs the
 // handshake (TLS().HandshakeContext) under a deadline of its own. key must
-// tell apart connections made with different TLS settings (see Key).
+// tell apart connections made with different TLS settings (Conn.Key).
 //
 // Over TLS the pool's rules hold as over TCP. The watcher sees the peer's
 // FIN or RST on the socket under the TLS connection. The check before use

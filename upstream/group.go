@@ -2,7 +2,6 @@ package upstream
 
 import (
 	"crypto/tls"
-	"net"
 	"sync"
 
 	"github.com/sluice-proxy/sluice/balance"
@@ -100,18 +99,9 @@ func (u *Group) Pick(s *proxy.Session) (*proxy.Peer, error) {
 		return &m.(*member).peer, nil
 	}
 	m := &member{group: u.balancer, server: srv}
-	m.peer = proxy.Peer{Addr: srv.Addr, ServerName: host(srv.Name), Upstream: u.name, Options: u.options, Tag: m}
+	m.peer = proxy.Peer{Addr: srv.Addr, ServerName: srv.Host(), Upstream: u.name, Options: u.options, Tag: m}
 	actual, _ := u.members.LoadOrStore(srv, m)
 	return &actual.(*member).peer, nil
-}
-
-// host returns the host of a server's configured address, the name its TLS
-// certificate is verified against: a DNS name for a resolved server.
-func host(addr string) string {
-	if h, _, err := net.SplitHostPort(addr); err == nil {
-		return h
-	}
-	return addr
 }
 
 // UpstreamPeer is Pick: with it a Group is a proxy.Handler, for a proxy
