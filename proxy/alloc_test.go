@@ -12,54 +12,37 @@ import (
 // connections must not allocate more than twice per request (it allocates
 // nothing today). The race detector allocates on its own, hence the build
 // tag.
+//
+// Over TLS to the upstream, crypto/tls allocates a 24-byte reader each
+// time it reads a record from its socket (readFromUntil's atLeastReader):
+// on sluice's side once for the check before use and once for the
+// response, and once in the test's own TLS upstream. That is 3
+// allocations per proxied GET today; sluice's own code adds none, and the
+// guard allows it none.
 func TestRoundTripAllocations(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
-	for _, size := range []int{64, 16 << 10} {
-		rt, stop := benchProxy(t, size)
-		var err error
-		allocs := testing.AllocsPerRun(2000, func() {
-			if e := rt.do(); e != nil {
-				err = e
+	for _, tt := range []struct {
+		overTLS bool
+		max     float64
+	}{{false, 2}, {true, 3}} {
+		for _, size := range []int{64, 16 << 10} {
+			rt, stop := benchProxyOver(t, size, nil, tt.overTLS)
+			var err error
+			allocs := testing.AllocsPerRun(2000, func() {
+				if e := rt.do(); e != nil {
+					err = e
+				}
+			})
+			stop()
+			if err != nil {
+				t.Fatal(err)
 			}
-		})
-		stop()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("%d-byte response: %.2f allocations per proxied request", size, allocs)
-		if allocs > 2 {
-			t.Errorf("%d-byte response: %.2f allocations per request, want at most 2", size, allocs)
-		}
-	}
-}
-
-// TestRoundTripAllocationsTLS guards the hot path over TLS to the
-// upstream. crypto/tls allocates a 24-byte reader each time it reads a
-// record from its socket (readFromUntil's atLeastReader): on sluice's side
-// once for the check before use and once for the response, and once in the
-// test's own TLS upstream. That is 3 allocations per proxied GET today;
-// sluice's own code adds none, and the guard allows it none.
-func TestRoundTripAllocationsTLS(t *testing.T) {
-	if testing.Short() {
-		t.Skip("short")
-	}
-	for _, size := range []int{64, 16 << 10} {
-		rt, stop := benchProxyOver(t, size, nil, true)
-		var err error
-		allocs := testing.AllocsPerRun(2000, func() {
-			if e := rt.do(); e != nil {
-				err = e
+			t.Logf("%d-byte response, TLS %v: %.2f allocations per proxied request", size, tt.overTLS, allocs)
+			if allocs > tt.max {
+				t.Errorf("%d-byte response, TLS %v: %.2f allocations per request, want at most %v", size, tt.overTLS, allocs, tt.max)
 			}
-		})
-		stop()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("%d-byte response over TLS: %.2f allocations per proxied request", size, allocs)
-		if allocs > 3 {
-			t.Errorf("%d-byte response over TLS: %.2f allocations per request, want at most 3", size, allocs)
 		}
 	}
 }

@@ -149,29 +149,16 @@ func itoa(n int) string {
 
 // BenchmarkProxyRoundTrip measures one small GET through the proxy on a
 // kept-alive client connection and a pooled upstream connection.
-func BenchmarkProxyRoundTrip(b *testing.B) {
-	for _, size := range []int{64, 16 << 10} {
-		b.Run(itoa(size)+"B", func(b *testing.B) {
-			rt, stop := benchProxy(b, size)
-			defer stop()
-			b.ReportAllocs()
-			b.SetBytes(int64(size))
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if err := rt.do(); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
-}
+func BenchmarkProxyRoundTrip(b *testing.B) { benchRoundTrip(b, false) }
 
 // BenchmarkProxyRoundTripTLS is BenchmarkProxyRoundTrip with TLS to the
 // upstream.
-func BenchmarkProxyRoundTripTLS(b *testing.B) {
+func BenchmarkProxyRoundTripTLS(b *testing.B) { benchRoundTrip(b, true) }
+
+func benchRoundTrip(b *testing.B, overTLS bool) {
 	for _, size := range []int{64, 16 << 10} {
 		b.Run(itoa(size)+"B", func(b *testing.B) {
-			rt, stop := benchProxyOver(b, size, nil, true)
+			rt, stop := benchProxyOver(b, size, nil, overTLS)
 			defer stop()
 			b.ReportAllocs()
 			b.SetBytes(int64(size))

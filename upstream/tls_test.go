@@ -35,7 +35,7 @@ func TestTLSGroup(t *testing.T) {
 		Active: &balance.ActiveCheck{Path: "/healthz", Interval: 200 * time.Millisecond, Timeout: time.Second},
 	}, &proxy.PeerOptions{TLS: &proxy.TLS{Config: &tls.Config{RootCAs: ca.Pool()}}})
 	addr, obs := run(t, g, routed(g))
-	waitFor(t, "good.test to resolve", func() bool { return g.Balancer().Servers()[0].Addr == good.Addr() })
+	proxytest.WaitFor(t, "good.test to resolve", func() bool { return g.Balancer().Servers()[0].Addr == good.Addr() })
 	for i := 0; i < 10; i++ {
 		if code, body := proxytest.Get(t, addr, "/", ""); code != 200 || body != "good" {
 			t.Fatalf("request %d: %d %q", i, code, body)
@@ -44,20 +44,8 @@ func TestTLSGroup(t *testing.T) {
 	if n, fails := obs.get(bad.Addr()); n != 1 || fails != 1 {
 		t.Fatalf("the misconfigured server got %d tries, %d failed; want 1 and 1", n, fails)
 	}
-	waitFor(t, "active checks over TLS", func() bool { return good.Count("GET", "/healthz") >= 2 })
+	proxytest.WaitFor(t, "active checks over TLS", func() bool { return good.Count("GET", "/healthz") >= 2 })
 	if bad.Count("GET", "/healthz") != 0 || len(bad.Requests()) != 0 {
 		t.Fatal("a request reached the server whose certificate does not verify")
-	}
-}
-
-// waitFor polls cond for up to 5s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -90,3 +90,16 @@ func Sticky(t testing.TB, addr, name string) {
 		t.Fatalf("20 users all hashed to %v", spread)
 	}
 }
+
+// WaitFor polls cond every 5 ms until it holds, and fails the test if it
+// does not within 5 s.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
