@@ -1,7 +1,11 @@
 package config_test
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,9 +77,25 @@ func TestReopenLogs(t *testing.T) {
 		"access_log: {path: %s, flush: 1h}\n"+
 		"routes: [{upstream: app}]\nupstreams:\n  app:\n    servers: [{address: %s}]\n", path, up.Addr())
 	addr, res := serve(t, yaml, nil)
+	// get sends GET path and then GET /sync on the same connection: a
+	// request's line is logged after its response goes out, and before
+	// the connection's next request is served, so once /sync is answered
+	// path's line is in the log (/sync's own may be on either side).
 	get := func(path string) {
-		if resp, _ := proxytest.Do(t, addr, "GET "+path+" HTTP/1.1\r\nHost: t\r\n\r\n"); resp.StatusCode != 200 {
-			t.Fatalf("GET %s: status %d", path, resp.StatusCode)
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		nc.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(nc, "GET %s HTTP/1.1\r\nHost: t\r\n\r\nGET /sync HTTP/1.1\r\nHost: t\r\n\r\n", path)
+		br := bufio.NewReader(nc)
+		for _, p := range []string{path, "/sync"} {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("GET %s: %v %v", p, resp, err)
+			}
+			io.Copy(io.Discard, resp.Body)
 		}
 	}
 	get("/before")
