@@ -40,9 +40,14 @@ type acceptState struct {
 	short   time.Time // when accepts began failing for want of descriptors; zero while they work
 	spare   *spare
 	lines   logSampler
+	// shed is what a client turned away is sent: shedAnswer on a plain
+	// listener; nothing on a TLS one, whose client waits for a
+	// handshake and would take a plain answer for garbage: it sees the
+	// connection close at once instead.
+	shed []byte
 }
 
-func newAcceptState() *acceptState { return &acceptState{spare: holdSpare()} }
+func newAcceptState(shed []byte) *acceptState { return &acceptState{spare: holdSpare(), shed: shed} }
 
 // close gives the spare descriptor back, as Serve returns.
 func (st *acceptState) close() { st.spare.release() }
@@ -89,7 +94,7 @@ func (srv *Server) acceptFailed(ln net.Listener, st *acceptState, err error) (ti
 		}
 	}
 	if now.Sub(st.short) >= shedAfter {
-		srv.shed(ln, st.spare, err, &st.lines)
+		srv.shed(ln, st.spare, st.shed, err, &st.lines)
 	}
 	return st.backoff, true
 }

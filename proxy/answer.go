@@ -253,5 +253,9 @@ func (s *Session) logAccess() {
 	if s.Aborted {
 		r.AddAttrs(slog.Bool("aborted", true))
 	}
+	if st := s.TLS; st != nil {
+		// The name the client asked for, which may not be its Host.
+		r.AddAttrs(slog.String("tls", TLSVersion(st.Version)), slog.String("sni", st.ServerName))
+	}
 	l.Handler().Handle(ctx, r)
 }

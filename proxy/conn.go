@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -23,8 +24,14 @@ import (
 // connection. Pipelined requests are answered in order because they are
 // served one after the other.
 type conn struct {
-	srv      *Server
+	srv *Server
+	// nc is what requests are read from and answers written to: the
+	// socket, or the TLS connection over it (tls). raw is the socket.
 	nc       net.Conn
+	raw      net.Conn
+	tls      *tls.Conn            // nil on a plain connection
+	state    *tls.ConnectionState // the TLS handshake's outcome, once complete
+	ln       *listener            // the listener it came from
 	r        h1.Reader
 	client   string // the client's IP, for X-Forwarded-For and logs
 	clientIP netip.Addr
@@ -81,6 +88,18 @@ type conn struct {
 	parkIndex    int
 	lingerLeft   int
 	answerSlot   bool
+
+	// helloBy is when the TLS handshake must be done (the header
+	// timeout, counted from accept); zero until its wait begins. early
+	// holds what came of the ClientHello before the handshake began
+	// (hello_linux.go), in a pooled buffer (earlyp) once whole.
+	helloBy time.Time
+	early   []byte
+	earlyp  *[]byte
+	// What the TLS handshake's GetConfigForClient learned, for a failed
+	// handshake's count and line (tls.go).
+	sni     string
+	refusal HandshakeFailure
 }
 
 // What readRequest leaves the connection to do.
@@ -93,17 +112,38 @@ const (
 	readHead             // a head has begun in the buffer
 )
 
-func newConn(srv *Server, nc net.Conn) *conn {
-	c := &conn{srv: srv, nc: nc}
-	c.r.Reset(nc)
+func newConn(srv *Server, nc net.Conn, l *listener) *conn {
+	c := &conn{srv: srv, nc: nc, raw: nc, ln: l}
+	if tc, ok := nc.(*tls.Conn); ok {
+		// From a listener of the caller's (tls.NewListener).
+		c.tls, c.raw = tc, tc.NetConn()
+	}
+	// On a TLS listener's connection, the TLS connection is made when its
+	// handshake begins (conn.handshake): the ClientHello may be waited
+	// for without it.
+	c.r.Reset(c.nc)
 	if ta, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
 		c.clientIP = ta.AddrPort().Addr().Unmap()
 		c.client = c.clientIP.String()
 	} else if a := nc.RemoteAddr(); a != nil {
 		c.client = a.String()
 	}
-	c.ready.init(nc, &c.r, c.serveInline)
+	if c.tls != nil || l != nil && l.tls != nil {
+		// The socket under TLS is for the ClientHello, for waking a
+		// parked connection and for the lingering reads of a close;
+		// requests are read through TLS (wait_unix.go says why).
+		c.ready.init(c.raw, &c.r, nil, false)
+	} else {
+		c.ready.init(nc, &c.r, c.serveInline, true)
+	}
 	return c
+}
+
+// tcp returns the TCP connection under c, nil when there is none (a
+// net.Pipe in a test).
+func (c *conn) tcp() *net.TCPConn {
+	tc, _ := c.raw.(*net.TCPConn)
+	return tc
 }
 
 func (c *conn) serve() {
@@ -126,6 +166,18 @@ func (c *conn) serve() {
 			c.srv.forget(c)
 		}
 	}()
+	if c.state == nil && (c.tls != nil || c.ln != nil && c.ln.tls != nil) {
+		switch c.awaitHello() {
+		case parked:
+			resting = true // the parker owns the connection now
+			return
+		case closeIt:
+			return
+		}
+		if !c.handshake() {
+			return
+		}
+	}
 	for {
 		switch c.readRequest() {
 		case closeIt:
@@ -440,21 +492,36 @@ const (
 func (c *conn) close() {
 	c.r.Release()
 	c.giveBack()
+	if c.earlyp != nil { // a ClientHello that never went to a handshake
+		putBuf(c.earlyp)
+		c.early, c.earlyp = nil, nil
+	}
 	if c.reset {
-		if tc, ok := c.nc.(*net.TCPConn); ok {
-			tc.SetLinger(0)
-		}
-		c.nc.Close()
+		c.abort()
 		return
 	}
-	if c.linger {
-		if tc, ok := c.nc.(*net.TCPConn); ok {
-			tc.CloseWrite()
-			c.nc.SetReadDeadline(time.Now().Add(lingerTime))
-			io.CopyN(io.Discard, c.nc, lingerBytes)
+	if tc := c.tcp(); c.linger && tc != nil {
+		if c.tls != nil {
+			c.tls.CloseWrite() // close_notify, when the handshake was done
 		}
+		tc.CloseWrite()
+		tc.SetReadDeadline(time.Now().Add(lingerTime))
+		// What the client still sends is read from the socket, past
+		// TLS: it is thrown away.
+		io.CopyN(io.Discard, tc, lingerBytes)
 	}
 	c.nc.Close()
+}
+
+// abort resets the connection (SO_LINGER 0): what the client has is not
+// whole. On TLS no close_notify goes first, which would tell the client
+// that the stream ended where it was meant to (RFC 8446 §6.1): a response
+// cut short would look complete.
+func (c *conn) abort() {
+	if tc := c.tcp(); tc != nil {
+		tc.SetLinger(0)
+	}
+	c.raw.Close()
 }
 
 // deadlineSlack is how far past a timeout a lazily moved deadline may

@@ -87,7 +87,11 @@ func (s *Session) buildUpstreamRequest(peer *Peer) {
 		}
 	}
 	if !fw.NoXForwardedProto {
-		r.Header.Set("X-Forwarded-Proto", "http")
+		if s.c.tls != nil {
+			r.Header.Set("X-Forwarded-Proto", "https")
+		} else {
+			r.Header.Set("X-Forwarded-Proto", "http")
+		}
 	}
 	if !fw.NoXForwardedHost {
 		if host := s.Request.Header.Get("Host"); host != nil {

@@ -2,7 +2,7 @@ package proxy
 
 import (
 	"container/heap"
-	"net"
+	"os"
 	"runtime"
 	"sync"
 	"syscall"
@@ -23,6 +23,9 @@ import (
 //     until the header timeout, when it gets a goroutine again to answer
 //     408 (at most maxAnswering at a time, so that a thousand heads timing
 //     out together do not take a thousand goroutine stacks at once);
+//   - TLS handshakes whose ClientHello has not come whole: one waits
+//     here after parkAfter until more of it comes, or until the header
+//     timeout, when the parker closes it (conn.awaitHello);
 //   - lingering ones: a connection answered and closing, whose client may
 //     still be sending, is read and its bytes thrown away here until the
 //     client closes, lingerBytes came or lingerTime passed (conn.close
@@ -110,13 +113,18 @@ func (p *parker) add(c *conn, deadline time.Time) bool {
 // it. It reports false when c cannot be parked; the caller then closes c
 // itself.
 func (p *parker) linger(c *conn) bool {
-	tc, ok := c.nc.(*net.TCPConn)
-	if !ok {
+	tc := c.tcp()
+	if tc == nil {
 		return false
 	}
 	c.r.Discard(c.r.Buffered())
 	c.r.Release()
 	c.giveBack()
+	if c.tls != nil {
+		// close_notify, when the handshake was done; the lingering
+		// reads take the socket's bytes past TLS.
+		c.tls.CloseWrite()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -204,6 +212,13 @@ func (p *parker) run() {
 			}
 		}
 		for _, c := range expired {
+			if c.state == nil && !c.helloBy.IsZero() && c.lingerLeft == 0 {
+				// A ClientHello not whole in time (conn.awaitHello):
+				// counted as the handshake's timeout, and closed.
+				c.handshakeFailed(os.ErrDeadlineExceeded)
+				p.end(c)
+				continue
+			}
 			if c.lingerLeft == 0 && !c.headBy.IsZero() {
 				// A head begun and not finished in time: a goroutine
 				// answers 408 (conn.awaitHead).
@@ -221,7 +236,7 @@ func (p *parker) run() {
 // away, then parks it again, or closes it at the client's end or past
 // lingerBytes.
 func (p *parker) drain(c *conn) {
-	r := c.ready.reader()
+	r := c.ready.discard()
 	for {
 		n, err := r.Read(p.discard)
 		c.lingerLeft -= n
@@ -243,9 +258,19 @@ func (p *parker) drain(c *conn) {
 
 // end closes a connection the parker held.
 func (p *parker) end(c *conn) {
-	if c.lingerLeft > 0 {
+	switch {
+	case c.lingerLeft > 0:
 		c.nc.Close() // its buffers went back when it began lingering
-	} else {
+	case c.tls != nil && c.state != nil:
+		// Closing TLS writes a close_notify, which waits (up to 5 s,
+		// crypto/tls's bound) when the client's window is full: not on
+		// the parker's goroutine, which every parked connection waits on.
+		go func() {
+			c.close()
+			c.srv.forget(c)
+		}()
+		return
+	default:
 		c.close()
 	}
 	c.srv.forget(c)

@@ -4,13 +4,15 @@
 // retry policy says stop, and streams the answer back.
 //
 // The main line, from accept to log, reads top to bottom in server.go
-// (listeners, shutdown), conn.go (the connection loop), session.go (one
+// (listeners, shutdown), listener.go and tls.go (TLS listeners, the
+// handshake), conn.go (the connection loop), session.go (one
 // request and its attempt loop), attempt.go (one try), body.go (the request
 // body, duplex and replay), relay.go (the response), and answer.go
 // (answers sluice writes itself, and the logs). Around them: handler.go
 // (the Handler, its hooks, peers), headers.go (hop-by-hop and forwarding
 // fields), buffers.go, wait_*.go (reading a socket without holding a
-// buffer), park_*.go (idle connections without a goroutine), workers.go
+// buffer), park_*.go (idle connections without a goroutine), hello_*.go
+// (a ClientHello waited for without one), workers.go
 // (the goroutines that serve connections), and accept.go and spare_*.go
 // (failed accepts; clients answered when sluice is out of descriptors).
 package proxy
@@ -27,8 +29,8 @@ import (
 	"github.com/sluice-proxy/sluice/pool"
 )
 
-// Server serves HTTP/1.1 clients on its listeners and proxies their requests
-// as its Handler decides. Set the fields before the first Serve and do not
+// Server serves HTTP/1.1 clients on its listeners, plain or over TLS
+// (ServeTLS, ServeWith), and proxies their requests as its Handler decides. Set the fields before the first Serve and do not
 // change them afterwards; the Handler alone can be swapped while serving
 // (SetHandler). The zero value of every field but Handler has the
 // documented default. The first Serve starts background goroutines (the
@@ -139,7 +141,9 @@ type hooks struct {
 
 // SetHandler replaces the Handler; requests that have started keep the one
 // they started with. It is safe to call while serving.
-func (srv *Server) SetHandler(h Handler) {
+func (srv *Server) SetHandler(h Handler) { srv.hooks.Store(newHooks(h)) }
+
+func newHooks(h Handler) *hooks {
 	hk := &hooks{h: h}
 	hk.requestFilter, _ = h.(RequestFilter)
 	hk.upstreamRequestFilter, _ = h.(UpstreamRequestFilter)
@@ -149,7 +153,7 @@ func (srv *Server) SetHandler(h Handler) {
 	hk.failToProxy, _ = h.(FailToProxy)
 	hk.tryDone, _ = h.(TryDone)
 	hk.logger, _ = h.(Logger)
-	srv.hooks.Store(hk)
+	return hk
 }
 
 func (srv *Server) init() {
@@ -206,10 +210,16 @@ func orDefault(d, def time.Duration) time.Duration {
 // Serve accepts connections on ln until Shutdown, when it returns
 // ErrServerClosed, and serves each on a goroutine of its own while it lasts
 // (a worker that may have served earlier ones; workers.go). It closes ln on
-// return.
+// return. A listener whose connections are *tls.Conn (tls.NewListener's)
+// is served as ServeTLS serves, its config as it is.
 func (srv *Server) Serve(ln net.Listener) error {
-	srv.init()
-	if srv.hooks.Load() == nil {
+	return srv.ServeWith(ln, ListenerOptions{})
+}
+
+// serve is Serve for a listener l.
+func (srv *Server) serve(ln net.Listener, l *listener) error {
+	if srv.hooks.Load() == nil && l.hooks == nil {
+		ln.Close()
 		return errors.New("proxy: Server has no Handler")
 	}
 	srv.mu.Lock()
@@ -229,7 +239,7 @@ func (srv *Server) Serve(ln net.Listener) error {
 		ln.Close()
 	}()
 
-	st := newAcceptState() // the back-off, and a descriptor in reserve (accept.go)
+	st := newAcceptState(l.shed) // the back-off, and a descriptor in reserve (accept.go)
 	defer st.close()
 	for {
 		nc, err := ln.Accept()
@@ -245,7 +255,7 @@ func (srv *Server) Serve(ln net.Listener) error {
 			continue
 		}
 		st.accepted()
-		c := newConn(srv, nc)
+		c := newConn(srv, nc, l)
 		srv.mu.Lock()
 		if srv.draining.Load() {
 			srv.mu.Unlock()
@@ -350,10 +360,7 @@ func (srv *Server) expireDrain(done <-chan struct{}) {
 	}
 	srv.mu.Lock()
 	for c := range srv.conns {
-		if tc, ok := c.nc.(*net.TCPConn); ok {
-			tc.SetLinger(0)
-		}
-		c.nc.Close()
+		c.abort()
 		if up := c.upstream.Load(); up != nil {
 			up.Close()
 		}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"crypto/tls"
 	"net/netip"
 	"time"
 
@@ -24,6 +25,9 @@ type Session struct {
 	// Client is the client's IP address; ClientIP is the same, parsed.
 	Client   string
 	ClientIP netip.Addr
+	// TLS is the state of the client connection's TLS handshake; nil on a
+	// plain connection. It must not be changed.
+	TLS *tls.ConnectionState
 	// Ctx is the Handler's own per-request state; nil at the start of
 	// every request.
 	Ctx any
@@ -90,7 +94,12 @@ func (s *Session) reset() {
 	s.Request.Reset()
 	s.Client = s.c.client
 	s.ClientIP = s.c.clientIP
-	s.hooks = s.srv.hooks.Load()
+	s.TLS = s.c.state
+	if l := s.c.ln; l != nil && l.hooks != nil {
+		s.hooks = l.hooks
+	} else {
+		s.hooks = s.srv.hooks.Load()
+	}
 }
 
 // Scratch returns a buffer the Handler may use for temporary bytes during

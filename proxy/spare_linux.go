@@ -59,7 +59,8 @@ const shedMax = 256
 
 // shed answers the clients waiting on ln when an accept failed with err
 // for want of descriptors: with the spare descriptor released, it accepts
-// them one by one, answers each 503 (shedAnswer) and closes it, and then
+// them one by one, answers each with answer (shedAnswer's 503; nothing on
+// a TLS listener) and closes it, and then
 // holds the spare again; it logs them within lines. It returns how many it
 // answered: none when no spare is held (it tries to take one first), ln
 // has no socket to reach, no client was waiting, or another goroutine took
@@ -68,7 +69,7 @@ const shedMax = 256
 // The accepts are raw accept4(2) calls on ln's descriptor, non-blocking: a
 // client turned away costs no poller registration, only a write, a read
 // and a close.
-func (srv *Server) shed(ln net.Listener, sp *spare, err error, lines *logSampler) int {
+func (srv *Server) shed(ln net.Listener, sp *spare, answer []byte, err error, lines *logSampler) int {
 	sp.hold() // if it was taken while released, and one is free now
 	sc, ok := ln.(syscall.Conn)
 	if !ok || sp.fd < 0 {
@@ -96,7 +97,7 @@ func (srv *Server) shed(ln net.Listener, sp *spare, err error, lines *logSampler
 			if buf == nil {
 				buf = make([]byte, 4096)
 			}
-			answerShed(fd, buf)
+			answerShed(fd, answer, buf)
 			n++
 		}
 	})
@@ -107,14 +108,16 @@ func (srv *Server) shed(ln net.Listener, sp *spare, err error, lines *logSampler
 	return n
 }
 
-// answerShed writes shedAnswer on the accepted socket fd and closes it.
+// answerShed writes answer on the accepted socket fd and closes it.
 // The socket is new, so its buffer takes the answer whole. What the client
 // sent is read before the close, up to 16 reads of buf (with
 // TCP_DEFER_ACCEPT its request has arrived already), so that the close
 // sends a FIN and not a reset, which could destroy the answer before the
 // client reads it.
-func answerShed(fd int, buf []byte) {
-	syscall.Write(fd, shedAnswer)
+func answerShed(fd int, answer, buf []byte) {
+	if len(answer) > 0 {
+		syscall.Write(fd, answer)
+	}
 	for range 16 {
 		if n, err := syscall.Read(fd, buf); n <= 0 || err != nil {
 			break

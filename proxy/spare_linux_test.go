@@ -55,7 +55,7 @@ func TestShedAnswersWaitingClients(t *testing.T) {
 
 	// Without a spare there is nothing to answer with: the accept loop
 	// backs off as before.
-	if n := srv.shed(ln, &spare{fd: -1}, syscall.EMFILE, &logSampler{}); n != 0 {
+	if n := srv.shed(ln, &spare{fd: -1}, shedAnswer, syscall.EMFILE, &logSampler{}); n != 0 {
 		t.Fatalf("shed without a spare descriptor answered %d clients", n)
 	}
 
@@ -89,7 +89,7 @@ func TestShedAnswersWaitingClients(t *testing.T) {
 	shed := 0
 	var lines logSampler
 	for deadline := time.Now().Add(10 * time.Second); shed < clients && time.Now().Before(deadline); {
-		shed += srv.shed(ln, sp, syscall.EMFILE, &lines)
+		shed += srv.shed(ln, sp, shedAnswer, syscall.EMFILE, &lines)
 		if sp.fd < 0 {
 			t.Fatal("the spare descriptor was not held again")
 		}
@@ -124,7 +124,7 @@ func TestAcceptFailedWaitsThenSheds(t *testing.T) {
 	defer ln.Close()
 	obs := &shedCount{}
 	srv := &Server{ErrorLog: slog.New(slog.DiscardHandler), Observer: obs}
-	st := newAcceptState()
+	st := newAcceptState(shedAnswer)
 	defer st.close()
 	emfile := &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
 

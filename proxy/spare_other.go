@@ -8,7 +8,7 @@ import "net"
 // out, as net/http's does.
 type spare struct{}
 
-func holdSpare() *spare                                               { return nil }
-func (*spare) hold()                                                  {}
-func (*spare) release()                                               {}
-func (srv *Server) shed(net.Listener, *spare, error, *logSampler) int { return 0 }
+func holdSpare() *spare                                                       { return nil }
+func (*spare) hold()                                                          {}
+func (*spare) release()                                                       {}
+func (srv *Server) shed(net.Listener, *spare, []byte, error, *logSampler) int { return 0 }

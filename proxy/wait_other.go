@@ -21,10 +21,11 @@ type readiness struct {
 	drained bool // unused: nothing is served inline here
 }
 
-func (w *readiness) init(_ net.Conn, r *h1.Reader, _ func() bool) { w.r, w.fd = r, -1 }
-func (w *readiness) fillIdle() error                              { return w.r.Fill() }
-func (w *readiness) fillHead(max int) error                       { return w.r.FillHead(max) }
-func (w *readiness) reader() io.Reader                            { return neverReader{} }
+func (w *readiness) init(_ net.Conn, r *h1.Reader, _ func() bool, _ bool) { w.r, w.fd = r, -1 }
+func (w *readiness) fillIdle() error                                      { return w.r.Fill() }
+func (w *readiness) fillHead(max int) error                               { return w.r.FillHead(max) }
+func (w *readiness) reader() io.Reader                                    { return neverReader{} }
+func (w *readiness) discard() io.Reader                                   { return neverReader{} }
 
 type neverReader struct{}
 

@@ -31,6 +31,19 @@ var errWouldBlock = errors.New("would block")
 //     read leaves the head incomplete, so a client that sends its head a
 //     byte at a time costs little more than an idle one.
 //   - reader reads what the socket holds now, never waiting.
+//
+// On a TLS connection none of these reads the socket: what it holds is
+// records, not requests, and crypto/tls may hold records already read from
+// it (a request that came with the one before, say) while the socket is
+// empty, so that a wait for the socket's readiness could miss a request
+// that has come. There the waits read through TLS, holding a read buffer
+// while they wait, and give it back when they time out; reader finds
+// nothing; inline serving is off. What stays is the parker (park_linux.go):
+// a connection parks only after a read through TLS timed out, and such a
+// read reads the socket only when crypto/tls holds no whole record, so
+// that the next request must bring bytes to the socket, which wake it.
+// discard reads the socket itself, for a close's lingering reads, whose
+// bytes are thrown away.
 type readiness struct {
 	fd      int // the socket, for the parker; -1 when unknown
 	rc      syscall.RawConn
@@ -51,13 +64,36 @@ type readiness struct {
 	head int
 }
 
-func (w *readiness) init(nc net.Conn, r *h1.Reader, inline func() bool) {
+// init readies w to read nc into r, serving requests inline when inline
+// is set. requests says whether nc's bytes are requests: false for the
+// socket under a TLS connection, whose reads then go through r's own
+// source, the TLS connection.
+func (w *readiness) init(nc net.Conn, r *h1.Reader, inline func() bool, requests bool) {
 	rc, fd, ok := sock.Raw(nc)
-	w.fd = fd
+	w.fd, w.r = fd, r
 	if !ok {
 		return
 	}
-	w.rc, w.r, w.nb.w, w.inline = rc, r, w, inline
+	w.rc, w.nb.w = rc, w
+	w.readNow = func(fd uintptr) bool {
+		n, err := syscall.Read(int(fd), w.nb.p)
+		switch {
+		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
+			w.nb.n, w.nb.err = 0, errWouldBlock
+		case err != nil:
+			w.nb.n, w.nb.err = 0, err
+		case n == 0:
+			w.nb.n, w.nb.err = 0, io.EOF
+		default:
+			w.nb.n, w.nb.err = n, nil
+		}
+		w.drained = w.nb.n < len(w.nb.p)
+		return true
+	}
+	if !requests {
+		return
+	}
+	w.inline = inline
 	w.fill = func(fd uintptr) bool {
 		for {
 			var buf []byte
@@ -107,28 +143,17 @@ func (w *readiness) init(nc net.Conn, r *h1.Reader, inline func() bool) {
 			}
 		}
 	}
-	w.readNow = func(fd uintptr) bool {
-		n, err := syscall.Read(int(fd), w.nb.p)
-		switch {
-		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
-			w.nb.n, w.nb.err = 0, errWouldBlock
-		case err != nil:
-			w.nb.n, w.nb.err = 0, err
-		case n == 0:
-			w.nb.n, w.nb.err = 0, io.EOF
-		default:
-			w.nb.n, w.nb.err = n, nil
-		}
-		w.drained = w.nb.n < len(w.nb.p)
-		return true
-	}
 }
 
 // fillIdle reads the next bytes into r, waiting (within the connection's
 // read deadline) without holding a buffer.
 func (w *readiness) fillIdle() error {
-	if w.rc == nil {
-		return w.r.Fill()
+	if w.fill == nil {
+		err := w.r.Fill()
+		if err != nil {
+			w.r.Release()
+		}
+		return err
 	}
 	if err := w.rc.Read(w.fill); err != nil {
 		return err
@@ -140,8 +165,12 @@ func (w *readiness) fillIdle() error {
 // waiting (within the connection's read deadline) with the bytes so far
 // stashed. When it returns, r holds a read buffer again only if bytes came.
 func (w *readiness) fillHead(max int) error {
-	if w.rc == nil {
-		return w.r.FillHead(max)
+	if w.fill == nil {
+		err := w.r.FillHead(max)
+		if err != nil {
+			w.r.Stash()
+		}
+		return err
 	}
 	w.head = max
 	err := w.rc.Read(w.fill)
@@ -171,8 +200,18 @@ func (nb *nonblock) Read(p []byte) (int, error) {
 	return nb.n, nb.err
 }
 
-// reader returns a reader of what the socket holds now, never waiting.
+// reader returns a reader of the requests the socket holds now, never
+// waiting; on TLS, it finds nothing.
 func (w *readiness) reader() io.Reader {
+	if w.fill == nil {
+		return neverReader{}
+	}
+	return &w.nb
+}
+
+// discard returns a reader of what the socket holds now, never waiting,
+// TLS or not: for bytes to throw away.
+func (w *readiness) discard() io.Reader {
 	if w.rc == nil {
 		return neverReader{}
 	}

@@ -1,0 +1,87 @@
+package proxy
+
+import (
+	"crypto/tls"
+	"errors"
+	"net"
+	"slices"
+)
+
+// ListenerOptions say how a Server serves the connections of one listener
+// (ServeWith). The zero value serves plain HTTP/1.1 with the Server's
+// Handler, as Serve does.
+type ListenerOptions struct {
+	// TLS, when set, terminates TLS on every connection (see ServeTLS).
+	TLS *tls.Config
+	// Handler, when set, serves the listener's requests instead of the
+	// Server's Handler; SetHandler does not change it. A RedirectHTTPS
+	// on a plain listener, say.
+	Handler Handler
+}
+
+// listener is what a connection knows of the listener it came from.
+type listener struct {
+	// tls is the clone of ListenerOptions.TLS that serves, whose
+	// GetConfigForClient learns why a handshake is refused (tls.go); nil
+	// for a plain listener.
+	tls   *tls.Config
+	hooks *hooks // the listener's own Handler's; nil: the Server's
+	// shed is what a client turned away at accept is sent (accept.go):
+	// a 503 on a plain listener, nothing on a TLS one, whose client
+	// waits for a handshake.
+	shed []byte
+}
+
+// Protocols returns the application protocols a Server speaks over TLS,
+// for ALPN, most preferred first: "http/1.1". A TLS config for ServeTLS
+// should offer these (tlsterm.Settings.NextProtos); a connection whose
+// handshake settles on another protocol is closed. (A client that offers
+// ALPN without any of them is refused by crypto/tls itself.)
+func Protocols() []string { return []string{"http/1.1"} }
+
+// ServeTLS is ServeWith with a TLS config: it accepts connections on ln
+// (a TCP listener, such as Listen's) and serves HTTP/1.1 over TLS on them.
+// See ListenerOptions and ServeWith.
+func (srv *Server) ServeTLS(ln net.Listener, config *tls.Config) error {
+	return srv.ServeWith(ln, ListenerOptions{TLS: config})
+}
+
+// ServeWith is Serve for a listener with options of its own.
+//
+// With opts.TLS, each connection's handshake must complete within the
+// HeaderTimeout counted from accept; a client that sends a plain HTTP
+// request instead is answered 400 in plain HTTP, and every failed
+// handshake is counted (TLSObserver) and logged at debug level only. The
+// Server serves with a clone of opts.TLS made here (whose
+// GetConfigForClient wraps the original's, to tell why a handshake was
+// refused): set the config's fields before, and change what handshakes
+// use through its GetConfigForClient or GetCertificate
+// (tlsterm.Switch does). The clone's automatic session ticket keys live as
+// long as this call. A config without NextProtos offers Protocols. Requests on TLS connections carry X-Forwarded-Proto:
+// https, and their Session's TLS is set.
+func (srv *Server) ServeWith(ln net.Listener, opts ListenerOptions) error {
+	srv.init()
+	l := &listener{shed: shedAnswer}
+	if opts.Handler != nil {
+		l.hooks = newHooks(opts.Handler)
+	}
+	if opts.TLS != nil {
+		if opts.TLS.GetCertificate == nil && opts.TLS.GetConfigForClient == nil && len(opts.TLS.Certificates) == 0 {
+			ln.Close()
+			return errors.New("proxy: TLS config without certificates")
+		}
+		l.tls = opts.TLS.Clone()
+		l.tls.GetConfigForClient = l.configFor(opts.TLS.GetConfigForClient)
+		if len(l.tls.NextProtos) == 0 {
+			l.tls.NextProtos = Protocols()
+		}
+		l.shed = nil
+	}
+	return srv.serve(ln, l)
+}
+
+// speaks reports whether the Server speaks proto, the protocol a TLS
+// handshake settled on ("" when the client offered none: HTTP/1.1).
+func speaks(proto string) bool {
+	return proto == "" || slices.Contains(Protocols(), proto)
+}

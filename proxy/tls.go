@@ -1,0 +1,317 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/sluice-proxy/sluice/internal/clock"
+)
+
+// TLSObserver is an Observer that is also told of every TLS handshake on
+// the Server's TLS listeners: each completed one, with its state, and each
+// failed one, with the reason. It is called from the connection's
+// goroutine and must not block.
+type TLSObserver interface {
+	Handshake(state *tls.ConnectionState)
+	HandshakeFailed(reason HandshakeFailure, err error)
+}
+
+// HandshakeFailure says why a TLS handshake failed.
+type HandshakeFailure uint8
+
+const (
+	// FailedOther is any other failure: a malformed handshake, no
+	// cipher suite or curve in common, a client without the certificate
+	// a listener requires (the debug line says which).
+	FailedOther HandshakeFailure = iota
+	// FailedTimeout: not completed within the header timeout.
+	FailedTimeout
+	// FailedClosed: the client closed or reset the connection first.
+	FailedClosed
+	// FailedPlainHTTP: the client sent a plain HTTP request, answered
+	// 400 in plain HTTP.
+	FailedPlainHTTP
+	// FailedNotTLS: the client sent something neither TLS nor HTTP; it
+	// is closed.
+	FailedNotTLS
+	// FailedVersion: the client offered only TLS versions older than the
+	// listener's oldest.
+	FailedVersion
+	// FailedALPN: the client offered ALPN protocols, none of which the
+	// listener speaks (a client that speaks only h2).
+	FailedALPN
+	// FailedClientCert: the client's certificate did not verify against
+	// the listener's CAs.
+	FailedClientCert
+	// FailedClientAlert: the client ended the handshake with an alert,
+	// most often because it did not accept sluice's certificate.
+	FailedClientAlert
+)
+
+var handshakeFailures = [...]string{
+	FailedOther:       "other",
+	FailedTimeout:     "timeout",
+	FailedClosed:      "closed",
+	FailedPlainHTTP:   "plain_http",
+	FailedNotTLS:      "not_tls",
+	FailedVersion:     "version",
+	FailedALPN:        "alpn",
+	FailedClientCert:  "client_cert",
+	FailedClientAlert: "client_alert",
+}
+
+// HandshakeFailures lists every HandshakeFailure, for metrics made ahead.
+func HandshakeFailures() []HandshakeFailure {
+	all := make([]HandshakeFailure, len(handshakeFailures))
+	for i := range all {
+		all[i] = HandshakeFailure(i)
+	}
+	return all
+}
+
+func (f HandshakeFailure) String() string {
+	if int(f) < len(handshakeFailures) {
+		return handshakeFailures[f]
+	}
+	return "other"
+}
+
+// TLSVersion names a TLS version as the access log and metrics write it:
+// "1.2", "1.3".
+func TLSVersion(v uint16) string {
+	switch v {
+	case tls.VersionTLS13:
+		return "1.3"
+	case tls.VersionTLS12:
+		return "1.2"
+	case tls.VersionTLS11:
+		return "1.1"
+	case tls.VersionTLS10:
+		return "1.0"
+	}
+	return "0x" + strconv.FormatUint(uint64(v), 16)
+}
+
+// helloKey carries the connection to configFor through the handshake's
+// context.
+type helloKey struct{}
+
+// configFor returns the GetConfigForClient of the config a TLS listener
+// serves with: it asks the original config's own, if any, for the config
+// of the handshake (or takes the listener's), and notes on the connection
+// the name the client asked for and whether the handshake is bound to
+// fail for its version or its ALPN protocols, for the count and the debug
+// line of a failure, which crypto/tls's errors do not tell apart.
+func (l *listener) configFor(orig func(*tls.ClientHelloInfo) (*tls.Config, error)) func(*tls.ClientHelloInfo) (*tls.Config, error) {
+	return func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+		cfg := l.tls
+		if orig != nil {
+			c, err := orig(hello)
+			if err != nil {
+				return nil, err
+			}
+			if c != nil {
+				cfg = c
+			}
+		}
+		if c, ok := hello.Context().Value(helloKey{}).(*conn); ok {
+			c.sni = hello.ServerName
+			c.refusal = refusal(hello, cfg)
+		}
+		return cfg, nil
+	}
+}
+
+// refusal tells whether crypto/tls is bound to refuse hello under cfg for
+// its TLS versions or its ALPN protocols (FailedOther when neither).
+func refusal(hello *tls.ClientHelloInfo, cfg *tls.Config) HandshakeFailure {
+	oldest := max(cfg.MinVersion, tls.VersionTLS12)
+	newest := uint16(0)
+	for _, v := range hello.SupportedVersions {
+		newest = max(newest, v)
+	}
+	if newest < oldest {
+		return FailedVersion
+	}
+	if len(hello.SupportedProtos) == 0 || len(cfg.NextProtos) == 0 {
+		return FailedOther
+	}
+	for _, theirs := range hello.SupportedProtos {
+		for _, ours := range cfg.NextProtos {
+			// crypto/tls lets an http/1.1 client through to an h2
+			// server as if it offered no ALPN.
+			if theirs == ours || theirs == "http/1.1" && ours == "h2" {
+				return FailedOther
+			}
+		}
+	}
+	return FailedALPN
+}
+
+// handshake completes the TLS handshake of a new connection, within the
+// header timeout counted from accept, and reports whether the connection
+// goes on to its requests. A failed handshake is counted and logged at
+// debug level (never above: a port open to the internet sees scanners all
+// day), and a plain HTTP request is answered 400.
+func (c *conn) handshake() bool {
+	srv := c.srv
+	if c.helloBy.IsZero() {
+		c.helloBy = clock.Now().Add(srv.headerTimeout())
+	}
+	if c.tls == nil {
+		var under net.Conn = c.raw
+		if c.early != nil {
+			under = &helloConn{Conn: c.raw, early: c.early, earlyp: c.earlyp}
+			c.early, c.earlyp = nil, nil
+		}
+		c.tls = tls.Server(under, c.ln.tls)
+		c.nc = c.tls
+		c.r.Reset(c.nc)
+	}
+	// Marked idle, so that Shutdown cuts the handshake short: no request
+	// has begun.
+	c.nc.SetWriteDeadline(c.helloBy)
+	if !c.idleUntil(c.helloBy) {
+		return false
+	}
+	ctx := context.Background()
+	if c.ln != nil && c.ln.tls != nil {
+		ctx = context.WithValue(ctx, helloKey{}, c)
+	}
+	err := c.tls.HandshakeContext(ctx)
+	c.setIdle(false)
+	var st tls.ConnectionState
+	if err == nil {
+		st = c.tls.ConnectionState()
+		if !speaks(st.NegotiatedProtocol) {
+			// Only a config that offers what the Server does not speak
+			// gets here. (HTTP/2 will be served from here: its own
+			// loop for "h2".)
+			err, c.refusal = errors.New("proxy: negotiated ALPN protocol "+strconv.Quote(st.NegotiatedProtocol)+", which this server does not speak"), FailedALPN
+		}
+	}
+	if err != nil {
+		if !srv.Draining() {
+			c.handshakeFailed(err) // else Shutdown cut it
+		}
+		return false
+	}
+	c.sni, c.refusal = "", 0
+	c.state = &st
+	if o, ok := srv.Observer.(TLSObserver); ok {
+		o.Handshake(c.state)
+	}
+	return true
+}
+
+// handshakeFailed counts and logs a failed handshake, and answers a plain
+// HTTP request.
+func (c *conn) handshakeFailed(err error) {
+	why := c.refusal
+	if why == FailedOther {
+		why = handshakeFailure(err)
+	}
+	if why == FailedPlainHTTP {
+		c.raw.SetWriteDeadline(time.Now().Add(time.Second))
+		if _, werr := c.raw.Write(plainHTTPAnswer); werr == nil {
+			// The request was not read: the close lingers, so that it
+			// does not turn into a reset that destroys the answer.
+			c.linger = true
+		}
+	}
+	srv := c.srv
+	if o, ok := srv.Observer.(TLSObserver); ok {
+		o.HandshakeFailed(why, err)
+	}
+	if l := srv.ErrorLog; l.Enabled(context.Background(), slog.LevelDebug) {
+		l.LogAttrs(context.Background(), slog.LevelDebug, "TLS handshake failed",
+			slog.String("client", c.client), slog.String("reason", why.String()),
+			slog.String("sni", c.sni), slog.String("error", err.Error()))
+	}
+}
+
+// handshakeFailure classifies a failed handshake's error.
+func handshakeFailure(err error) HandshakeFailure {
+	var rhe tls.RecordHeaderError
+	var cve *tls.CertificateVerificationError
+	var oe *net.OpError
+	switch {
+	case isTimeout(err):
+		return FailedTimeout
+	case errors.As(err, &rhe):
+		if rhe.Conn != nil && looksLikeHTTP(rhe.RecordHeader[:]) {
+			return FailedPlainHTTP
+		}
+		return FailedNotTLS
+	case errors.As(err, &cve):
+		return FailedClientCert
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed):
+		return FailedClosed
+	case errors.As(err, &oe) && oe.Op == "remote error":
+		// An alert the client sent (crypto/tls reports them so).
+		return FailedClientAlert
+	}
+	return FailedOther
+}
+
+// looksLikeHTTP reports whether the first five bytes a client sent on a TLS
+// port start a plain HTTP/1.x request line: a method in capitals, then a
+// space, or a method of five letters or more ("GET /", "POST ", "OPTIO").
+func looksLikeHTTP(b []byte) bool {
+	for i, ch := range b {
+		switch {
+		case 'A' <= ch && ch <= 'Z':
+		case ch == ' ' && i >= 3:
+			return true
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// plainHTTPAnswer is what a plain HTTP request on a TLS port gets, as
+// nginx answers it: a 400 that says so, in plain HTTP, and the connection
+// closes.
+var plainHTTPAnswer = func() []byte {
+	body := "400 Bad Request: a plain HTTP request was sent to an HTTPS port; use https://\n"
+	return []byte("HTTP/1.1 400 Bad Request\r\n" +
+		"Content-Type: text/plain; charset=utf-8\r\n" +
+		"Cache-Control: no-store\r\n" +
+		`Proxy-Status: sluice; error=http_request_error; details="plain HTTP on a TLS port"` + "\r\n" +
+		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n" +
+		"Connection: close\r\n\r\n" + body)
+}()
+
+// helloConn is the socket under a TLS connection whose first bytes were
+// read before its handshake began (conn.awaitHello): a read takes those
+// first. Only crypto/tls reads it, one read at a time.
+type helloConn struct {
+	net.Conn
+	early  []byte
+	earlyp *[]byte // the pooled buffer early is in, if it is
+}
+
+func (h *helloConn) Read(p []byte) (int, error) {
+	if len(h.early) == 0 {
+		return h.Conn.Read(p)
+	}
+	n := copy(p, h.early)
+	h.early = h.early[n:]
+	if len(h.early) == 0 {
+		h.early = nil
+		if h.earlyp != nil {
+			putBuf(h.earlyp)
+			h.earlyp = nil
+		}
+	}
+	return n, nil
+}
