@@ -35,6 +35,7 @@ type conn struct {
 	r        h1.Reader
 	client   string // the client's IP, for X-Forwarded-For and logs
 	clientIP netip.Addr
+	trusted  bool     // its X-Forwarded-* fields are kept (Forwarding.Trusted)
 	s        *Session // the request being served, borrowed from a pool; nil while idle
 	wbuf     []byte   // the write buffer, borrowed (wbufp) while serving
 	wbufp    *[]byte
@@ -128,6 +129,7 @@ func newConn(srv *Server, nc net.Conn, l *listener) *conn {
 	} else if a := nc.RemoteAddr(); a != nil {
 		c.client = a.String()
 	}
+	c.trusted = srv.Forwarding.trusts(c.clientIP)
 	if c.tls != nil || l != nil && l.tls != nil {
 		// The socket under TLS is for the ClientHello, for waking a
 		// parked connection and for the lingering reads of a close;

@@ -76,30 +76,42 @@ func (s *Session) buildUpstreamRequest(peer *Peer) {
 		r.Header.Add("Host", peer.Addr)
 	}
 	fw := &s.srv.Forwarding
+	trusted := s.c.trusted
 	if !fw.NoXForwardedFor {
-		if i := r.Header.Index("X-Forwarded-For"); i >= 0 {
-			// Append to the list the client sent, as nginx's
-			// $proxy_add_x_forwarded_for does.
-			v := append(append(append([]byte(nil), r.Header.Value(i)...), ", "...), s.Client...)
+		if i := r.Header.Index("X-Forwarded-For"); i >= 0 && trusted {
+			// Extend the list the trusted peer sent (its fields joined,
+			// RFC 9110 §5.3), as nginx's $proxy_add_x_forwarded_for
+			// does.
+			v := append([]byte(nil), r.Header.Value(i)...)
+			for j := i + 1; j < r.Header.Len(); j++ {
+				if h1.EqualFold(r.Header.Name(j), "X-Forwarded-For") {
+					v = append(append(v, ", "...), r.Header.Value(j)...)
+				}
+			}
+			v = append(append(v, ", "...), s.Client...)
 			r.Header.Set("X-Forwarded-For", string(v))
+		} else if i >= 0 {
+			r.Header.Set("X-Forwarded-For", s.Client)
 		} else {
 			r.Header.Add("X-Forwarded-For", s.Client)
 		}
 	}
-	if !fw.NoXForwardedProto {
+	if !fw.NoXForwardedProto && !(trusted && r.Header.Has("X-Forwarded-Proto")) {
 		if s.c.tls != nil {
 			r.Header.Set("X-Forwarded-Proto", "https")
 		} else {
 			r.Header.Set("X-Forwarded-Proto", "http")
 		}
 	}
-	if !fw.NoXForwardedHost {
+	if !fw.NoXForwardedHost && !(trusted && r.Header.Has("X-Forwarded-Host")) {
 		if host := s.Request.Header.Get("Host"); host != nil {
 			if r.Header.Has("X-Forwarded-Host") {
 				r.Header.Set("X-Forwarded-Host", string(host))
 			} else {
 				r.Header.AddBytes(xForwardedHost, host)
 			}
+		} else {
+			r.Header.Del("X-Forwarded-Host") // the client's, untrusted
 		}
 	}
 	if !fw.NoVia {

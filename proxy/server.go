@@ -22,6 +22,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,12 +104,35 @@ type Server struct {
 }
 
 // Forwarding lists the request fields sluice adds; each is on unless
-// turned off here.
+// turned off here. What a client sent in X-Forwarded-For, -Proto and
+// -Host is replaced, since a client could claim any address or scheme
+// there, unless it is a Trusted peer: a load balancer or proxy in front of
+// sluice, whose fields say what its own client did.
 type Forwarding struct {
-	NoXForwardedFor   bool // X-Forwarded-For: the client address, appended
-	NoXForwardedProto bool // X-Forwarded-Proto: http or https, replaced
-	NoXForwardedHost  bool // X-Forwarded-Host: the Host the client sent, replaced
-	NoVia             bool // Via: "1.1 sluice", appended (RFC 9110 §7.6.3)
+	// X-Forwarded-For: the client's address; from a trusted peer,
+	// appended to the list it sent.
+	NoXForwardedFor bool
+	// X-Forwarded-Proto: http or https; a trusted peer's kept.
+	NoXForwardedProto bool
+	// X-Forwarded-Host: the Host the client sent; a trusted peer's kept.
+	NoXForwardedHost bool
+	NoVia            bool // Via: "1.1 sluice", appended (RFC 9110 §7.6.3)
+	// Trusted are the peers whose X-Forwarded-For, -Proto and -Host are
+	// kept, each an address prefix (10.0.0.0/8; 127.0.0.1/32 for one
+	// address). nil trusts none. IPv4-mapped IPv6 clients are matched as
+	// IPv4.
+	Trusted []netip.Prefix
+}
+
+// trusts reports whether the X-Forwarded-* fields of the client at ip
+// are kept.
+func (f *Forwarding) trusts(ip netip.Addr) bool {
+	for _, p := range f.Trusted {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // Observer is told what the proxy does, for metrics. Its methods are called
