@@ -4,6 +4,7 @@
 package observe
 
 import (
+	"crypto/tls"
 	"net/http"
 	"strconv"
 	"sync"
@@ -33,6 +34,13 @@ type Metrics struct {
 	aborted   *prometheus.CounterVec   // upstream
 	faults    *prometheus.CounterVec   // stage, kind: client faults
 	exhausted *prometheus.CounterVec   // resource, op: sluice out of descriptors, memory or ports
+	handshake *prometheus.CounterVec   // version, resumed: TLS handshakes completed
+	tlsFailed *prometheus.CounterVec   // reason: TLS handshakes failed
+
+	// The TLS series made up front: handshakes of TLS 1.2 and 1.3, full
+	// and resumed, and failures by reason.
+	handshakes  [2][2]prometheus.Counter
+	tlsFailures []prometheus.Counter
 
 	// The client-fault series of the kinds a client causes, by stage.
 	faultSeries [3][3]prometheus.Counter
@@ -102,7 +110,26 @@ func New(p *pool.Pool) *Metrics {
 			"upstream, a try that could not reach its upstream (answered 503, not retried, no server's fault); " +
 			"accept, a waiting client answered 503 at accept and closed, its request unread.",
 	}, []string{"resource", "op"})
-	m.reg.MustRegister(m.requests, m.duration, m.tries, m.retries, m.given, m.denied, m.stale, m.aborted, m.faults, m.exhausted)
+	m.handshake = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_tls_handshakes_total",
+		Help: "TLS handshakes completed on TLS listeners, by version (1.2, 1.3) and whether the session was resumed (true, false).",
+	}, []string{"version", "resumed"})
+	for v, version := range []string{"1.2", "1.3"} {
+		for r, resumed := range []string{"false", "true"} {
+			m.handshakes[v][r] = m.handshake.WithLabelValues(version, resumed)
+		}
+	}
+	m.tlsFailed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_tls_handshake_failures_total",
+		Help: "TLS handshakes that failed, by reason: timeout (not done within timeouts.header), closed (the client left), " +
+			"plain_http (answered 400), not_tls, version (only older versions offered), alpn (no protocol in common), " +
+			"client_cert (a client certificate that did not verify), client_alert (the client refused, most often sluice's certificate), other.",
+	}, []string{"reason"})
+	for _, f := range proxy.HandshakeFailures() {
+		m.tlsFailures = append(m.tlsFailures, m.tlsFailed.WithLabelValues(f.String()))
+	}
+	m.reg.MustRegister(m.requests, m.duration, m.tries, m.retries, m.given, m.denied, m.stale, m.aborted, m.faults, m.exhausted,
+		m.handshake, m.tlsFailed)
 	if p != nil {
 		m.reg.MustRegister(poolCollector{p})
 	}
@@ -273,6 +300,33 @@ var _ proxy.ClientFaultObserver = (*Metrics)(nil)
 func (m *Metrics) BudgetDenied(s *proxy.Session, p *proxy.Peer) {
 	m.series(upstreamOf(p)).denied.Inc()
 }
+
+// Handshake implements proxy.TLSObserver.
+func (m *Metrics) Handshake(st *tls.ConnectionState) {
+	r := 0
+	if st.DidResume {
+		r = 1
+	}
+	switch st.Version {
+	case tls.VersionTLS12:
+		m.handshakes[0][r].Inc()
+	case tls.VersionTLS13:
+		m.handshakes[1][r].Inc()
+	default:
+		m.handshake.WithLabelValues(proxy.TLSVersion(st.Version), strconv.FormatBool(st.DidResume)).Inc()
+	}
+}
+
+// HandshakeFailed implements proxy.TLSObserver.
+func (m *Metrics) HandshakeFailed(reason proxy.HandshakeFailure, err error) {
+	if int(reason) < len(m.tlsFailures) {
+		m.tlsFailures[reason].Inc()
+		return
+	}
+	m.tlsFailed.WithLabelValues(reason.String()).Inc()
+}
+
+var _ proxy.TLSObserver = (*Metrics)(nil)
 
 // Shed implements proxy.ShedObserver.
 func (m *Metrics) Shed(n int, err error) {
