@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/retry"
 	"github.com/sluice-proxy/sluice/route"
+	"github.com/sluice-proxy/sluice/tlsterm"
 	"github.com/sluice-proxy/sluice/upstream"
 )
 
@@ -30,6 +31,10 @@ type Generation struct {
 	Config    *Config
 	Table     *route.Table
 	Upstreams map[string]*upstream.Group
+	// TLS holds, for each of Config.Listen, its TLS settings with the
+	// certificates read from its files; nil for a plain listener. A
+	// reload hands them to the TLS listeners that stay (Listeners.Reload).
+	TLS []*tlsterm.Settings
 }
 
 // Start starts the background work of every upstream (active health
@@ -55,16 +60,18 @@ func (g *Generation) Carry(old *Generation) {
 }
 
 // RestartOnly lists the sections that differ between two configs and that
-// a reload cannot apply: a reload swaps routes and upstreams; listeners,
-// client timeouts, limits, logs, forwarding headers and metrics are the
-// server's and change on restart.
+// a reload cannot apply: a reload swaps routes and upstreams, and the TLS
+// settings (certificates, min_version, client_auth) of the listeners that
+// stay; the listeners themselves (their addresses, whether they have tls
+// or redirect), client timeouts, limits, logs, forwarding headers and
+// metrics are the server's and change on restart.
 func RestartOnly(old, new *Config) []string {
 	var diff []string
 	for _, c := range []struct {
 		name string
 		a, b any
 	}{
-		{"listen", old.Listen, new.Listen},
+		{"listen", listenShape(old.Listen), listenShape(new.Listen)},
 		{"timeouts", old.Timeouts, new.Timeouts},
 		{"limits", old.Limits, new.Limits},
 		{"access_log", old.AccessLog, new.AccessLog},
@@ -77,6 +84,18 @@ func RestartOnly(old, new *Config) []string {
 		}
 	}
 	return diff
+}
+
+// listenShape is what of the listeners a reload cannot change.
+func listenShape(ls []Listener) []Listener {
+	shape := make([]Listener, len(ls))
+	for i, l := range ls {
+		shape[i] = Listener{Address: l.Address, RedirectHTTPS: l.RedirectHTTPS, HTTPSPort: l.HTTPSPort}
+		if l.TLS != nil {
+			shape[i].TLS = &ListenerTLS{}
+		}
+	}
+	return shape
 }
 
 // Close stops the background work and waits for it.
@@ -96,12 +115,18 @@ func (g *Generation) Servers(report func(upstream string, s *balance.Server)) {
 	}
 }
 
-// Build turns a validated Config into a Generation. The balancers log
+// Build turns a validated Config into a Generation, reading the TLS
+// listeners' certificate, key and CA files: a file that cannot be used is
+// an *Error naming it, its key in the file and why. The balancers log
 // health changes to slog.Default(). Call Start to run their background
 // work (active health checks, DNS re-resolution).
 func Build(cfg *Config) (*Generation, error) {
 	log := slog.Default()
 	g := &Generation{Config: cfg, Upstreams: make(map[string]*upstream.Group)}
+	var err error
+	if g.TLS, err = buildTLS(cfg); err != nil {
+		return nil, err
+	}
 	for _, u := range cfg.Upstreams {
 		built, err := buildUpstream(cfg, u, log)
 		if err != nil {
@@ -284,6 +309,7 @@ func NewServer(cfg *Config, g *Generation, errorLog *slog.Logger) (*proxy.Server
 			NoXForwardedProto: !cfg.Forwarded.XForwardedProto,
 			NoXForwardedHost:  !cfg.Forwarded.XForwardedHost,
 			NoVia:             !cfg.Forwarded.Via,
+			Trusted:           cfg.Forwarded.Trusted,
 		},
 		Pool:     pool.New(max(1, cfg.Limits.MaxIdleUpstreamConns), nil),
 		ErrorLog: errorLog,

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -64,6 +65,66 @@ type Listener struct {
 	// for net.Listen. The host may be empty (all interfaces); the port
 	// is a number in 0..65535, 0 meaning any free port.
 	Address string
+	// TLS (key "tls", default none: plain HTTP) terminates TLS on the
+	// listener.
+	TLS *ListenerTLS
+	// RedirectHTTPS (key "redirect_https", default false), on a listener
+	// without tls, answers every request with 308 to https://, the host
+	// without its port, the path and the query kept.
+	RedirectHTTPS bool
+	// HTTPSPort (key "https_port", default 0, only with redirect_https,
+	// 1..65535) is the port the redirects name, for a TLS port that
+	// clients reach on another port than sluice listens on (a port
+	// mapping). 0 means the port of the first listener with tls in the
+	// file, as bound, or 443 when there is none; 443 is left out of the
+	// URL.
+	HTTPSPort int
+	// Line is the line of the listener in the file, for messages.
+	Line int
+}
+
+// ListenerTLS is a listener's TLS termination. Its files are read when the
+// config is built (Build), at start and at every reload.
+type ListenerTLS struct {
+	// Certificates (key "certificates", required, at least one) are the
+	// certificates served, chosen by the name a client asks for (SNI):
+	// exact names, then wildcards (*.example.com); the first is the
+	// default, for clients that ask for no name or one no certificate
+	// holds.
+	Certificates []CertificateFiles
+	// MinVersion (key "min_version", default "1.2") is the oldest TLS
+	// version accepted: "1.2" or "1.3".
+	MinVersion string
+	// ClientAuth (key "client_auth", default none) asks clients for
+	// certificates.
+	ClientAuth *ClientAuth
+}
+
+// CertificateFiles names a certificate chain and its key, PEM files.
+// Relative paths are relative to sluice's working directory.
+type CertificateFiles struct {
+	// Cert (key "cert", required) is the certificate, then the
+	// intermediates clients need, PEM CERTIFICATE blocks.
+	Cert string
+	// Key (key "key", required) is its private key, a PEM PRIVATE KEY,
+	// EC PRIVATE KEY or RSA PRIVATE KEY block, not encrypted.
+	Key string
+	// Line is the line of the entry in the file, for messages.
+	Line int
+}
+
+// ClientAuth asks a TLS listener's clients for certificates.
+type ClientAuth struct {
+	// CA (key "ca", required) is the file of the CA certificates client
+	// certificates must chain to, PEM CERTIFICATE blocks.
+	CA string
+	// Mode (key "mode", default "require") is "require": a client without
+	// a certificate that verifies is refused; or "verify_if_given": a
+	// client may send none, and one that sends one that does not verify
+	// is refused.
+	Mode string
+	// Line is the line of client_auth in the file, for messages.
+	Line int
 }
 
 // Timeouts bounds the downstream (client) side of sluice.
@@ -144,6 +205,13 @@ type Forwarded struct {
 	XForwardedHost bool
 	// Via (key "via", default true) appends sluice to the Via header.
 	Via bool
+	// Trusted (key "trusted", default [] = none) lists the peers (load
+	// balancers, proxies in front of sluice) whose X-Forwarded-For,
+	// -Proto and -Host are kept, For extended with the peer's address;
+	// from every other client those fields are replaced. Each is an
+	// address prefix (10.0.0.0/8) or an address (127.0.0.1, held as
+	// 127.0.0.1/32), stored masked.
+	Trusted []netip.Prefix
 }
 
 // Metrics configures the Prometheus metrics endpoint.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"reflect"
 	"slices"
@@ -34,7 +35,7 @@ func TestParseMinimalGetsDefaults(t *testing.T) {
 	}
 	want := &Config{
 		File:   "min.yaml",
-		Listen: []Listener{{Address: "127.0.0.1:8080"}},
+		Listen: []Listener{{Address: "127.0.0.1:8080", Line: 2}},
 		Timeouts: Timeouts{
 			Header: 10 * time.Second,
 			Idle:   60 * time.Second,
@@ -98,13 +99,22 @@ func TestParseMinimalGetsDefaults(t *testing.T) {
 func TestParseEveryValue(t *testing.T) {
 	const file = `listen:
   - address: ":8080"
+    tls:
+      certificates:
+        - {cert: a.pem, key: a.key}
+        - cert: /etc/b.pem
+          key: /etc/b.key
+      min_version: 1.3
+      client_auth: {ca: ca.pem, mode: verify_if_given}
   - address: "[::1]:0"
+    redirect_https: true
+    https_port: 8443
   - address: "[::1]:0"
 timeouts: {header: 5s, idle: 2m, drain: 0, body: 3s, send: 4s}
 limits: {max_header_bytes: 1MiB, max_headers: 10000, max_idle_upstream_conns: 0}
 access_log: {enabled: false, format: JSON, path: /var/log/sluice.log, buffer: 0, flush: 250ms}
 log: {level: debug, format: json}
-forwarded: {x_forwarded_for: false, x_forwarded_proto: false, x_forwarded_host: false, via: false}
+forwarded: {x_forwarded_for: false, x_forwarded_proto: false, x_forwarded_host: false, via: false, trusted: [10.1.2.3/8, 127.0.0.1, "2001:db8::/32"]}
 metrics: {address: "localhost:9090"}
 routes:
   - host: API.Example.com.
@@ -147,24 +157,33 @@ upstreams:
 		t.Fatal(err)
 	}
 	want := &Config{
-		File:      "every.yaml",
-		Listen:    []Listener{{":8080"}, {"[::1]:0"}, {"[::1]:0"}},
+		File: "every.yaml",
+		Listen: []Listener{
+			{Address: ":8080", Line: 2, TLS: &ListenerTLS{
+				Certificates: []CertificateFiles{{Cert: "a.pem", Key: "a.key", Line: 5}, {Cert: "/etc/b.pem", Key: "/etc/b.key", Line: 6}},
+				MinVersion:   "1.3",
+				ClientAuth:   &ClientAuth{CA: "ca.pem", Mode: "verify_if_given", Line: 9},
+			}},
+			{Address: "[::1]:0", Line: 10, RedirectHTTPS: true, HTTPSPort: 8443},
+			{Address: "[::1]:0", Line: 13},
+		},
 		Timeouts:  Timeouts{Header: 5 * time.Second, Idle: 2 * time.Minute, Drain: 0, Body: 3 * time.Second, Send: 4 * time.Second},
 		Limits:    Limits{MaxHeaderBytes: 1 << 20, MaxHeaders: 10000, MaxIdleUpstreamConns: 0},
 		AccessLog: AccessLog{Enabled: false, Format: "json", Path: "/var/log/sluice.log", Buffer: 0, Flush: 250 * time.Millisecond},
 		Log:       Log{Level: "debug", Format: "json"},
-		Forwarded: Forwarded{},
-		Metrics:   Metrics{Address: "localhost:9090"},
+		Forwarded: Forwarded{Trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"),
+			netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("2001:db8::/32")}},
+		Metrics: Metrics{Address: "localhost:9090"},
 		Routes: []Route{
-			{Host: "api.example.com", PathPrefix: "/v1/", Upstream: "a.b-c_1", Line: 12},
-			{Host: "*.example.com", Upstream: "web", Line: 15},
+			{Host: "api.example.com", PathPrefix: "/v1/", Upstream: "a.b-c_1", Line: 21},
+			{Host: "*.example.com", Upstream: "web", Line: 24},
 		},
 		Upstreams: []*Upstream{{
 			Name: "a.b-c_1",
-			Line: 18,
+			Line: 27,
 			Servers: []Server{
-				{Address: "backend.internal:1", Weight: 1000, Line: 20, Resolve: 30 * time.Second},
-				{Address: "[2001:db8::1]:65535", Weight: 1, Line: 23, Backup: true, Resolve: 10 * time.Second},
+				{Address: "backend.internal:1", Weight: 1000, Line: 29, Resolve: 30 * time.Second},
+				{Address: "[2001:db8::1]:65535", Weight: 1, Line: 32, Backup: true, Resolve: 10 * time.Second},
 			},
 			Balance: "hash",
 			HashKey: "header:X-User",
@@ -195,12 +214,12 @@ upstreams:
 				Budget:            Budget{Ratio: 1, MinPerSecond: 0.5},
 				BodyBuffer:        0,
 			},
-			TLS: &UpstreamTLS{ServerName: "api.internal", CA: "/etc/ca.pem", Cert: "/etc/c.pem", Key: "/etc/k.pem", Line: 41},
+			TLS: &UpstreamTLS{ServerName: "api.internal", CA: "/etc/ca.pem", Cert: "/etc/c.pem", Key: "/etc/k.pem", Line: 50},
 		}, {
 			Name:     "web",
-			Line:     42,
-			Servers:  []Server{{Address: "127.0.0.1:9001", Weight: 1, Line: 43, Resolve: 10 * time.Second}},
-			TLS:      &UpstreamTLS{Line: 45}, // "tls:" with no value: TLS with the defaults
+			Line:     51,
+			Servers:  []Server{{Address: "127.0.0.1:9001", Weight: 1, Line: 52, Resolve: 10 * time.Second}},
+			TLS:      &UpstreamTLS{Line: 54}, // "tls:" with no value: TLS with the defaults
 			Balance:  "p2c",
 			HashKey:  "client_ip",
 			Health:   DefaultHealth(),
@@ -684,8 +703,8 @@ func TestLoadFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.File != "testdata/full.yaml" || len(c.Listen) != 2 || len(c.Routes) != 3 || len(c.Upstreams) != 2 {
-		t.Errorf("got file %q, %d listeners, %d routes, %d upstreams; want testdata/full.yaml, 2, 3, 2",
+	if c.File != "testdata/full.yaml" || len(c.Listen) != 4 || len(c.Routes) != 3 || len(c.Upstreams) != 2 {
+		t.Errorf("got file %q, %d listeners, %d routes, %d upstreams; want testdata/full.yaml, 4, 3, 2",
 			c.File, len(c.Listen), len(c.Routes), len(c.Upstreams))
 	}
 	if web := c.Upstreams[1]; web.Name != "web" || web.Retry.Tries != 1 || len(web.Retry.On) != 0 {

@@ -374,15 +374,31 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 	present := d.mapping(n, "", []field{
 		{"listen", func(n *yaml.Node, path string) {
 			count := d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
-				var l Listener
+				l := Listener{Line: n.Line}
+				var redirectNode, portNode *yaml.Node
 				present := d.mapping(n, path, []field{
 					{"address", func(n *yaml.Node, path string) {
 						if d.address(&l.Address, n, path, true) {
 							listenAddrs = append(listenAddrs, located{n, path})
 						}
 					}},
+					{"tls", func(n *yaml.Node, path string) { l.TLS = d.listenerTLS(n, path) }},
+					{"redirect_https", func(n *yaml.Node, path string) {
+						redirectNode = n
+						d.boolean(&l.RedirectHTTPS)(n, path)
+					}},
+					{"https_port", func(n *yaml.Node, path string) {
+						portNode = n
+						d.integer(&l.HTTPSPort, between(1, 65535))(n, path)
+					}},
 				})
 				d.required(n, path, present, "address")
+				if l.RedirectHTTPS && l.TLS != nil {
+					d.addf(redirectNode, join(path, "redirect_https"), "is for a plain listener; this one has tls")
+				}
+				if portNode != nil && !l.RedirectHTTPS {
+					d.addf(portNode, join(path, "https_port"), "only used with redirect_https: true")
+				}
 				c.Listen = append(c.Listen, l)
 			})
 			if count == 0 && isList(n) {
@@ -426,6 +442,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 				{"x_forwarded_proto", d.boolean(&c.Forwarded.XForwardedProto)},
 				{"x_forwarded_host", d.boolean(&c.Forwarded.XForwardedHost)},
 				{"via", d.boolean(&c.Forwarded.Via)},
+				{"trusted", d.prefixes(&c.Forwarded.Trusted)},
 			})
 		}},
 		{"metrics", func(n *yaml.Node, path string) {

@@ -2,105 +2,251 @@ package config
 
 import (
 	"crypto/tls"
-	"os"
+	"errors"
+	"net"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
-	"github.com/sluice-proxy/sluice/internal/testcert"
+	"github.com/sluice-proxy/sluice/internal/tlstest"
+	"github.com/sluice-proxy/sluice/proxy"
 )
 
-// TestClientTLS reads an upstream's tls files into the proxy's settings,
-// and names the file and what is wrong when one does not do.
-func TestClientTLS(t *testing.T) {
-	dir := t.TempDir()
-	ca := testcert.NewCA(t, "config CA")
-	caFile := filepath.Join(dir, "ca.pem")
-	os.WriteFile(caFile, ca.PEM(), 0o600)
-	certFile, keyFile := testcert.WriteFiles(t, dir, ca.Client(t, "sluice"))
-	otherKeyDir := t.TempDir()
-	_, otherKey := testcert.WriteFiles(t, otherKeyDir, ca.Client(t, "someone else"))
-	notPEM := filepath.Join(dir, "not.pem")
-	os.WriteFile(notPEM, []byte("hello\n"), 0o600)
-	missing := filepath.Join(dir, "missing.pem")
+// rest completes a file whose first lines are its listen section.
+const rest = "routes: [{upstream: web}]\nupstreams:\n  web:\n    servers: [{address: \"127.0.0.1:9001\"}]\n"
 
+func TestParseTLSDefaults(t *testing.T) {
+	c, err := Parse("t.yaml", []byte("listen:\n  - address: 127.0.0.1:8443\n    tls:\n      certificates: [{cert: a.pem, key: a.key}]\n"+rest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &ListenerTLS{Certificates: []CertificateFiles{{Cert: "a.pem", Key: "a.key", Line: 4}}, MinVersion: "1.2"}
+	if got := c.Listen[0].TLS; !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	if c.Forwarded.Trusted != nil || c.Listen[0].RedirectHTTPS || c.Listen[0].HTTPSPort != 0 {
+		t.Errorf("defaults: trusted %v, redirect %v, https_port %d", c.Forwarded.Trusted, c.Listen[0].RedirectHTTPS, c.Listen[0].HTTPSPort)
+	}
+	c, err = Parse("t.yaml", []byte("listen:\n  - address: 127.0.0.1:8443\n    tls:\n      certificates: [{cert: a.pem, key: a.key}]\n      client_auth: {ca: ca.pem}\n"+rest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := c.Listen[0].TLS.ClientAuth; a == nil || a.Mode != "require" {
+		t.Errorf("client_auth without a mode: %+v, want mode require", a)
+	}
+}
+
+func TestParseTLSProblems(t *testing.T) {
+	listen := func(lines ...string) string {
+		return "listen:\n  - address: 127.0.0.1:8443\n" + strings.Join(lines, "\n") + "\n" + rest
+	}
+	cert := "      certificates: [{cert: a.pem, key: a.key}]"
 	tests := []struct {
-		name string
-		tls  UpstreamTLS
-		err  string // "" for none
+		name      string
+		file      string
+		line, col int
+		path, msg string
 	}{
-		{"everything", UpstreamTLS{ServerName: "api.internal", CA: caFile, Cert: certFile, Key: keyFile}, ""},
-		{"nothing: system roots", UpstreamTLS{}, ""},
-		{"ca missing", UpstreamTLS{CA: missing}, "tls.ca: open " + missing + ": no such file or directory"},
-		{"ca not PEM", UpstreamTLS{CA: notPEM}, "tls.ca " + notPEM + ": no PEM certificate in the file"},
-		{"cert missing", UpstreamTLS{Cert: missing, Key: keyFile}, "tls.cert: open " + missing},
-		{"key missing", UpstreamTLS{Cert: certFile, Key: missing}, "tls.key: open " + missing},
-		{"key of another certificate", UpstreamTLS{Cert: certFile, Key: otherKey},
-			"tls.cert " + certFile + " and tls.key " + otherKey + ": tls: private key does not match public key"},
-		{"cert not PEM", UpstreamTLS{Cert: notPEM, Key: keyFile}, "tls.cert " + notPEM + " and tls.key " + keyFile + ": tls: failed to find any PEM data in certificate input"},
+		{"tls without certificates", listen("    tls: {min_version: \"1.3\"}"), 3, 10, "listen[0].tls.certificates", "missing; it is required"},
+		{"empty tls", listen("    tls:"), 3, 9, "listen[0].tls.certificates", "missing; it is required"},
+		{"no certificate", listen("    tls: {certificates: []}"), 3, 25, "listen[0].tls.certificates", "at least one certificate"},
+		{"certificate without key", listen("    tls: {certificates: [{cert: a.pem}]}"), 3, 26, "listen[0].tls.certificates[0].key", "missing"},
+		{"empty cert path", listen("    tls: {certificates: [{cert: \"\", key: a.key}]}"), 3, 33, "listen[0].tls.certificates[0].cert", "must not be empty"},
+		{"min_version 1.1", listen("    tls:", cert, "      min_version: \"1.1\""), 5, 20, "listen[0].tls.min_version", `unknown value "1.1"`},
+		{"client_auth without ca", listen("    tls:", cert, "      client_auth: {mode: require}"), 5, 20, "listen[0].tls.client_auth.ca", "missing"},
+		{"client_auth mode", listen("    tls:", cert, "      client_auth: {ca: ca.pem, mode: always}"), 5, 39, "listen[0].tls.client_auth.mode", `unknown value "always"`},
+		{"acme", listen("    tls:", cert, "      acme: {email: ops@example.com}"), 5, 7, "listen[0].tls.acme", "not yet supported"},
+		{"unknown tls key", listen("    tls:", cert, "      min_versoin: \"1.3\""), 5, 7, "listen[0].tls.min_versoin", `did you mean "min_version"?`},
+		{"redirect on a TLS listener", listen("    tls:", cert, "    redirect_https: true"), 5, 21, "listen[0].redirect_https", "is for a plain listener"},
+		{"https_port without redirect", listen("    https_port: 8443"), 3, 17, "listen[0].https_port", "only used with redirect_https"},
+		{"https_port out of range", listen("    redirect_https: true", "    https_port: 70000"), 4, 17, "listen[0].https_port", "between 1 and 65535"},
+		{"trusted not a list", listen() + "forwarded: {trusted: 10.0.0.0/8}\n", 8, 22, "forwarded.trusted", "must be a list"},
+		{"trusted garbage", listen() + "forwarded: {trusted: [10.0.0.300/8]}\n", 8, 23, "forwarded.trusted[0]", "not an address or an address prefix"},
+		{"trusted IPv4-mapped", listen() + "forwarded: {trusted: [\"::ffff:10.0.0.1\"]}\n", 8, 23, "forwarded.trusted[0]", "write IPv4 addresses as IPv4 (10.0.0.1)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := clientTLS(&tt.tls)
-			if tt.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.err) {
-					t.Fatalf("error %v, want one containing %q", err, tt.err)
-				}
-				return
+			_, err := Parse("t.yaml", []byte(tt.file))
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("Parse: got error %v (%T), want an *Error", err, err)
 			}
-			if err != nil {
-				t.Fatal(err)
+			if len(e.Problems) != 1 {
+				t.Fatalf("got %d problems, want 1:\n%v", len(e.Problems), err)
 			}
-			cfg := got.Config
-			if cfg.ServerName != tt.tls.ServerName || (cfg.RootCAs != nil) != (tt.tls.CA != "") || (cfg.GetClientCertificate != nil) != (tt.tls.Cert != "") {
-				t.Fatalf("config %+v from %+v", cfg, tt.tls)
+			p := e.Problems[0]
+			if p.Line != tt.line || p.Column != tt.col || p.Path != tt.path || !strings.Contains(p.Msg, tt.msg) {
+				t.Errorf("got  %#v\nwant line %d, column %d, path %q, message containing %q", p, tt.line, tt.col, tt.path, tt.msg)
 			}
-			if cfg.GetClientCertificate != nil {
-				// Presented whatever authorities the server names.
-				c, err := cfg.GetClientCertificate(&tls.CertificateRequestInfo{AcceptableCAs: [][]byte{[]byte("some other CA")}})
-				if err != nil || c.Leaf == nil || c.Leaf.Subject.CommonName != "sluice" {
-					t.Fatalf("client certificate %v, %v", c, err)
+		})
+	}
+}
+
+// Build reads the TLS files; every file that cannot be used is a problem
+// naming the file, at its entry in the config, with the key at fault.
+func TestBuildTLSFiles(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "test CA")
+	siteCert, siteKey := ca.Server(t, "example.com").Write(t, dir, "site")
+	_, otherKey := ca.Server(t, "other.test").Write(t, dir, "other")
+	caFile := filepath.Join(dir, "clients.pem")
+	tlstest.WriteFile(t, caFile, tlstest.NewCA(t, "clients").PEM)
+	missing := filepath.Join(dir, "missing.pem")
+
+	file := func(cert, key, clientCA string) string {
+		s := "listen:\n  - address: 127.0.0.1:0\n  - address: 127.0.0.1:0\n    tls:\n      min_version: \"1.3\"\n" +
+			"      certificates:\n        - {cert: " + siteCert + ", key: " + siteKey + "}\n" +
+			"        - {cert: " + cert + ", key: " + key + "}\n"
+		if clientCA != "" {
+			s += "      client_auth: {ca: " + clientCA + ", mode: verify_if_given}\n"
+		}
+		return s + rest
+	}
+	build := func(yaml string) (*Generation, error) {
+		cfg, err := Parse("t.yaml", []byte(yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Build(cfg)
+	}
+
+	g, err := build(file(siteCert, siteKey, caFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.TLS) != 2 || g.TLS[0] != nil || g.TLS[1] == nil {
+		t.Fatalf("TLS settings %v, want none for the plain listener and some for the TLS one", g.TLS)
+	}
+	s := g.TLS[1]
+	if s.MinVersion != tls.VersionTLS13 || s.ClientAuth != tls.VerifyClientCertIfGiven || s.ClientCAs == nil ||
+		!reflect.DeepEqual(s.NextProtos, []string{"http/1.1"}) {
+		t.Errorf("settings %+v", s)
+	}
+	if cert, _ := s.Certificates.GetCertificate(&tls.ClientHelloInfo{}); cert == nil || cert.Leaf.DNSNames[0] != "example.com" {
+		t.Errorf("the default certificate is not the first")
+	}
+
+	tests := []struct {
+		name          string
+		cert, key, ca string
+		problems      []string // each "line: path: file: reason"
+	}{
+		{"missing certificate", missing, siteKey, "", []string{
+			"t.yaml:8: listen[1].tls.certificates[1].cert: " + missing + ": no such file or directory"}},
+		{"another certificate's key", siteCert, otherKey, "", []string{
+			"t.yaml:8: listen[1].tls.certificates[1].key: " + otherKey + ": not the private key of the certificate in " + siteCert}},
+		{"swapped", siteKey, siteCert, "", []string{
+			"t.yaml:8: listen[1].tls.certificates[1].cert: " + siteKey + ": holds a private key, not a certificate"}},
+		{"missing CA and certificate: both told", missing, siteKey, missing, []string{
+			"t.yaml:8: listen[1].tls.certificates[1].cert: " + missing + ": no such file or directory",
+			"t.yaml:9: listen[1].tls.client_auth.ca: " + missing + ": no such file or directory"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := build(file(tt.cert, tt.key, tt.ca))
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("Build: got %v (%T), want an *Error", err, err)
+			}
+			if len(e.Problems) != len(tt.problems) {
+				t.Fatalf("got %d problems, want %d:\n%v", len(e.Problems), len(tt.problems), err)
+			}
+			for i, p := range e.Problems {
+				if !strings.HasPrefix(p.String(), tt.problems[i]) {
+					t.Errorf("got  %s\nwant %s", p, tt.problems[i])
 				}
 			}
 		})
 	}
 }
 
-// TestClientTLSID: the ID that keys pooled connections is the same for
-// the same settings, read again (a reload), and differs when anything
-// they verify with or present does.
-func TestClientTLSID(t *testing.T) {
-	dir := t.TempDir()
-	ca, other := testcert.NewCA(t, "config CA"), testcert.NewCA(t, "other CA")
-	caFile, otherFile := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "other.pem")
-	os.WriteFile(caFile, ca.PEM(), 0o600)
-	os.WriteFile(otherFile, other.PEM(), 0o600)
-	certFile, keyFile := testcert.WriteFiles(t, dir, ca.Client(t, "sluice"))
-	id := func(u UpstreamTLS) string {
-		t.Helper()
-		got, err := clientTLS(&u)
+// A reload applies new TLS settings to the listeners that stay; what
+// changes the listeners themselves needs a restart.
+func TestRestartOnlyTLS(t *testing.T) {
+	parse := func(listen, forwarded string) *Config {
+		c, err := Parse("t.yaml", []byte("listen:\n"+listen+rest+forwarded))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return got.ID
+		return c
 	}
-	base := UpstreamTLS{CA: caFile}
-	if id(base) != id(UpstreamTLS{CA: caFile, Line: 7}) {
-		t.Fatal("equal settings read twice got different IDs")
-	}
+	tlsOne := "  - address: 127.0.0.1:8443\n    tls: {certificates: [{cert: a.pem, key: a.key}]}\n"
+	tlsOther := "  - address: 127.0.0.1:8443\n    tls: {certificates: [{cert: b.pem, key: b.key}, {cert: c.pem, key: c.key}], min_version: \"1.3\", client_auth: {ca: ca.pem}}\n"
+	plain := "  - address: 127.0.0.1:8443\n"
+	redirect := "  - address: 127.0.0.1:8443\n    redirect_https: true\n"
 	tests := []struct {
-		name string
-		a, b UpstreamTLS
+		name     string
+		old, new *Config
+		want     []string
 	}{
-		{"another CA", base, UpstreamTLS{CA: otherFile}},
-		{"the system's roots", base, UpstreamTLS{}},
-		{"a server name", base, UpstreamTLS{CA: caFile, ServerName: "api.internal"}},
-		{"a client certificate", base, UpstreamTLS{CA: caFile, Cert: certFile, Key: keyFile}},
-		{"no verification", UpstreamTLS{}, UpstreamTLS{InsecureSkipVerify: true}},
+		{"certificates, min_version, client_auth", parse(tlsOne, ""), parse(tlsOther, ""), nil},
+		{"tls added", parse(plain, ""), parse(tlsOne, ""), []string{"listen"}},
+		{"redirect added", parse(plain, ""), parse(redirect, ""), []string{"listen"}},
+		{"another address", parse(tlsOne, ""), parse(strings.Replace(tlsOne, "8443", "9443", 1), ""), []string{"listen"}},
+		{"trusted peers", parse(tlsOne, ""), parse(tlsOne, "forwarded: {trusted: [10.0.0.0/8]}\n"), []string{"forwarded"}},
 	}
 	for _, tt := range tests {
-		if id(tt.a) == id(tt.b) {
-			t.Errorf("%s: the same ID as without", tt.name)
+		if got := RestartOnly(tt.old, tt.new); !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%s: RestartOnly %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// Listeners: a redirect names https_port, else the first TLS listener's
+// port as bound, else 443; a reload reaches the TLS listeners the new
+// config keeps.
+func TestListeners(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "test CA")
+	cert, key := ca.Server(t, "example.com").Write(t, dir, "site")
+	tlsListener := func(addr string) string {
+		return "  - address: " + addr + "\n    tls: {certificates: [{cert: " + cert + ", key: " + key + "}]}\n"
+	}
+	build := func(listen string) (*Config, *Generation) {
+		cfg, err := Parse("t.yaml", []byte("listen:\n"+listen+rest))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := Build(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg, g
+	}
+	bound := []net.Addr{&net.TCPAddr{Port: 8080}, &net.TCPAddr{Port: 8443}, &net.TCPAddr{Port: 9443}}
+	tests := []struct {
+		name   string
+		listen string
+		port   int
+	}{
+		{"the first TLS listener's port", "  - {address: 127.0.0.1:8080, redirect_https: true}\n" + tlsListener("127.0.0.1:8443") + tlsListener("127.0.0.1:9443"), 8443},
+		{"https_port", "  - {address: 127.0.0.1:8080, redirect_https: true, https_port: 443}\n" + tlsListener("127.0.0.1:8443"), 443},
+		{"no TLS listener: 443", "  - {address: 127.0.0.1:8080, redirect_https: true}\n", 443},
+	}
+	for _, tt := range tests {
+		cfg, g := build(tt.listen)
+		ls, err := NewListeners(cfg, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := ls.Options(0, bound)
+		if rd, ok := o.Handler.(*proxy.RedirectHTTPS); !ok || rd.Port != tt.port || o.TLS != nil {
+			t.Errorf("%s: options %+v, want a redirect to port %d", tt.name, o, tt.port)
+		}
+		if len(cfg.Listen) > 1 && ls.Options(1, bound).TLS == nil {
+			t.Errorf("%s: the TLS listener has no TLS config", tt.name)
+		}
+	}
+
+	cfg, g := build(tlsListener("127.0.0.1:8443") + tlsListener("127.0.0.1:9443") + "  - address: 127.0.0.1:8080\n")
+	ls, err := NewListeners(cfg, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 9443 moved to the front, 8443 lost its tls, 8080 gained some.
+	_, next := build(tlsListener("127.0.0.1:9443") + "  - address: 127.0.0.1:8443\n" + tlsListener("127.0.0.1:8080"))
+	if got := ls.Reload(next); !reflect.DeepEqual(got, []string{"127.0.0.1:9443"}) {
+		t.Errorf("reloaded %v, want only 127.0.0.1:9443", got)
 	}
 }
