@@ -93,7 +93,7 @@ Try (run each a few times; the log below shows every try):
 
 Ctrl-C stops.
 `, addr, steady, flaky)
-	return serve(srv, []net.Listener{ln}, 2*time.Second, log, nil, nil)
+	return serve(srv, []net.Listener{ln}, nil, 2*time.Second, log, nil, nil)
 }
 
 // startDemoUpstream serves a tiny HTTP/1.1 upstream written with sluice's

@@ -31,6 +31,7 @@ import (
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/observe"
 	"github.com/sluice-proxy/sluice/proxy"
+	"github.com/sluice-proxy/sluice/tlsterm"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -141,6 +142,12 @@ func cmdRun(args []string, stderr io.Writer) int {
 		log.Error("building the proxy", "error", err)
 		return 1
 	}
+	listeners, err := config.NewListeners(cfg, gen)
+	if err != nil {
+		log.Error("building the proxy", "error", err)
+		return 1
+	}
+	logCertificates(log, gen)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	gen.Start(ctx)
@@ -150,7 +157,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 		return 1
 	}
 	defer res.Close()
-	r := &running{path: path, cfg: cfg, srv: srv, ctx: ctx, log: log}
+	r := &running{path: path, cfg: cfg, srv: srv, listeners: listeners, ctx: ctx, log: log}
 	r.gen.Store(gen)
 	defer func() { r.gen.Load().Close() }()
 	if cfg.Metrics.Address != "" {
@@ -180,6 +187,14 @@ func cmdRun(args []string, stderr io.Writer) int {
 		}
 		lns = append(lns, ln)
 	}
+	bound := make([]net.Addr, len(lns))
+	for i, ln := range lns {
+		bound[i] = ln.Addr()
+	}
+	opts := make([]proxy.ListenerOptions, len(lns))
+	for i := range lns {
+		opts[i] = listeners.Options(i, bound)
+	}
 	reopen := func() {
 		if !cfg.AccessLog.Enabled || cfg.AccessLog.Path == "" {
 			log.Info("no access log file to reopen")
@@ -191,24 +206,29 @@ func cmdRun(args []string, stderr io.Writer) int {
 		}
 		log.Info("access log reopened", "path", cfg.AccessLog.Path)
 	}
-	return serve(srv, lns, cfg.Timeouts.Drain, log, r.reload, reopen)
+	return serve(srv, lns, opts, cfg.Timeouts.Drain, log, r.reload, reopen)
 }
 
-// running is the proxy as sluice run serves it: one server, and the
-// generation of routes and upstreams it serves, which SIGHUP replaces.
+// running is the proxy as sluice run serves it: one server, the
+// generation of routes and upstreams it serves, which SIGHUP replaces, and
+// its listeners, whose TLS settings SIGHUP replaces.
 type running struct {
-	path string
-	cfg  *config.Config // as started: what a reload cannot change
-	srv  *proxy.Server
-	gen  atomic.Pointer[config.Generation]
-	ctx  context.Context
-	log  *slog.Logger
+	path      string
+	cfg       *config.Config // as started: what a reload cannot change
+	srv       *proxy.Server
+	listeners *config.Listeners
+	gen       atomic.Pointer[config.Generation]
+	ctx       context.Context
+	log       *slog.Logger
 }
 
 // reload reads the config file again and swaps in its routes and
 // upstreams without dropping a connection: requests in flight finish with
 // the generation they started with, and servers that stay keep their
-// health state. A file that does not load or build changes nothing.
+// health state. The TLS listeners that stay read their certificates, keys
+// and client CAs again: new handshakes get them, connections already open
+// keep theirs, and session tickets stay valid. A file that does not load
+// or build (a certificate that cannot be read, say) changes nothing.
 func (r *running) reload() {
 	cfg, err := config.Load(r.path)
 	if err != nil {
@@ -227,9 +247,39 @@ func (r *running) reload() {
 	gen.Carry(old)
 	gen.Start(r.ctx)
 	r.srv.SetHandler(gen.Table)
+	tlsListeners := r.listeners.Reload(gen)
 	r.gen.Store(gen)
 	old.Close()
-	r.log.Info("reloaded", "routes", len(cfg.Routes), "upstreams", len(cfg.Upstreams))
+	logCertificates(r.log, gen)
+	r.log.Info("reloaded", "routes", len(cfg.Routes), "upstreams", len(cfg.Upstreams), "tls_listeners", len(tlsListeners))
+}
+
+// logCertificates logs the certificates of each TLS listener of gen: the
+// file, the names and when it expires; a warning for one expired or not
+// yet valid.
+func logCertificates(log *slog.Logger, gen *config.Generation) {
+	now := time.Now()
+	for i, s := range gen.TLS {
+		if s == nil {
+			continue
+		}
+		cs, ok := s.Certificates.(*tlsterm.Certificates)
+		if !ok {
+			continue
+		}
+		l := gen.Config.Listen[i]
+		for j, c := range cs.List() {
+			level, msg := slog.LevelInfo, "certificate"
+			switch {
+			case now.After(c.Leaf.NotAfter):
+				level, msg = slog.LevelWarn, "certificate expired"
+			case now.Before(c.Leaf.NotBefore):
+				level, msg = slog.LevelWarn, "certificate not yet valid"
+			}
+			log.Log(context.Background(), level, msg, "listen", l.Address, "file", l.TLS.Certificates[j].Cert,
+				"names", c.Leaf.DNSNames, "not_after", c.Leaf.NotAfter.UTC().Format(time.RFC3339))
+		}
+	}
 }
 
 // serveMetrics serves /metrics on addr until stop is called.
@@ -249,19 +299,30 @@ func serveMetrics(addr string, m *observe.Metrics, log *slog.Logger) (stop func(
 // serve runs srv on lns until SIGINT or SIGTERM, then drains: no new
 // connections, in-flight requests get up to drain to finish. SIGHUP calls
 // reload and SIGUSR1 reopen, when there are.
-func serve(srv *proxy.Server, lns []net.Listener, drain time.Duration, log *slog.Logger, reload, reopen func()) int {
+func serve(srv *proxy.Server, lns []net.Listener, opts []proxy.ListenerOptions, drain time.Duration, log *slog.Logger, reload, reopen func()) int {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, append([]os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}, reopenSignals...)...)
 	defer signal.Stop(sig)
 
 	var wg sync.WaitGroup
 	failed := make(chan error, len(lns))
-	for _, ln := range lns {
-		log.Info("listening", "address", ln.Addr().String())
+	for i, ln := range lns {
+		var o proxy.ListenerOptions
+		if i < len(opts) {
+			o = opts[i]
+		}
+		attrs := []any{"address", ln.Addr().String()}
+		if o.TLS != nil {
+			attrs = append(attrs, "tls", true)
+		}
+		if rd, ok := o.Handler.(*proxy.RedirectHTTPS); ok {
+			attrs = append(attrs, "redirect_https_port", rd.Port)
+		}
+		log.Info("listening", attrs...)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, proxy.ErrServerClosed) {
+			if err := srv.ServeWith(ln, o); err != nil && !errors.Is(err, proxy.ErrServerClosed) {
 				failed <- err
 			}
 		}()

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluice-proxy/sluice/internal/tlstest"
 )
 
 func TestValidate(t *testing.T) {
@@ -39,11 +41,37 @@ upstreams:
     retry:
       tries: 0
 `)
+	ca := tlstest.NewCA(t, "test CA")
+	cert, key := ca.Server(t, "example.com").Write(t, dir, "site")
+	garbage := write("garbage.pem", "not a certificate\n")
+	tlsConfig := func(cert, key string) string {
+		return `
+listen:
+  - address: 127.0.0.1:0
+    tls:
+      certificates:
+        - {cert: ` + cert + `, key: ` + key + `}
+routes:
+  - upstream: app
+upstreams:
+  app:
+    servers:
+      - address: 127.0.0.1:9001
+`
+	}
+	goodTLS := write("tls.yaml", tlsConfig(cert, key))
+	missingCert := write("missing.yaml", tlsConfig(filepath.Join(dir, "nowhere.pem"), key))
+	badCert := write("bad.yaml", tlsConfig(garbage, key))
 	tests := []struct {
 		args []string
 		code int
 		out  string
 	}{
+		{[]string{"validate", "-c", goodTLS}, 0, "ok (1 listeners, 1 routes, 1 upstreams)"},
+		{[]string{"validate", "-c", missingCert}, 1,
+			"missing.yaml:6: listen[0].tls.certificates[0].cert: " + filepath.Join(dir, "nowhere.pem") + ": no such file or directory"},
+		{[]string{"validate", "-c", badCert}, 1,
+			"bad.yaml:6: listen[0].tls.certificates[0].cert: " + garbage + ": no PEM CERTIFICATE block"},
 		{[]string{"validate", "-c", good}, 0, "ok (1 listeners, 1 routes, 1 upstreams)"},
 		{[]string{"validate", "-c", zero}, 1, "zero.yaml:11:14: upstreams.app.retry.tries: must be >= 1"},
 		{[]string{"validate", "-c", filepath.Join(dir, "missing.yaml")}, 1, "no such file"},

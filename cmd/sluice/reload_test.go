@@ -40,7 +40,11 @@ func TestReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &running{path: path, cfg: cfg, srv: srv, ctx: context.Background(), log: log}
+	listeners, err := config.NewListeners(cfg, gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &running{path: path, cfg: cfg, srv: srv, listeners: listeners, ctx: context.Background(), log: log}
 	r.gen.Store(gen)
 	t.Cleanup(func() { // registered before Serve's, so it runs after the Shutdown
 		r.gen.Load().Close()
