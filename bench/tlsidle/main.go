@@ -1,0 +1,490 @@
+// Command tlsidle measures what idle TLS client connections and half-open
+// TLS handshakes cost the sluice binary, and whether other clients are
+// served meanwhile:
+//
+//	go run ./bench/tlsidle [-conns 10000] [-halfopen 10000] [-settle 130s] [-curves default|x25519] [-sluice BIN] [-keep]
+//
+// It runs sluice with one TLS listener (a certificate made for the run,
+// ECDSA P-256) in front of a Go HTTP upstream, warms it up and reads its
+// RSS (VmRSS from /proc), then:
+//
+//   - opens -halfopen connections that send nothing (half of them) or the
+//     first 11 bytes of a ClientHello (the other half), while a normal
+//     client sends a GET on a new TLS connection every 100 ms: RSS per
+//     half-open connection, and the normal client's failures and slowest
+//     request;
+//   - closes them and opens -conns keep-alive TLS 1.3 connections, each
+//     through its handshake and one GET, and lets them sit idle (they
+//     park after 200 ms): RSS per connection, the growth divided by their
+//     number, read 3 s after they opened and later, up to -settle.
+//
+// The clients run in this process, so sluice's RSS is its own. Everything
+// listens on 127.0.0.1; sluice runs in a temp dir, killed on exit.
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+type options struct {
+	conns, halfOpen int
+	settle          time.Duration
+	curves          string
+	sluice          string
+	keep            bool
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.conns, "conns", 10000, "idle keep-alive TLS connections")
+	flag.IntVar(&o.halfOpen, "halfopen", 10000, "half-open TLS handshakes")
+	flag.DurationVar(&o.settle, "settle", 130*time.Second, "how long RSS is read with the idle connections open (3s, 30s, 60s, 130s)")
+	flag.StringVar(&o.curves, "curves", "default", "the clients' key shares: default (X25519MLKEM768 first, as Go's and browsers') or x25519")
+	flag.StringVar(&o.sluice, "sluice", "", "sluice `binary` (default: build ./cmd/sluice into the temp dir)")
+	flag.BoolVar(&o.keep, "keep", false, "keep the temp dir (config, certificate and logs) and print its path")
+	flag.Parse()
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "tlsidle:", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	dir, err := os.MkdirTemp("", "tlsidle")
+	if err != nil {
+		return err
+	}
+	if o.keep {
+		fmt.Fprintln(os.Stderr, "temp dir:", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+	// Each process, this one and sluice, holds one end of each connection.
+	if err := raiseNoFile(uint64(max(o.conns, o.halfOpen) + 1000)); err != nil {
+		return err
+	}
+	bin := o.sluice
+	if bin == "" {
+		bin = filepath.Join(dir, "sluice")
+		build := exec.Command("go", "build", "-o", bin, "./cmd/sluice")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			return fmt.Errorf("building sluice: %w", err)
+		}
+	}
+	roots, certFile, keyFile, err := makeCertificate(dir)
+	if err != nil {
+		return err
+	}
+	client := &tls.Config{ServerName: "tlsidle.test", RootCAs: roots, NextProtos: []string{"http/1.1"}}
+	if o.curves == "x25519" {
+		client.CurvePreferences = []tls.CurveID{tls.X25519}
+	}
+
+	upstream, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	go http.Serve(upstream, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }))
+	start := func(name string) (*sluice, error) {
+		return startSluice(ctx, bin, filepath.Join(dir, name), certFile, keyFile, upstream.Addr().String(), client)
+	}
+	fmt.Printf("sluice %s; clients' key shares: %s\n", bin, o.curves)
+
+	// Half-open handshakes beside a normal client, on a fresh sluice.
+	sl, err := start("halfopen")
+	if err != nil {
+		return err
+	}
+	var normal prober
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	probed := make(chan struct{})
+	go func() { normal.run(probeCtx, sl.addr, client); close(probed) }()
+	t0 := time.Now()
+	half, failed, firstErr := openHalf(ctx, sl.addr, o.halfOpen)
+	fmt.Printf("%d half-open connections opened in %v (%d failed%s)\n", len(half), time.Since(t0).Round(time.Millisecond), failed, errText(firstErr))
+	sleepUntil(ctx, time.Now().Add(3*time.Second)) // parked after 200 ms
+	held := rssKB(sl.pid)
+	stopProbe()
+	<-probed
+	fmt.Printf("RSS after warm-up %d KiB, with them open %d KiB: %.2f KiB per half-open handshake\n",
+		sl.base, held, float64(int64(held)-int64(sl.base))/float64(max(len(half), 1)))
+	fmt.Printf("normal client meanwhile: %d requests on new TLS connections, %d failed, slowest %v\n",
+		normal.n, normal.failed, normal.slowest.Round(time.Millisecond))
+	for _, c := range half {
+		c.Close()
+	}
+	sl.stop()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+
+	// Idle keep-alive connections, on a fresh sluice. Their handshakes
+	// leave garbage that the heap holds until a collection and the
+	// runtime returns at its scavenger's pace: RSS is read until after
+	// the collection Go forces every 2 minutes.
+	sl, err = start("idle")
+	if err != nil {
+		return err
+	}
+	defer sl.stop()
+	t0 = time.Now()
+	idle, failed, firstErr := openIdle(ctx, sl.addr, client, o.conns)
+	opened := time.Now()
+	fmt.Printf("%d idle TLS connections opened in %v (%d failed%s)\n", len(idle), opened.Sub(t0).Round(time.Millisecond), failed, errText(firstErr))
+	for _, after := range []time.Duration{3 * time.Second, 30 * time.Second, 60 * time.Second, 130 * time.Second} {
+		if after > o.settle {
+			break
+		}
+		sleepUntil(ctx, opened.Add(after))
+		if ctx.Err() != nil {
+			break
+		}
+		kb := rssKB(sl.pid)
+		fmt.Printf("RSS after warm-up %d KiB, %v after they opened %d KiB: %.2f KiB per idle TLS connection\n",
+			sl.base, after, kb, float64(int64(kb)-int64(sl.base))/float64(max(len(idle), 1)))
+	}
+	for _, c := range idle {
+		c.Close()
+	}
+	return ctx.Err()
+}
+
+// sluice is a running sluice, warmed up.
+type sluice struct {
+	addr string
+	pid  int
+	base uint64 // RSS after the warm-up, KiB
+	stop func()
+}
+
+// startSluice runs bin in dir with a TLS listener for certFile and keyFile
+// in front of upstream, and warms it up with 200 GETs, each on a new TLS
+// connection.
+func startSluice(ctx context.Context, bin, dir, certFile, keyFile, upstream string, client *tls.Config) (*sluice, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort())
+	cfg := fmt.Sprintf(`listen:
+  - address: %q
+    tls: {certificates: [{cert: %q, key: %q}]}
+timeouts: {header: 120s, idle: 600s}
+access_log: {enabled: false}
+log: {level: error}
+routes: [{upstream: web}]
+upstreams:
+  web:
+    servers: [{address: %q}]
+`, addr, certFile, keyFile, upstream)
+	cfgPath := filepath.Join(dir, "sluice.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		return nil, err
+	}
+	errLog, err := os.Create(filepath.Join(dir, "error.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "run", "-c", cfgPath)
+	cmd.Stdout, cmd.Stderr = errLog, errLog
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		errLog.Close()
+		return nil, err
+	}
+	s := &sluice{addr: addr, pid: cmd.Process.Pid}
+	s.stop = func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		errLog.Close()
+	}
+	if err := waitServing(ctx, addr, client); err != nil {
+		s.stop()
+		return nil, err
+	}
+	for range 200 {
+		if err := get(addr, client); err != nil {
+			s.stop()
+			return nil, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	time.Sleep(2 * time.Second)
+	s.base = rssKB(s.pid)
+	return s, nil
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return "; first: " + err.Error()
+}
+
+// openIdle opens n TLS connections, 200 at a time, each after one GET.
+func openIdle(ctx context.Context, addr string, cfg *tls.Config, n int) (conns []net.Conn, failed int, first error) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 200)
+	for range n {
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			c, err := openOne(addr, cfg)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failed++
+				if first == nil {
+					first = err
+				}
+				return
+			}
+			conns = append(conns, c)
+		}()
+	}
+	wg.Wait()
+	return conns, failed, first
+}
+
+func openOne(addr string, cfg *tls.Config) (net.Conn, error) {
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	c, err := tls.DialWithDialer(d, "tcp", addr, cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: tlsidle.test\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReaderSize(c, 512), nil)
+	if err == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+		if err == nil && resp.StatusCode != 200 {
+			err = errors.New(resp.Status)
+		}
+	}
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.SetDeadline(time.Time{})
+	return c, nil
+}
+
+// partialHello is the start of a ClientHello record that announces 512
+// bytes and brings 6.
+const partialHello = "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"
+
+// openHalf opens n TCP connections to addr, 200 at a time; every other one
+// sends the start of a ClientHello, the others nothing.
+func openHalf(ctx context.Context, addr string, n int) (conns []net.Conn, failed int, first error) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 200)
+	for i := range n {
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err == nil && i%2 == 0 {
+				_, err = io.WriteString(c, partialHello)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failed++
+				if first == nil {
+					first = err
+				}
+				return
+			}
+			conns = append(conns, c)
+		}()
+	}
+	wg.Wait()
+	return conns, failed, first
+}
+
+// prober is the normal client: a GET on a new TLS connection every 100 ms.
+type prober struct {
+	n, failed int
+	slowest   time.Duration
+}
+
+func (p *prober) run(ctx context.Context, addr string, cfg *tls.Config) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		start := time.Now()
+		p.n++
+		if get(addr, cfg) != nil {
+			p.failed++
+		}
+		p.slowest = max(p.slowest, time.Since(start))
+	}
+}
+
+func get(addr string, cfg *tls.Config) error {
+	c, err := openOne(addr, cfg)
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+func waitServing(ctx context.Context, addr string, cfg *tls.Config) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := get(addr, cfg)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sluice does not answer on %s: %v", addr, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// makeCertificate makes a CA and a certificate for tlsidle.test signed by
+// it (ECDSA P-256) and writes the certificate and its key into dir.
+func makeCertificate(dir string) (roots *x509.CertPool, certFile, keyFile string, err error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, "", "", err
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tlsidle CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, "", "", err
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return nil, "", "", err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, "", "", err
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "tlsidle.test"},
+		DNSNames: []string{"tlsidle.test"}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, "", "", err
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, "", "", err
+	}
+	certFile, keyFile = filepath.Join(dir, "site.pem"), filepath.Join(dir, "site.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		return nil, "", "", err
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		return nil, "", "", err
+	}
+	roots = x509.NewCertPool()
+	roots.AddCert(ca)
+	return roots, certFile, keyFile, nil
+}
+
+func rssKB(pid int) uint64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			n, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func freePort() int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func sleepUntil(ctx context.Context, t time.Time) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Until(t)):
+	}
+}
+
+// raiseNoFile raises the soft RLIMIT_NOFILE to want (within the hard
+// limit); sluice, started afterwards, inherits it.
+func raiseNoFile(want uint64) error {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	if lim.Cur >= want {
+		return nil
+	}
+	if lim.Max < want {
+		return errors.New("RLIMIT_NOFILE's hard limit is below " + strconv.FormatUint(want, 10) + ": lower -conns and -halfopen")
+	}
+	lim.Cur = want
+	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+}
