@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"bufio"
+	"crypto/tls"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -231,5 +233,43 @@ func TestServeShedsWhenOutOfDescriptors(t *testing.T) {
 		if n := strings.Count(hs.errors.String(), line); n != 1 {
 			t.Errorf("%d lines %q, want 1", n, line)
 		}
+	}
+}
+
+// TestShedClosesTLSClients: on a TLS listener the clients turned away at
+// accept are closed without an answer (newAcceptState(nil), as ServeWith
+// makes it for TLS): their handshake sees the connection end, not a plain
+// 503 it would take for a broken TLS record.
+func TestShedClosesTLSClients(t *testing.T) {
+	ln, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	srv := &Server{ErrorLog: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	sp := holdSpare()
+	defer sp.release()
+	site := newSite(t)
+	failed := make(chan error, 1)
+	go func() {
+		nc, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			failed <- err
+			return
+		}
+		defer nc.Close()
+		nc.SetDeadline(time.Now().Add(10 * time.Second))
+		failed <- tls.Client(nc, site.client()).Handshake()
+	}()
+	var lines logLimit
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if srv.shed(ln, sp, nil, syscall.EMFILE, &lines) == 1 {
+			break
+		}
+	}
+	err = <-failed
+	var rhe tls.RecordHeaderError
+	if !errors.Is(err, io.EOF) || errors.As(err, &rhe) {
+		t.Errorf("the TLS client's handshake: %v, want the end of the connection", err)
 	}
 }
