@@ -13,7 +13,10 @@ effect a proxy must not repeat for a request that is not idempotent.
 The answer is 200 with a short text body and the request's X-Request-Id.
 Each request takes SLUICE_E2E_DELAY seconds (default 0.002) so that
 requests overlap. GET /-/ready answers "sluice-e2e app" for readiness
-probes; it is recorded with the id "-".
+probes; it is recorded with the id "-". GET /-/scheme answers the scheme
+gunicorn made of the request (wsgi.url_scheme, from X-Forwarded-Proto,
+which it takes from 127.0.0.1) and the X-Forwarded-For it got, as
+"<scheme> <X-Forwarded-For>"; it is recorded too.
 """
 
 import os
@@ -51,6 +54,8 @@ def application(environ, start_response):
 
     if environ.get("PATH_INFO") == "/-/ready":
         out = READY
+    elif environ.get("PATH_INFO") == "/-/scheme":
+        out = ("%s %s\n" % (environ["wsgi.url_scheme"], environ.get("HTTP_X_FORWARDED_FOR", "-"))).encode("ascii")
     else:
         time.sleep(DELAY)
         out = ("ok %s %d\n" % (rid, os.getpid())).encode("ascii")
