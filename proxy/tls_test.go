@@ -560,3 +560,48 @@ func TestServeTLSListenerOfTheCallers(t *testing.T) {
 		t.Errorf("X-Forwarded-Proto %q, want https", got)
 	}
 }
+
+// An upgrade over TLS becomes a tunnel as over plain HTTP: bytes both
+// ways, and the client's close_notify ends it.
+func TestTLSUpgradeTunnel(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // answers the upgrade, then echoes until EOF
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		br := newReader(nc)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil || line == "\r\n" {
+				break
+			}
+		}
+		io.WriteString(nc, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		io.Copy(nc, br)
+	}()
+	site := newSite(t)
+	hs := startTLS(t, peers(testOptions(), ln.Addr().String()), site.server())
+	c := hs.mustDialTLS(t, site.client())
+	c.send("GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	resp, err := http.ReadResponse(c.br, nil)
+	if err != nil || resp.StatusCode != 101 {
+		t.Fatalf("got %v %v, want 101", resp, err)
+	}
+	for _, msg := range []string{"ping", "pong and more"} {
+		c.send(msg)
+		got := make([]byte, len(msg))
+		if _, err := io.ReadFull(c.br, got); err != nil || string(got) != msg {
+			t.Fatalf("echo %q: got %q %v", msg, got, err)
+		}
+	}
+	c.nc.(*tls.Conn).CloseWrite()
+	if !c.closed(3 * time.Second) {
+		t.Fatal("tunnel not closed after the client finished")
+	}
+}
