@@ -605,3 +605,24 @@ func TestTLSUpgradeTunnel(t *testing.T) {
 		t.Fatal("tunnel not closed after the client finished")
 	}
 }
+
+// A head that comes in pieces over TLS waits (parked, on Linux) for the
+// rest and is served; one not whole within the header timeout is
+// answered 408, over TLS.
+func TestTLSSlowHead(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	site := newSite(t)
+	hs := startTLS(t, peers(testOptions(), up.Addr()), site.server(), func(s *Server) { s.HeaderTimeout = 2 * time.Second })
+	slow := hs.mustDialTLS(t, site.client())
+	slow.send("GET /slow HTTP/1.1\r\nHo")
+	time.Sleep(2 * parkAfter)
+	slow.send("st: a\r\n\r\n")
+	if resp, body := slow.response("GET"); resp.StatusCode != 200 || body != "ok" {
+		t.Fatalf("a head in two pieces: %d %q", resp.StatusCode, body)
+	}
+	stalled := hs.mustDialTLS(t, site.client())
+	stalled.send("GET /stalled HTTP/1.1\r\nHo")
+	if resp, _ := stalled.response("GET"); resp.StatusCode != 408 {
+		t.Fatalf("a head stalled past the header timeout: %d, want 408", resp.StatusCode)
+	}
+}
