@@ -261,7 +261,7 @@ func TestShedClosesTLSClients(t *testing.T) {
 		nc.SetDeadline(time.Now().Add(10 * time.Second))
 		failed <- tls.Client(nc, site.client()).Handshake()
 	}()
-	var lines logLimit
+	var lines logSampler
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		if srv.shed(ln, sp, nil, syscall.EMFILE, &lines) == 1 {
 			break
