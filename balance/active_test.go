@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/internal/testcert"
+	"github.com/sluice-proxy/sluice/internal/tlstest"
 )
 
 // checkTarget is a tiny raw HTTP/1.1 server for health checks: it reads one
@@ -213,8 +213,8 @@ func TestActiveHTTPCheckVerdicts(t *testing.T) {
 // server's certificate against the server's configured name, and a server
 // whose certificate does not verify fails them.
 func TestActiveTLSCheck(t *testing.T) {
-	ca := testcert.NewCA(t, "check CA")
-	other := testcert.NewCA(t, "other CA")
+	ca := tlstest.NewCA(t, "check CA")
+	other := tlstest.NewCA(t, "other CA")
 	tests := []struct {
 		name    string
 		cert    tls.Certificate
@@ -222,9 +222,9 @@ func TestActiveTLSCheck(t *testing.T) {
 		healthy bool
 		reason  string
 	}{
-		{"verified against the server's name", ca.Server(t, "up.test"), &tls.Config{RootCAs: ca.Pool()}, true, ""},
-		{"unknown authority", other.Server(t, "up.test"), &tls.Config{RootCAs: ca.Pool()}, false, ".*certificate signed by unknown authority"},
-		{"plain HTTP to a TLS server", ca.Server(t, "up.test"), nil, false, ""},
+		{"verified against the server's name", *ca.Server(t, "up.test").TLS, &tls.Config{RootCAs: ca.Pool()}, true, ""},
+		{"unknown authority", *other.Server(t, "up.test").TLS, &tls.Config{RootCAs: ca.Pool()}, false, ".*certificate signed by unknown authority"},
+		{"plain HTTP to a TLS server", *ca.Server(t, "up.test").TLS, nil, false, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

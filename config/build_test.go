@@ -13,7 +13,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/internal/proxytest"
-	"github.com/sluice-proxy/sluice/internal/testcert"
+	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 	"github.com/sluice-proxy/sluice/proxy"
 )
@@ -77,14 +77,14 @@ func TestBuildHashKey(t *testing.T) {
 // an upstream that requires one asks for.
 func TestBuildTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca := testcert.NewCA(t, "config CA")
+	ca := tlstest.NewCA(t, "config CA")
 	caFile := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(caFile, ca.PEM(), 0o600); err != nil {
+	if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	certFile, keyFile := testcert.WriteFiles(t, dir, ca.Client(t, "sluice"))
+	certFile, keyFile := ca.Client(t, "sluice").Write(t, dir, "cert")
 	up := upstreamtest.StartTLS(t, &tls.Config{
-		Certificates: []tls.Certificate{ca.Server(t, "api.internal")},
+		Certificates: []tls.Certificate{*ca.Server(t, "api.internal").TLS},
 		ClientAuth:   tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(),
 	}, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
 		st, _ := c.TLS()

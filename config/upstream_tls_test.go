@@ -7,19 +7,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-proxy/sluice/internal/testcert"
+	"github.com/sluice-proxy/sluice/internal/tlstest"
 )
 
 // TestClientTLS reads an upstream's tls files into the proxy's settings,
 // and names the file and what is wrong when one does not do.
 func TestClientTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca := testcert.NewCA(t, "config CA")
+	ca := tlstest.NewCA(t, "config CA")
 	caFile := filepath.Join(dir, "ca.pem")
-	os.WriteFile(caFile, ca.PEM(), 0o600)
-	certFile, keyFile := testcert.WriteFiles(t, dir, ca.Client(t, "sluice"))
+	os.WriteFile(caFile, ca.PEM, 0o600)
+	certFile, keyFile := ca.Client(t, "sluice").Write(t, dir, "cert")
 	otherKeyDir := t.TempDir()
-	_, otherKey := testcert.WriteFiles(t, otherKeyDir, ca.Client(t, "someone else"))
+	_, otherKey := ca.Client(t, "someone else").Write(t, otherKeyDir, "cert")
 	notPEM := filepath.Join(dir, "not.pem")
 	os.WriteFile(notPEM, []byte("hello\n"), 0o600)
 	missing := filepath.Join(dir, "missing.pem")
@@ -71,11 +71,11 @@ func TestClientTLS(t *testing.T) {
 // they verify with or present does.
 func TestClientTLSID(t *testing.T) {
 	dir := t.TempDir()
-	ca, other := testcert.NewCA(t, "config CA"), testcert.NewCA(t, "other CA")
+	ca, other := tlstest.NewCA(t, "config CA"), tlstest.NewCA(t, "other CA")
 	caFile, otherFile := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "other.pem")
-	os.WriteFile(caFile, ca.PEM(), 0o600)
-	os.WriteFile(otherFile, other.PEM(), 0o600)
-	certFile, keyFile := testcert.WriteFiles(t, dir, ca.Client(t, "sluice"))
+	os.WriteFile(caFile, ca.PEM, 0o600)
+	os.WriteFile(otherFile, other.PEM, 0o600)
+	certFile, keyFile := ca.Client(t, "sluice").Write(t, dir, "cert")
 	id := func(u UpstreamTLS) string {
 		t.Helper()
 		got, err := clientTLS(&u)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/internal/testcert"
+	"github.com/sluice-proxy/sluice/internal/tlstest"
 )
 
 // tlsServer accepts one connection on 127.0.0.1 and hands it to serve,
@@ -39,9 +39,9 @@ func tlsServer(t *testing.T, serve func(net.Conn)) string {
 // handshake, or first read after it, meets each kind of failure, from real
 // handshakes on 127.0.0.1.
 func TestClassifyTLS(t *testing.T) {
-	ca := testcert.NewCA(t, "test CA")
-	other := testcert.NewCA(t, "other CA")
-	good := ca.Server(t, "127.0.0.1", "up.test")
+	ca := tlstest.NewCA(t, "test CA")
+	other := tlstest.NewCA(t, "other CA")
+	good := *ca.Server(t, "127.0.0.1", "up.test").TLS
 	client := &tls.Config{RootCAs: ca.Pool(), ServerName: "up.test"}
 	// handshake serves cfg's TLS on the connection, and then reads until
 	// the client goes.
@@ -64,7 +64,7 @@ func TestClassifyTLS(t *testing.T) {
 		want   Kind
 		params string
 	}{
-		{"unknown authority", handshake(&tls.Config{Certificates: []tls.Certificate{other.Server(t, "up.test")}}),
+		{"unknown authority", handshake(&tls.Config{Certificates: []tls.Certificate{*other.Server(t, "up.test").TLS}}),
 			client, PhaseHandshake, TLSCertificate, ""},
 		{"wrong name", handshake(&tls.Config{Certificates: []tls.Certificate{good}}),
 			&tls.Config{RootCAs: ca.Pool(), ServerName: "other.test"}, PhaseHandshake, TLSCertificate, ""},

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/internal/testcert"
+	"github.com/sluice-proxy/sluice/internal/tlstest"
 )
 
 // tlsPair returns a pooled TLS client connection, handshaken, with key
@@ -18,9 +18,9 @@ import (
 // the client's handshake is over: the ticket waits on the socket.
 func tlsPair(t *testing.T, ln net.Listener) (*Conn, *tls.Conn, tls.ClientSessionCache) {
 	t.Helper()
-	ca := testcert.NewCA(t, "pool test CA")
+	ca := tlstest.NewCA(t, "pool test CA")
 	srvCfg := &tls.Config{
-		Certificates: []tls.Certificate{ca.Server(t, "up.test")},
+		Certificates: []tls.Certificate{*ca.Server(t, "up.test").TLS},
 		ClientAuth:   tls.RequestClientCert,
 	}
 	cache := tls.NewLRUClientSessionCache(1)

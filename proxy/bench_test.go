@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/internal/testcert"
+	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/pool"
 )
 
@@ -95,8 +95,8 @@ func benchProxyOver(tb testing.TB, body int, set func(*Server), overTLS bool) (*
 	opts := &PeerOptions{Pool: &pool.Limits{MaxIdle: 16, IdleTimeout: time.Minute}}
 	var srvTLS *tls.Config
 	if overTLS {
-		ca := testcert.NewCA(tb, "bench CA")
-		srvTLS = &tls.Config{Certificates: []tls.Certificate{ca.Server(tb, "127.0.0.1")}}
+		ca := tlstest.NewCA(tb, "bench CA")
+		srvTLS = &tls.Config{Certificates: []tls.Certificate{*ca.Server(tb, "127.0.0.1").TLS}}
 		opts.TLS = &TLS{Config: &tls.Config{RootCAs: ca.Pool()}}
 	}
 	up := fastUpstream(tb, resp, srvTLS)

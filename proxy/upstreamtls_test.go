@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/sluice-proxy/sluice/fault"
-	"github.com/sluice-proxy/sluice/internal/testcert"
+	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 	"github.com/sluice-proxy/sluice/retry"
 )
@@ -21,18 +21,18 @@ import (
 // the upstreams' certificates (good, for 127.0.0.1 and up.test) and the
 // client certificate sluice presents; other is a CA nobody trusts.
 type certs struct {
-	ca, other *testcert.CA
+	ca, other *tlstest.CA
 	good      tls.Certificate
 	client    tls.Certificate
 }
 
 func newCerts(t *testing.T) *certs {
-	ca := testcert.NewCA(t, "upstream CA")
+	ca := tlstest.NewCA(t, "upstream CA")
 	return &certs{
 		ca:     ca,
-		other:  testcert.NewCA(t, "other CA"),
-		good:   ca.Server(t, "127.0.0.1", "up.test"),
-		client: ca.Client(t, "sluice"),
+		other:  tlstest.NewCA(t, "other CA"),
+		good:   *ca.Server(t, "127.0.0.1", "up.test").TLS,
+		client: *ca.Client(t, "sluice").TLS,
 	}
 }
 
@@ -72,13 +72,13 @@ func TestTLSVerification(t *testing.T) {
 		ps         string // Proxy-Status, for sluice's own answer
 	}{
 		{"private CA, the address's IP", cs.good, &tls.Config{RootCAs: cs.ca.Pool()}, "", 200, "sni= resumed=false client=-", ""},
-		{"private CA, server_name", cs.ca.Server(t, "up.test"), &tls.Config{RootCAs: cs.ca.Pool(), ServerName: "up.test"}, "", 200, "sni=up.test resumed=false client=-", ""},
-		{"private CA, the peer's name", cs.ca.Server(t, "up.test"), &tls.Config{RootCAs: cs.ca.Pool()}, "up.test", 200, "sni=up.test resumed=false client=-", ""},
-		{"server_name wins over the peer's", cs.ca.Server(t, "up.test"), &tls.Config{RootCAs: cs.ca.Pool(), ServerName: "up.test"}, "other.test", 200, "sni=up.test resumed=false client=-", ""},
-		{"unknown authority", cs.other.Server(t, "127.0.0.1"), &tls.Config{RootCAs: cs.ca.Pool()}, "", 502, "", `sluice; error=tls_certificate_error; details="1 try: tls_certificate_error"`},
+		{"private CA, server_name", *cs.ca.Server(t, "up.test").TLS, &tls.Config{RootCAs: cs.ca.Pool(), ServerName: "up.test"}, "", 200, "sni=up.test resumed=false client=-", ""},
+		{"private CA, the peer's name", *cs.ca.Server(t, "up.test").TLS, &tls.Config{RootCAs: cs.ca.Pool()}, "up.test", 200, "sni=up.test resumed=false client=-", ""},
+		{"server_name wins over the peer's", *cs.ca.Server(t, "up.test").TLS, &tls.Config{RootCAs: cs.ca.Pool(), ServerName: "up.test"}, "other.test", 200, "sni=up.test resumed=false client=-", ""},
+		{"unknown authority", *cs.other.Server(t, "127.0.0.1").TLS, &tls.Config{RootCAs: cs.ca.Pool()}, "", 502, "", `sluice; error=tls_certificate_error; details="1 try: tls_certificate_error"`},
 		{"system roots", cs.good, nil, "", 502, "", `sluice; error=tls_certificate_error; details="1 try: tls_certificate_error"`},
-		{"wrong name", cs.ca.Server(t, "up.test"), &tls.Config{RootCAs: cs.ca.Pool()}, "", 502, "", `sluice; error=tls_certificate_error; details="1 try: tls_certificate_error"`},
-		{"insecure_skip_verify", cs.other.Server(t, "elsewhere.test"), &tls.Config{InsecureSkipVerify: true, ServerName: "up.test"}, "", 200, "sni=up.test resumed=false client=-", ""},
+		{"wrong name", *cs.ca.Server(t, "up.test").TLS, &tls.Config{RootCAs: cs.ca.Pool()}, "", 502, "", `sluice; error=tls_certificate_error; details="1 try: tls_certificate_error"`},
+		{"insecure_skip_verify", *cs.other.Server(t, "elsewhere.test").TLS, &tls.Config{InsecureSkipVerify: true, ServerName: "up.test"}, "", 200, "sni=up.test resumed=false client=-", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -124,7 +124,7 @@ func TestTLSFailureRetriedElsewhere(t *testing.T) {
 		aStatus string                    // A's part in upstream_status
 	}{
 		{"certificate error", func(t *testing.T) string {
-			return upstreamtest.StartTLS(t, &tls.Config{Certificates: []tls.Certificate{cs.other.Server(t, "127.0.0.1")}}, nil).Addr()
+			return upstreamtest.StartTLS(t, &tls.Config{Certificates: []tls.Certificate{*cs.other.Server(t, "127.0.0.1").TLS}}, nil).Addr()
 		}, "tls_certificate_error"},
 		{"plain TCP server", func(t *testing.T) string { return upstreamtest.Start(t, upstreamtest.OK("plain")).Addr() }, "tls_handshake_error"},
 		{"reset in the handshake", func(t *testing.T) string { return resetOnHello(t) }, "tls_handshake_error"},
@@ -205,7 +205,7 @@ func TestTLSOneServerFailures(t *testing.T) {
 		{"client certificate from another CA", &tls.Config{Certificates: []tls.Certificate{cs.good},
 			ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: cs.ca.Pool()},
 			&tls.Config{RootCAs: cs.ca.Pool(), GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-				stranger := cs.other.Client(t, "stranger")
+				stranger := *cs.other.Client(t, "stranger").TLS
 				return &stranger, nil
 			}}, 1,
 			`sluice; error=tls_alert_received; alert-id=48; alert-message="unknown_ca"; details="1 try: tls_alert_received"`,
@@ -521,7 +521,7 @@ func TestTLSFailuresAreConnectFailures(t *testing.T) {
 		server *tls.Config
 		want   string
 	}{
-		{"certificate error", &tls.Config{Certificates: []tls.Certificate{cs.other.Server(t, "127.0.0.1")}},
+		{"certificate error", &tls.Config{Certificates: []tls.Certificate{*cs.other.Server(t, "127.0.0.1").TLS}},
 			"FailToConnect tls_certificate_error wrote>0=false"},
 		{"client certificate required (TLS 1.3)", &tls.Config{Certificates: []tls.Certificate{cs.good},
 			ClientAuth: tls.RequireAnyClientCert}, "FailToConnect tls_alert_received wrote>0=true"},

@@ -10,7 +10,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/internal/proxytest"
-	"github.com/sluice-proxy/sluice/internal/testcert"
+	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/upstream"
@@ -22,10 +22,10 @@ import (
 // server, and passive health then takes it out; active checks run over
 // TLS.
 func TestTLSGroup(t *testing.T) {
-	ca := testcert.NewCA(t, "group CA")
-	other := testcert.NewCA(t, "other CA")
-	good := upstreamtest.StartTLS(t, &tls.Config{Certificates: []tls.Certificate{ca.Server(t, "good.test")}}, upstreamtest.OK("good"))
-	bad := upstreamtest.StartTLS(t, &tls.Config{Certificates: []tls.Certificate{other.Server(t, "127.0.0.1")}}, upstreamtest.OK("bad"))
+	ca := tlstest.NewCA(t, "group CA")
+	other := tlstest.NewCA(t, "other CA")
+	good := upstreamtest.StartTLS(t, &tls.Config{Certificates: []tls.Certificate{*ca.Server(t, "good.test").TLS}}, upstreamtest.OK("good"))
+	bad := upstreamtest.StartTLS(t, &tls.Config{Certificates: []tls.Certificate{*other.Server(t, "127.0.0.1").TLS}}, upstreamtest.OK("bad"))
 	_, goodPort, _ := net.SplitHostPort(good.Addr())
 	g := upstream.New("app", servers("good.test:"+goodPort, bad.Addr()), new(balance.RoundRobin), balance.Options{
 		MaxFails: 1, FailTimeout: time.Minute,

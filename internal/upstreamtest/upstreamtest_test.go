@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/internal/testcert"
+	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 )
 
@@ -486,8 +486,8 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 // name the client asked for, and its CloseNotify sends a close_notify
 // without a FIN, its Close both.
 func TestStartTLS(t *testing.T) {
-	ca := testcert.NewCA(t, "upstreamtest CA")
-	cfg := &tls.Config{Certificates: []tls.Certificate{ca.Server(t, "up.test")}}
+	ca := tlstest.NewCA(t, "upstreamtest CA")
+	cfg := &tls.Config{Certificates: []tls.Certificate{*ca.Server(t, "up.test").TLS}}
 	s := upstreamtest.StartTLS(t, cfg, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
 		st, ok := c.TLS()
 		c.Respond(200, fmt.Sprintf("%v %s", ok, st.ServerName))
