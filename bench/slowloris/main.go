@@ -18,23 +18,22 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/sluice-proxy/sluice/bench/internal/rig"
 )
 
 type options struct {
@@ -64,34 +63,24 @@ func main() {
 func run(o options) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	dir, err := os.MkdirTemp("", "slowloris")
+	dir, remove, err := rig.TempDir("slowloris", o.keep)
 	if err != nil {
 		return err
 	}
-	if o.keep {
-		fmt.Fprintln(os.Stderr, "temp dir:", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
-	if err := raiseNoFile(uint64(2*o.conns + 1000)); err != nil {
+	defer remove()
+	if err := rig.RaiseNoFile(uint64(2*o.conns+1000), "-conns"); err != nil {
 		return err
 	}
-	bin := o.sluice
-	if bin == "" {
-		bin = filepath.Join(dir, "sluice")
-		build := exec.Command("go", "build", "-o", bin, "./cmd/sluice")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			return fmt.Errorf("building sluice: %w", err)
-		}
+	bin, err := rig.Binary(o.sluice, dir)
+	if err != nil {
+		return err
 	}
 
-	upstream, err := net.Listen("tcp", "127.0.0.1:0")
+	upstream, err := rig.ServeOK()
 	if err != nil {
 		return err
 	}
-	go http.Serve(upstream, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }))
-	port, metricsPort := freePort(), freePort()
+	port, metricsPort := rig.FreePort(), rig.FreePort()
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	cfg := fmt.Sprintf(`listen: [{address: %q}]
 timeouts: {header: %s}
@@ -101,53 +90,25 @@ routes: [{upstream: web}]
 upstreams:
   web:
     servers: [{address: %q}]
-`, addr, o.headerTimeout, filepath.Join(dir, "access.log"), metricsPort, upstream.Addr().String())
-	cfgPath := filepath.Join(dir, "sluice.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		return err
-	}
-	errLog, err := os.Create(filepath.Join(dir, "error.log"))
+`, addr, o.headerTimeout, filepath.Join(dir, "access.log"), metricsPort, upstream)
+	sl, err := rig.Start(bin, dir, addr, cfg)
 	if err != nil {
 		return err
 	}
-	defer errLog.Close()
-	cmd := exec.Command(bin, "run", "-c", cfgPath)
-	cmd.Stdout, cmd.Stderr = errLog, errLog
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	defer func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	}()
-	pid := cmd.Process.Pid
-	if err := waitServing(ctx, addr); err != nil {
+	defer sl.Stop()
+	if err := sl.WaitServing(ctx, func() error { return answered(addr) }); err != nil {
 		return err
 	}
 
 	// Warm up as a proxy in service would be, then let it settle.
-	for range 200 {
-		if _, err := get(addr); err != nil {
-			return fmt.Errorf("warm-up: %w", err)
-		}
+	base, err := sl.WarmUp(func() error { _, err := get(addr); return err })
+	if err != nil {
+		return err
 	}
-	time.Sleep(2 * time.Second)
-	base := rssKB(pid)
-	logBefore := lines(errLog.Name())
+	logBefore := lines(sl.Log)
 
-	var normal prober
-	probeCtx, stopProbe := context.WithCancel(ctx)
-	probed := make(chan struct{})
-	go func() { normal.run(probeCtx, addr); close(probed) }()
-	samples := &sampler{pid: pid}
+	stopProbe := rig.Probe(ctx, func() error { return answered(addr) })
+	samples := &sampler{pid: sl.Pid}
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	sampled := make(chan struct{})
 	go func() { samples.run(sampleCtx); close(sampled) }()
@@ -161,16 +122,15 @@ upstreams:
 	// Every connection is open and none can have been answered before
 	// the header timeout: the memory they hold.
 	holdAt := min(o.headerTimeout-time.Second, 8*time.Second)
-	sleepUntil(ctx, t0.Add(holdAt))
-	held := rssKB(pid)
+	rig.SleepUntil(ctx, t0.Add(holdAt))
+	held := rig.RSSKB(sl.Pid)
 	heldConns := a.held.Load()
 	<-attackCtx.Done()
 	a.closeAll()
 	attackEnd := time.Now()
-	sleepUntil(ctx, attackEnd.Add(o.wait+time.Second)) // a sample past the last reported
-	stopProbe()
+	rig.SleepUntil(ctx, attackEnd.Add(o.wait+time.Second)) // a sample past the last reported
 	stopSampling()
-	<-probed
+	normal := stopProbe()
 	<-sampled
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -190,8 +150,8 @@ upstreams:
 		}
 	}
 	fmt.Printf("408s: %d, answered %s after the first byte; other ends: %d\n", a.answered.Load(), spread(a.waits), a.other.Load())
-	fmt.Printf("normal client: %d requests, %d failed, slowest %v\n", normal.n, normal.failed, normal.slowest.Round(time.Millisecond))
-	errs, acc := lines(errLog.Name()), lines(filepath.Join(dir, "access.log"))
+	fmt.Printf("normal client: %d requests, %d failed, slowest %v\n", normal.N, normal.Failed, normal.Slowest.Round(time.Millisecond))
+	errs, acc := lines(sl.Log), lines(filepath.Join(dir, "access.log"))
 	fmt.Printf("error log: %d lines, %d bytes during the run; access log: %d lines, %d bytes\n",
 		errs.n-logBefore.n, errs.bytes-logBefore.bytes, acc.n, acc.bytes)
 	if m, err := scrape(metricsPort, "sluice_client_faults_total"); err == nil {
@@ -328,29 +288,14 @@ func spread(ds []time.Duration) string {
 		r(ds[0]), r(ds[len(ds)/2]), r(ds[len(ds)*99/100]), r(ds[len(ds)-1]))
 }
 
-// prober is the normal client: a GET on a new connection every 100 ms.
-type prober struct {
-	n, failed int
-	slowest   time.Duration
-}
-
-func (p *prober) run(ctx context.Context, addr string) {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		start := time.Now()
-		code, err := get(addr)
-		p.n++
-		if err != nil || code != 200 {
-			p.failed++
-		}
-		p.slowest = max(p.slowest, time.Since(start))
+// answered is an error unless a GET on a new connection to addr is answered
+// 200: what the normal client and the wait for sluice count as served.
+func answered(addr string) error {
+	code, err := get(addr)
+	if err == nil && code == 200 {
+		return nil
 	}
+	return fmt.Errorf("%d %v", code, err)
 }
 
 func get(addr string) (int, error) {
@@ -383,7 +328,7 @@ func (s *sampler) run(ctx context.Context) {
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
 	for {
-		kb := rssKB(s.pid)
+		kb := rig.RSSKB(s.pid)
 		s.mu.Lock()
 		s.t, s.kb = append(s.t, time.Now()), append(s.kb, kb)
 		s.mu.Unlock()
@@ -413,20 +358,6 @@ func (s *sampler) at(t time.Time) (uint64, bool) {
 	return 0, false
 }
 
-func rssKB(pid int) uint64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			n, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return n
-		}
-	}
-	return 0
-}
-
 type count struct{ n, bytes int }
 
 func lines(path string) count {
@@ -448,53 +379,4 @@ func scrape(port int, prefix string) (string, error) {
 		}
 	}
 	return b.String(), sc.Err()
-}
-
-func waitServing(ctx context.Context, addr string) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if code, err := get(addr); err == nil && code == 200 {
-			return nil
-		} else if time.Now().After(deadline) {
-			return fmt.Errorf("sluice does not answer on %s: %d %v", addr, code, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-func freePort() int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-func sleepUntil(ctx context.Context, t time.Time) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(time.Until(t)):
-	}
-}
-
-// raiseNoFile raises the soft RLIMIT_NOFILE to want (within the hard
-// limit); sluice, started afterwards, inherits it.
-func raiseNoFile(want uint64) error {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return err
-	}
-	if lim.Cur >= want {
-		return nil
-	}
-	if lim.Max < want {
-		return errors.New("RLIMIT_NOFILE's hard limit is below " + strconv.FormatUint(want, 10) + ": lower -conns")
-	}
-	lim.Cur = want
-	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
 }
