@@ -40,14 +40,13 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sluice-proxy/sluice/bench/internal/rig"
 )
 
 type options struct {
@@ -76,27 +75,18 @@ func main() {
 func run(o options) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	dir, err := os.MkdirTemp("", "tlsidle")
+	dir, remove, err := rig.TempDir("tlsidle", o.keep)
 	if err != nil {
 		return err
 	}
-	if o.keep {
-		fmt.Fprintln(os.Stderr, "temp dir:", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
+	defer remove()
 	// Each process, this one and sluice, holds one end of each connection.
-	if err := raiseNoFile(uint64(max(o.conns, o.halfOpen) + 1000)); err != nil {
+	if err := rig.RaiseNoFile(uint64(max(o.conns, o.halfOpen)+1000), "-conns and -halfopen"); err != nil {
 		return err
 	}
-	bin := o.sluice
-	if bin == "" {
-		bin = filepath.Join(dir, "sluice")
-		build := exec.Command("go", "build", "-o", bin, "./cmd/sluice")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			return fmt.Errorf("building sluice: %w", err)
-		}
+	bin, err := rig.Binary(o.sluice, dir)
+	if err != nil {
+		return err
 	}
 	roots, certFile, keyFile, err := makeCertificate(dir)
 	if err != nil {
@@ -107,13 +97,12 @@ func run(o options) error {
 		client.CurvePreferences = []tls.CurveID{tls.X25519}
 	}
 
-	upstream, err := net.Listen("tcp", "127.0.0.1:0")
+	upstream, err := rig.ServeOK()
 	if err != nil {
 		return err
 	}
-	go http.Serve(upstream, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }))
 	start := func(name string) (*sluice, error) {
-		return startSluice(ctx, bin, filepath.Join(dir, name), certFile, keyFile, upstream.Addr().String(), client)
+		return startSluice(ctx, bin, filepath.Join(dir, name), certFile, keyFile, upstream, client)
 	}
 	fmt.Printf("sluice %s; clients' key shares: %s\n", bin, o.curves)
 
@@ -122,25 +111,21 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	var normal prober
-	probeCtx, stopProbe := context.WithCancel(ctx)
-	probed := make(chan struct{})
-	go func() { normal.run(probeCtx, sl.addr, client); close(probed) }()
+	stopProbe := rig.Probe(ctx, func() error { return get(sl.Addr, client) })
 	t0 := time.Now()
-	half, failed, firstErr := openHalf(ctx, sl.addr, o.halfOpen)
+	half, failed, firstErr := openHalf(ctx, sl.Addr, o.halfOpen)
 	fmt.Printf("%d half-open connections opened in %v (%d failed%s)\n", len(half), time.Since(t0).Round(time.Millisecond), failed, errText(firstErr))
-	sleepUntil(ctx, time.Now().Add(3*time.Second)) // parked after 200 ms
-	held := rssKB(sl.pid)
-	stopProbe()
-	<-probed
+	rig.SleepUntil(ctx, time.Now().Add(3*time.Second)) // parked after 200 ms
+	held := rig.RSSKB(sl.Pid)
+	normal := stopProbe()
 	fmt.Printf("RSS after warm-up %d KiB, with them open %d KiB: %.2f KiB per half-open handshake\n",
 		sl.base, held, float64(int64(held)-int64(sl.base))/float64(max(len(half), 1)))
 	fmt.Printf("normal client meanwhile: %d requests on new TLS connections, %d failed, slowest %v\n",
-		normal.n, normal.failed, normal.slowest.Round(time.Millisecond))
+		normal.N, normal.Failed, normal.Slowest.Round(time.Millisecond))
 	for _, c := range half {
 		c.Close()
 	}
-	sl.stop()
+	sl.Stop()
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -153,20 +138,20 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	defer sl.stop()
+	defer sl.Stop()
 	t0 = time.Now()
-	idle, failed, firstErr := openIdle(ctx, sl.addr, client, o.conns)
+	idle, failed, firstErr := openIdle(ctx, sl.Addr, client, o.conns)
 	opened := time.Now()
 	fmt.Printf("%d idle TLS connections opened in %v (%d failed%s)\n", len(idle), opened.Sub(t0).Round(time.Millisecond), failed, errText(firstErr))
 	for _, after := range []time.Duration{3 * time.Second, 30 * time.Second, 60 * time.Second, 130 * time.Second} {
 		if after > o.settle {
 			break
 		}
-		sleepUntil(ctx, opened.Add(after))
+		rig.SleepUntil(ctx, opened.Add(after))
 		if ctx.Err() != nil {
 			break
 		}
-		kb := rssKB(sl.pid)
+		kb := rig.RSSKB(sl.Pid)
 		fmt.Printf("RSS after warm-up %d KiB, %v after they opened %d KiB: %.2f KiB per idle TLS connection\n",
 			sl.base, after, kb, float64(int64(kb)-int64(sl.base))/float64(max(len(idle), 1)))
 	}
@@ -178,20 +163,15 @@ func run(o options) error {
 
 // sluice is a running sluice, warmed up.
 type sluice struct {
-	addr string
-	pid  int
+	*rig.Sluice
 	base uint64 // RSS after the warm-up, KiB
-	stop func()
 }
 
 // startSluice runs bin in dir with a TLS listener for certFile and keyFile
 // in front of upstream, and warms it up with 200 GETs, each on a new TLS
 // connection.
 func startSluice(ctx context.Context, bin, dir, certFile, keyFile, upstream string, client *tls.Config) (*sluice, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort())
+	addr := fmt.Sprintf("127.0.0.1:%d", rig.FreePort())
 	cfg := fmt.Sprintf(`listen:
   - address: %q
     tls: {certificates: [{cert: %q, key: %q}]}
@@ -203,47 +183,21 @@ upstreams:
   web:
     servers: [{address: %q}]
 `, addr, certFile, keyFile, upstream)
-	cfgPath := filepath.Join(dir, "sluice.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		return nil, err
-	}
-	errLog, err := os.Create(filepath.Join(dir, "error.log"))
+	sl, err := rig.Start(bin, dir, addr, cfg)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "run", "-c", cfgPath)
-	cmd.Stdout, cmd.Stderr = errLog, errLog
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		errLog.Close()
+	try := func() error { return get(addr, client) }
+	if err := sl.WaitServing(ctx, try); err != nil {
+		sl.Stop()
 		return nil, err
 	}
-	s := &sluice{addr: addr, pid: cmd.Process.Pid}
-	s.stop = func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-		errLog.Close()
-	}
-	if err := waitServing(ctx, addr, client); err != nil {
-		s.stop()
+	base, err := sl.WarmUp(try)
+	if err != nil {
+		sl.Stop()
 		return nil, err
 	}
-	for range 200 {
-		if err := get(addr, client); err != nil {
-			s.stop()
-			return nil, fmt.Errorf("warm-up: %w", err)
-		}
-	}
-	time.Sleep(2 * time.Second)
-	s.base = rssKB(s.pid)
-	return s, nil
+	return &sluice{Sluice: sl, base: base}, nil
 }
 
 func errText(err error) string {
@@ -346,54 +300,12 @@ func openHalf(ctx context.Context, addr string, n int) (conns []net.Conn, failed
 	return conns, failed, first
 }
 
-// prober is the normal client: a GET on a new TLS connection every 100 ms.
-type prober struct {
-	n, failed int
-	slowest   time.Duration
-}
-
-func (p *prober) run(ctx context.Context, addr string, cfg *tls.Config) {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		start := time.Now()
-		p.n++
-		if get(addr, cfg) != nil {
-			p.failed++
-		}
-		p.slowest = max(p.slowest, time.Since(start))
-	}
-}
-
 func get(addr string, cfg *tls.Config) error {
 	c, err := openOne(addr, cfg)
 	if err != nil {
 		return err
 	}
 	return c.Close()
-}
-
-func waitServing(ctx context.Context, addr string, cfg *tls.Config) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := get(addr, cfg)
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("sluice does not answer on %s: %v", addr, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 // makeCertificate makes a CA and a certificate for tlsidle.test signed by
@@ -440,51 +352,4 @@ func makeCertificate(dir string) (roots *x509.CertPool, certFile, keyFile string
 	roots = x509.NewCertPool()
 	roots.AddCert(ca)
 	return roots, certFile, keyFile, nil
-}
-
-func rssKB(pid int) uint64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			n, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return n
-		}
-	}
-	return 0
-}
-
-func freePort() int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-func sleepUntil(ctx context.Context, t time.Time) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(time.Until(t)):
-	}
-}
-
-// raiseNoFile raises the soft RLIMIT_NOFILE to want (within the hard
-// limit); sluice, started afterwards, inherits it.
-func raiseNoFile(want uint64) error {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return err
-	}
-	if lim.Cur >= want {
-		return nil
-	}
-	if lim.Max < want {
-		return errors.New("RLIMIT_NOFILE's hard limit is below " + strconv.FormatUint(want, 10) + ": lower -conns and -halfopen")
-	}
-	lim.Cur = want
-	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
 }
