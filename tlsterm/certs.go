@@ -81,18 +81,32 @@ func (cs *Certificates) List() []*tls.Certificate { return cs.list }
 
 // GetCertificate implements Source.
 func (cs *Certificates) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
-	if name := hello.ServerName; name != "" {
-		name = strings.TrimSuffix(strings.ToLower(name), ".")
-		if c := pick(hello, cs.exact[name]); c != nil {
-			return c, nil
-		}
-		if _, parent, ok := strings.Cut(name, "."); ok {
-			if c := pick(hello, cs.wild[parent]); c != nil {
-				return c, nil
-			}
-		}
+	if c, _ := cs.Lookup(hello); c != nil {
+		return c, nil
 	}
 	return cs.list[0], nil
+}
+
+// Lookup returns the certificate that holds the name hello asks for, as
+// GetCertificate chooses it, and whether it names it exactly rather than
+// with a wildcard; nil when hello names none, or no certificate holds its
+// name (where GetCertificate gives the default). A Source that serves
+// these beside certificates of its own ranks them with it.
+func (cs *Certificates) Lookup(hello *tls.ClientHelloInfo) (c *tls.Certificate, exact bool) {
+	name := hello.ServerName
+	if name == "" {
+		return nil, false
+	}
+	name = strings.TrimSuffix(strings.ToLower(name), ".")
+	if c := pick(hello, cs.exact[name]); c != nil {
+		return c, true
+	}
+	if _, parent, ok := strings.Cut(name, "."); ok {
+		if c := pick(hello, cs.wild[parent]); c != nil {
+			return c, false
+		}
+	}
+	return nil, false
 }
 
 // pick returns the first of certs the client can use, or the first of

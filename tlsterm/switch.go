@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"slices"
 	"sync/atomic"
 )
 
@@ -24,24 +25,56 @@ type Settings struct {
 	// NextProtos are the ALPN protocols offered, most preferred first:
 	// those the server speaks (proxy.Protocols). A client that offers
 	// ALPN without any of them is refused (no_application_protocol).
+	// With ACMETLS1 among them, an ACME CA's TLS-ALPN-01 validation
+	// (ChallengeHello) is served apart: see Switch.
 	NextProtos []string
 }
 
-// config makes the tls.Config of s.
-func (s *Settings) config() (*tls.Config, error) {
+// ACMETLS1 is the ALPN protocol of an ACME CA validating a TLS-ALPN-01
+// challenge (RFC 8737 §6.2): the handshake is the answer (the certificate
+// the challenge asks for), and the CA closes the connection once it is
+// done.
+const ACMETLS1 = "acme-tls/1"
+
+// ChallengeHello reports whether hello is an ACME CA's TLS-ALPN-01
+// validation: it names the domain being validated and offers acme-tls/1
+// alone (RFC 8737 §3).
+func ChallengeHello(hello *tls.ClientHelloInfo) bool {
+	return hello.ServerName != "" && len(hello.SupportedProtos) == 1 && hello.SupportedProtos[0] == ACMETLS1
+}
+
+// configs are the tls.Configs of one Settings: for clients, and for ACME
+// CAs validating a TLS-ALPN-01 challenge (nil without ACMETLS1 in
+// NextProtos).
+type configs struct {
+	clients, challenge *tls.Config
+}
+
+// configs makes the tls.Configs of s.
+func (s *Settings) configs() (*configs, error) {
 	if s.Certificates == nil {
 		return nil, errors.New("tlsterm: no certificates")
 	}
 	if s.ClientAuth != tls.NoClientCert && s.ClientCAs == nil {
 		return nil, errors.New("tlsterm: client certificates asked for without CAs to check them against")
 	}
-	return &tls.Config{
+	cs := &configs{clients: &tls.Config{
 		GetCertificate: s.Certificates.GetCertificate,
 		MinVersion:     max(s.MinVersion, tls.VersionTLS12),
 		ClientAuth:     s.ClientAuth,
 		ClientCAs:      s.ClientCAs,
 		NextProtos:     s.NextProtos,
-	}, nil
+	}}
+	if slices.Contains(s.NextProtos, ACMETLS1) {
+		// A CA presents no client certificate, and needs acme-tls/1
+		// chosen whatever else the listener speaks.
+		cs.challenge = &tls.Config{
+			GetCertificate: s.Certificates.GetCertificate,
+			MinVersion:     cs.clients.MinVersion,
+			NextProtos:     []string{ACMETLS1},
+		}
+	}
+	return cs, nil
 }
 
 // Switch is a TLS listener's configuration, whose Settings can be replaced
@@ -58,9 +91,17 @@ func (s *Settings) config() (*tls.Config, error) {
 // own certificate, when client_auth asks for one, is checked again against
 // the CAs in force.) A restart makes new keys: each client then makes one
 // full handshake.
+//
+// With ACMETLS1 among the Settings' NextProtos, a ChallengeHello is served
+// with the Settings' certificates, acme-tls/1 and nothing else: no client
+// certificate is asked for (a CA has none to give), so that a listener
+// with ClientAuth can still have its certificates validated. The
+// certificate Source answers it (an ACME manager's gives the challenge's
+// certificate); the server closes such a connection once the handshake
+// is done (proxy.Server does).
 type Switch struct {
 	parent *tls.Config
-	cur    atomic.Pointer[tls.Config]
+	cur    atomic.Pointer[configs]
 }
 
 // NewSwitch returns a Switch serving s.
@@ -83,7 +124,7 @@ func (sw *Switch) Config() *tls.Config { return sw.parent }
 // changes nothing, when s lacks certificates or names no CAs for the
 // client certificates it asks for.
 func (sw *Switch) Set(s Settings) error {
-	c, err := s.config()
+	c, err := s.configs()
 	if err != nil {
 		return err
 	}
@@ -91,6 +132,10 @@ func (sw *Switch) Set(s Settings) error {
 	return nil
 }
 
-func (sw *Switch) configFor(*tls.ClientHelloInfo) (*tls.Config, error) {
-	return sw.cur.Load(), nil
+func (sw *Switch) configFor(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+	c := sw.cur.Load()
+	if c.challenge != nil && ChallengeHello(hello) {
+		return c.challenge, nil
+	}
+	return c.clients, nil
 }

@@ -273,3 +273,98 @@ func TestSettingsChecked(t *testing.T) {
 		t.Errorf("after a refused Set: %v", err)
 	}
 }
+
+// Lookup tells a name held exactly from one held by a wildcard, and gives
+// nothing where GetCertificate falls back on the default.
+func TestLookup(t *testing.T) {
+	ca := tlstest.NewCA(t, "test CA")
+	def := ca.Server(t, "default.test")
+	exact := ca.Server(t, "www.example.com")
+	wild := ca.Server(t, "*.example.com")
+	cs, err := NewCertificates(def.TLS, exact.TLS, wild.TLS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		sni   string
+		want  *tlstest.Leaf
+		exact bool
+	}{
+		{"www.example.com", exact, true},
+		{"default.test", def, true},
+		{"api.example.com", wild, false},
+		{"example.com", nil, false},
+		{"", nil, false},
+	}
+	for _, tt := range tests {
+		c, isExact := cs.Lookup(&tls.ClientHelloInfo{ServerName: tt.sni})
+		switch {
+		case tt.want == nil && c != nil:
+			t.Errorf("SNI %q: got %v, want none", tt.sni, c.Leaf.DNSNames)
+		case tt.want != nil && (c == nil || c.Leaf.SerialNumber.Cmp(tt.want.Serial()) != 0 || isExact != tt.exact):
+			t.Errorf("SNI %q: got %v (exact %v), want %v (exact %v)", tt.sni, c, isExact, tt.want.TLS.Leaf.DNSNames, tt.exact)
+		}
+	}
+}
+
+// sourceFunc is a Source made of a function.
+type sourceFunc func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+
+func (f sourceFunc) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return f(hello)
+}
+
+// With acme-tls/1 among the protocols, an ACME CA's validation handshake
+// gets acme-tls/1 and the Source's answer for it, and no request for a
+// client certificate, on a listener that requires one from its clients;
+// other clients are served as before. Without acme-tls/1, such a
+// handshake is refused.
+func TestSwitchACMEChallenge(t *testing.T) {
+	ca := tlstest.NewCA(t, "test CA")
+	site := ca.Server(t, "example.com")
+	challenge := ca.Server(t, "example.com") // stands for the challenge's certificate
+	src := sourceFunc(func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+		if ChallengeHello(hello) {
+			return challenge.TLS, nil
+		}
+		return site.TLS, nil
+	})
+	clients := tlstest.NewCA(t, "clients")
+	settings := Settings{Certificates: src, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clients.Pool(),
+		NextProtos: []string{"http/1.1", ACMETLS1}}
+	sw, err := NewSwitch(settings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	validator := &tls.Config{ServerName: "example.com", InsecureSkipVerify: true, NextProtos: []string{ACMETLS1}}
+	st, err := handshake(t, sw.Config(), validator)
+	if err != nil {
+		t.Fatalf("validation handshake: %v", err)
+	}
+	if st.NegotiatedProtocol != ACMETLS1 || st.PeerCertificates[0].SerialNumber.Cmp(challenge.Serial()) != 0 {
+		t.Errorf("validation handshake: protocol %q, serial %v; want %q and the challenge's certificate",
+			st.NegotiatedProtocol, st.PeerCertificates[0].SerialNumber, ACMETLS1)
+	}
+
+	// A client that offers acme-tls/1 beside other protocols is a client.
+	withCert := func(protos ...string) *tls.Config {
+		return &tls.Config{ServerName: "example.com", RootCAs: ca.Pool(), NextProtos: protos,
+			Certificates: []tls.Certificate{*clients.Client(t, "c").TLS}}
+	}
+	st, err = handshake(t, sw.Config(), withCert("h2", "http/1.1", ACMETLS1))
+	if err != nil || st.NegotiatedProtocol != "http/1.1" || st.PeerCertificates[0].SerialNumber.Cmp(site.Serial()) != 0 {
+		t.Errorf("client offering h2, http/1.1 and acme-tls/1: protocol %q, err %v; want http/1.1 and the site's certificate", st.NegotiatedProtocol, err)
+	}
+	noCert := &tls.Config{ServerName: "example.com", RootCAs: ca.Pool(), NextProtos: []string{"http/1.1", ACMETLS1}}
+	if _, err := handshake(t, sw.Config(), noCert); err == nil {
+		t.Error("a client without a certificate was served on a listener that requires one")
+	}
+
+	settings.NextProtos = []string{"http/1.1"}
+	if err := sw.Set(settings); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := handshake(t, sw.Config(), validator); err == nil {
+		t.Errorf("without acme-tls/1 offered, a validation handshake completed (protocol %q)", st.NegotiatedProtocol)
+	}
+}
