@@ -17,6 +17,12 @@ type ListenerOptions struct {
 	// Server's Handler; SetHandler does not change it. A RedirectHTTPS
 	// on a plain listener, say.
 	Handler Handler
+	// Filter, when set, sees each request of the listener before the
+	// Handler does (before its RequestFilter too), whichever Handler
+	// serves: a Response it returns answers the request, nil passes the
+	// request on. An ACME manager's HTTP-01 challenges answered on port
+	// 80, in front of a RedirectHTTPS or the routes, say.
+	Filter RequestFilter
 }
 
 // listener is what a connection knows of the listener it came from.
@@ -24,8 +30,9 @@ type listener struct {
 	// tls is the clone of ListenerOptions.TLS that serves, whose
 	// GetConfigForClient learns why a handshake is refused (tls.go); nil
 	// for a plain listener.
-	tls   *tls.Config
-	hooks *hooks // the listener's own Handler's; nil: the Server's
+	tls    *tls.Config
+	hooks  *hooks        // the listener's own Handler's; nil: the Server's
+	filter RequestFilter // ListenerOptions.Filter
 	// shed is what a client turned away at accept is sent (accept.go):
 	// a 503 on a plain listener, nothing on a TLS one, whose client
 	// waits for a handshake.
@@ -35,9 +42,14 @@ type listener struct {
 // Protocols returns the application protocols a Server speaks over TLS,
 // for ALPN, most preferred first: "http/1.1". A TLS config for ServeTLS
 // should offer these (tlsterm.Settings.NextProtos); a connection whose
-// handshake settles on another protocol is closed. (A client that offers
-// ALPN without any of them is refused by crypto/tls itself.)
+// handshake settles on another protocol is closed, but for acme-tls/1: see
+// ServeWith. (A client that offers ALPN without any of them is refused by
+// crypto/tls itself.)
 func Protocols() []string { return []string{"http/1.1"} }
+
+// acmeTLS1 is the ALPN protocol of an ACME CA validating a TLS-ALPN-01
+// challenge (RFC 8737 §6.2).
+const acmeTLS1 = "acme-tls/1"
 
 // ServeTLS is ServeWith with a TLS config: it accepts connections on ln
 // (a TCP listener, such as Listen's) and serves HTTP/1.1 over TLS on them.
@@ -59,9 +71,15 @@ func (srv *Server) ServeTLS(ln net.Listener, config *tls.Config) error {
 // (tlsterm.Switch does). The clone's automatic session ticket keys live as
 // long as this call. A config without NextProtos offers Protocols. Requests on TLS connections carry X-Forwarded-Proto:
 // https, and their Session's TLS is set.
+//
+// A config that offers acme-tls/1 has the certificates of its listener
+// validated by an ACME CA (TLS-ALPN-01, RFC 8737): a handshake that
+// settles on it was the CA's, whose answer was the certificate its
+// GetCertificate gave; the connection is closed once the handshake is
+// done, as the RFC has the CA do, and the handshake counted as any other.
 func (srv *Server) ServeWith(ln net.Listener, opts ListenerOptions) error {
 	srv.init()
-	l := &listener{shed: shedAnswer}
+	l := &listener{shed: shedAnswer, filter: opts.Filter}
 	if opts.Handler != nil {
 		l.hooks = newHooks(opts.Handler)
 	}

@@ -48,3 +48,54 @@ func TestRedirectHTTPS(t *testing.T) {
 		})
 	}
 }
+
+// filterFunc is a RequestFilter made of a function.
+type filterFunc func(*Session) *Response
+
+func (f filterFunc) RequestFilter(s *Session) *Response { return f(s) }
+
+// teapot is a Handler whose RequestFilter answers every request 418.
+type teapot struct{ *rotate }
+
+func (teapot) RequestFilter(*Session) *Response { return Text(418, "teapot\n") }
+
+// A listener's Filter sees each request before the listener's Handler
+// (a RedirectHTTPS) or the Server's (and before that Handler's own
+// RequestFilter); what it passes on is served as without it.
+func TestListenerFilter(t *testing.T) {
+	challenge := filterFunc(func(s *Session) *Response {
+		if string(s.Request.Path()) == "/.well-known/acme-challenge/tok" {
+			return Text(200, "tok.key")
+		}
+		return nil
+	})
+	for _, tt := range []struct {
+		name     string
+		own      Handler
+		passedOn int
+	}{
+		{"in front of a RedirectHTTPS", &RedirectHTTPS{}, 308},
+		{"in front of the Server's Handler and its RequestFilter", nil, 418},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			hs := &harness{errors: &logBuffer{}, access: &logBuffer{}}
+			hs.srv = &Server{Handler: teapot{peers(testOptions(), "127.0.0.1:1")}, ErrorLog: slog.New(slog.NewTextHandler(hs.errors, nil))}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			hs.addr = ln.Addr().String()
+			go hs.srv.ServeWith(ln, ListenerOptions{Handler: tt.own, Filter: challenge})
+			t.Cleanup(func() { hs.srv.Shutdown(context.Background()) })
+			c := hs.dial(t)
+			resp, body := c.roundTrip("GET /.well-known/acme-challenge/tok HTTP/1.1\r\nHost: example.com\r\n\r\n")
+			if resp.StatusCode != 200 || body != "tok.key" {
+				t.Errorf("filtered: got %d %q, want 200 %q", resp.StatusCode, body, "tok.key")
+			}
+			// The same connection goes on to a request the filter passes on.
+			if resp, _ := c.roundTrip("GET /other HTTP/1.1\r\nHost: example.com\r\n\r\n"); resp.StatusCode != tt.passedOn {
+				t.Errorf("passed on: got %d, want %d", resp.StatusCode, tt.passedOn)
+			}
+		})
+	}
+}

@@ -151,16 +151,28 @@ func (s *Session) serve() bool {
 	s.upgrade = req.Header.Has("Upgrade") && req.Header.HasToken("Connection", "upgrade")
 	s.body.init(s, f)
 
-	if rf := s.hooks.requestFilter; rf != nil {
-		if resp := rf.RequestFilter(s); resp != nil {
-			s.answer(resp, s.keepAlive && s.framing.Empty())
-			s.finish()
-			return s.keepAlive && s.framing.Empty()
-		}
+	if resp := s.filter(); resp != nil {
+		s.answer(resp, s.keepAlive && s.framing.Empty())
+		s.finish()
+		return s.keepAlive && s.framing.Empty()
 	}
 	s.proxy()
 	s.finish()
 	return s.keepAlive && !s.Aborted && !s.Upgraded && s.body.complete()
+}
+
+// filter asks the listener's Filter, then the Handler's RequestFilter, for
+// an answer of their own; nil sends the request upstream.
+func (s *Session) filter() *Response {
+	if l := s.c.ln; l != nil && l.filter != nil {
+		if resp := l.filter.RequestFilter(s); resp != nil {
+			return resp
+		}
+	}
+	if rf := s.hooks.requestFilter; rf != nil {
+		return rf.RequestFilter(s)
+	}
+	return nil
 }
 
 // validate checks the request head's framing once per request: serve and

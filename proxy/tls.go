@@ -190,6 +190,10 @@ func (c *conn) handshake() bool {
 	var st tls.ConnectionState
 	if err == nil {
 		st = c.tls.ConnectionState()
+		if st.NegotiatedProtocol == acmeTLS1 {
+			c.validated(&st)
+			return false
+		}
 		if !speaks(st.NegotiatedProtocol) {
 			// Only a config that offers what the Server does not speak
 			// gets here. (HTTP/2 will be served from here: its own
@@ -209,6 +213,21 @@ func (c *conn) handshake() bool {
 		o.Handshake(c.state)
 	}
 	return true
+}
+
+// validated ends a handshake that settled on acme-tls/1: an ACME CA
+// validating a TLS-ALPN-01 challenge, whose answer was the certificate it
+// got (RFC 8737 §3: nothing follows the handshake, and the CA closes the
+// connection). It is counted as a handshake and logged at debug level.
+func (c *conn) validated(st *tls.ConnectionState) {
+	srv := c.srv
+	if o, ok := srv.Observer.(TLSObserver); ok {
+		o.Handshake(st)
+	}
+	if l := srv.ErrorLog; l.Enabled(context.Background(), slog.LevelDebug) {
+		l.LogAttrs(context.Background(), slog.LevelDebug, "ACME TLS-ALPN-01 validation handshake",
+			slog.String("client", c.client), slog.String("sni", st.ServerName))
+	}
 }
 
 // handshakeFailed counts and logs a failed handshake, and answers a plain

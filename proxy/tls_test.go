@@ -626,3 +626,39 @@ func TestTLSSlowHead(t *testing.T) {
 		t.Fatalf("a head stalled past the header timeout: %d, want 408", resp.StatusCode)
 	}
 }
+
+// A config that offers acme-tls/1 has an ACME CA's TLS-ALPN-01 validation
+// handshake completed and the connection closed, as RFC 8737 has it: a
+// handshake, not a failure, and no request is read from it. Clients go on
+// negotiating http/1.1.
+func TestTLSACMEValidationHandshake(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("hello"))
+	site := newSite(t)
+	obs := newTLSCounts()
+	cfg := site.server()
+	cfg.NextProtos = append(Protocols(), acmeTLS1)
+	hs := startTLS(t, peers(testOptions(), up.Addr()), cfg, func(s *Server) { s.Observer = obs })
+
+	c := hs.mustDialTLS(t, &tls.Config{ServerName: "example.com", InsecureSkipVerify: true, NextProtos: []string{acmeTLS1}})
+	if p := c.nc.(*tls.Conn).ConnectionState().NegotiatedProtocol; p != acmeTLS1 {
+		t.Fatalf("negotiated %q, want %q", p, acmeTLS1)
+	}
+	c.send("GET / HTTP/1.1\r\nHost: example.com\r\n\r\n")
+	if !c.closed(5 * time.Second) {
+		t.Error("the validation connection was not closed")
+	}
+	if n := obs.handshakes("1.3"); n != 1 {
+		t.Errorf("%d handshakes counted, want 1", n)
+	}
+	if n := obs.failures(FailedALPN) + obs.failures(FailedOther); n != 0 {
+		t.Errorf("the validation handshake was counted as a failure (%d)", n)
+	}
+	if len(up.Requests()) != 0 {
+		t.Error("a request on the validation connection went upstream")
+	}
+
+	client := hs.mustDialTLS(t, &tls.Config{ServerName: "example.com", RootCAs: site.ca.Pool(), NextProtos: []string{"http/1.1", acmeTLS1}})
+	if resp, body := client.roundTrip("GET / HTTP/1.1\r\nHost: example.com\r\n\r\n"); resp.StatusCode != 200 || body != "hello" {
+		t.Errorf("a client offering http/1.1 and acme-tls/1: got %d %q", resp.StatusCode, body)
+	}
+}
