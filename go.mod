@@ -2,7 +2,18 @@ module github.com/sluice-proxy/sluice
 
 go 1.26.0
 
-require go.yaml.in/yaml/v3 v3.0.6
+require (
+	github.com/miekg/dns v1.1.73
+	go.yaml.in/yaml/v3 v3.0.6
+)
+
+require (
+	github.com/go-jose/go-jose/v4 v4.1.8 // indirect
+	github.com/letsencrypt/challtestsrv v1.4.2 // indirect
+	github.com/letsencrypt/pebble/v2 v2.10.3 // indirect
+	golang.org/x/net v0.59.0 // indirect
+	golang.org/x/sync v0.23.0 // indirect
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -15,3 +26,5 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+tool github.com/letsencrypt/pebble/v2/cmd/pebble

@@ -1,0 +1,323 @@
+// Package acmetest runs an ACME CA on 127.0.0.1 for tests: Let's
+// Encrypt's pebble, the module tool (go tool pebble), with a DNS server of
+// its own that answers 127.0.0.1 for every name, so that pebble's
+// validation of a challenge (HTTP-01 or TLS-ALPN-01) reaches the server
+// under test on the ports it was given. Pebble's own TLS certificate is
+// made at test time by internal/tlstest.
+package acmetest
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/sluice-proxy/sluice/internal/tlstest"
+)
+
+// Options say how a CA issues and validates.
+type Options struct {
+	// HTTPPort and TLSPort are the ports on 127.0.0.1 where pebble
+	// validates HTTP-01 and TLS-ALPN-01 challenges. With both 0, every
+	// challenge passes unvalidated (PEBBLE_VA_ALWAYS_VALID).
+	HTTPPort, TLSPort int
+	// Validity is how long the certificates issued are valid for, whole
+	// seconds; 0 means pebble's default (90 days).
+	Validity time.Duration
+	// OCSPResponder is the OCSP responder URL the certificates name; ""
+	// names none.
+	OCSPResponder string
+}
+
+// CA is a running pebble.
+type CA struct {
+	// Directory is the ACME directory URL.
+	Directory string
+	// TLSRootFile is a PEM file of the CA that signed pebble's own TLS
+	// certificate: what an ACME client must trust to talk to it.
+	TLSRootFile string
+	// TLSRoots holds the same CA.
+	TLSRoots *x509.CertPool
+
+	mgmt   string // host:port of pebble's management interface
+	client *http.Client
+	out    *syncBuffer
+}
+
+// Start runs pebble until the test ends. It fails the test when pebble
+// cannot be built or does not come up.
+func Start(t testing.TB, o Options) *CA {
+	t.Helper()
+	bin := pebbleBinary(t)
+	dir := t.TempDir()
+	tlsCA := tlstest.NewCA(t, "pebble TLS CA")
+	certFile, keyFile := tlsCA.Server(t, "127.0.0.1", "localhost").Write(t, dir, "pebble")
+	rootFile := filepath.Join(dir, "pebble-tls-ca.pem")
+	tlstest.WriteFile(t, rootFile, tlsCA.PEM)
+	resolver := startDNS(t)
+
+	env := append(os.Environ(),
+		"PEBBLE_VA_NOSLEEP=1",      // no random sleep before validating
+		"PEBBLE_WFE_NONCEREJECT=0", // no badNonce for valid nonces
+		"PEBBLE_AUTHZREUSE=0",      // every order validates afresh
+	)
+	if o.HTTPPort == 0 && o.TLSPort == 0 {
+		env = append(env, "PEBBLE_VA_ALWAYS_VALID=1")
+	}
+	ca := &CA{TLSRootFile: rootFile, TLSRoots: tlsCA.Pool(), out: &syncBuffer{}}
+	ca.client = &http.Client{Timeout: 10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.TLSRoots}}}
+	t.Cleanup(ca.client.CloseIdleConnections)
+
+	// Pebble takes the addresses it listens on from its config file, so
+	// free ports are found first; one taken meanwhile makes pebble exit,
+	// and another pair is tried.
+	for attempt := 0; ; attempt++ {
+		listen, mgmt := freePort(t), freePort(t)
+		config := map[string]any{"pebble": map[string]any{
+			"listenAddress":           listen,
+			"managementListenAddress": mgmt,
+			"certificate":             certFile,
+			"privateKey":              keyFile,
+			"httpPort":                o.HTTPPort,
+			"tlsPort":                 o.TLSPort,
+			"ocspResponderURL":        o.OCSPResponder,
+			"profiles": map[string]any{"default": map[string]any{
+				"description":    "acmetest",
+				"validityPeriod": int64(o.Validity / time.Second),
+			}},
+		}}
+		data, err := json.Marshal(config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		configFile := filepath.Join(dir, "pebble.json")
+		tlstest.WriteFile(t, configFile, data)
+		cmd := exec.Command(bin, "-config", configFile, "-dnsserver", resolver)
+		cmd.Env = env
+		cmd.Stdout, cmd.Stderr = ca.out, ca.out
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("starting pebble: %v", err)
+		}
+		exited := make(chan struct{})
+		go func() {
+			cmd.Wait()
+			close(exited)
+		}()
+		ca.Directory = "https://" + listen + "/dir"
+		ca.mgmt = mgmt
+		if ca.ready(exited) {
+			t.Cleanup(func() {
+				cmd.Process.Kill()
+				<-exited
+				if t.Failed() {
+					t.Logf("pebble's output:\n%s", ca.out)
+				}
+			})
+			return ca
+		}
+		cmd.Process.Kill()
+		<-exited
+		if attempt == 2 {
+			t.Fatalf("pebble did not come up:\n%s", ca.out)
+		}
+	}
+}
+
+// ready waits for pebble to serve its directory and its management
+// interface; false when it exits first or takes more than 20 s.
+func (ca *CA) ready(exited <-chan struct{}) bool {
+	deadline := time.Now().Add(20 * time.Second)
+	for _, url := range []string{ca.Directory, "https://" + ca.mgmt + "/roots/0"} {
+		for {
+			resp, err := ca.client.Get(url)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					break
+				}
+			}
+			select {
+			case <-exited:
+				return false
+			case <-time.After(20 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Roots returns a pool of the root that pebble's certificates chain to
+// (made anew each time pebble starts), to verify what a server serves.
+func (ca *CA) Roots(t testing.TB) *x509.CertPool {
+	t.Helper()
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca.get(t, "/roots/0")) {
+		t.Fatal("pebble's root is not a PEM certificate")
+	}
+	return pool
+}
+
+// Intermediate returns the certificate that signs pebble's leaves, and its
+// key, to sign what it would (OCSP responses, in a test's responder).
+func (ca *CA) Intermediate(t testing.TB) (*x509.Certificate, crypto.Signer) {
+	t.Helper()
+	block, _ := pem.Decode(ca.get(t, "/intermediates/0"))
+	if block == nil {
+		t.Fatal("pebble's intermediate is not PEM")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ = pem.Decode(ca.get(t, "/intermediate-keys/0"))
+	if block == nil {
+		t.Fatal("pebble's intermediate key is not PEM")
+	}
+	var key any
+	switch block.Type {
+	case "EC PRIVATE KEY":
+		key, err = x509.ParseECPrivateKey(block.Bytes)
+	case "RSA PRIVATE KEY":
+		key, err = x509.ParsePKCS1PrivateKey(block.Bytes)
+	default:
+		key, err = x509.ParsePKCS8PrivateKey(block.Bytes)
+	}
+	if err != nil {
+		t.Fatalf("pebble's intermediate key (%s): %v", block.Type, err)
+	}
+	return cert, key.(crypto.Signer)
+}
+
+func (ca *CA) get(t testing.TB, path string) []byte {
+	t.Helper()
+	resp, err := ca.client.Get("https://" + ca.mgmt + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("pebble %s: %d %v", path, resp.StatusCode, err)
+	}
+	return body
+}
+
+// Output returns what pebble has written so far.
+func (ca *CA) Output() string { return ca.out.String() }
+
+// Orders counts the orders pebble has finalized (certificates issued), as
+// its log tells them.
+func (ca *CA) Orders() int { return strings.Count(ca.out.String(), "Issued certificate serial ") }
+
+var pebble struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// pebbleBinary builds pebble (go tool -n builds a module tool and names
+// the binary without running it), once per test process: run directly, it
+// is the process the test kills.
+func pebbleBinary(t testing.TB) string {
+	t.Helper()
+	pebble.once.Do(func() {
+		goCmd, err := exec.LookPath("go")
+		if err != nil {
+			pebble.err = fmt.Errorf("no go command to build pebble with: %v", err)
+			return
+		}
+		var stderr bytes.Buffer
+		cmd := exec.Command(goCmd, "tool", "-n", "pebble")
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			pebble.err = fmt.Errorf("go tool -n pebble: %v\n%s", err, stderr.String())
+			return
+		}
+		pebble.path = strings.TrimSpace(string(out))
+	})
+	if pebble.err != nil {
+		t.Fatal(pebble.err)
+	}
+	return pebble.path
+}
+
+// freePort returns a 127.0.0.1 address with a port that was free a moment
+// ago.
+func freePort(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startDNS serves DNS over TCP (pebble asks over TCP only) on 127.0.0.1
+// until the test ends: A 127.0.0.1 for every name, nothing of any other
+// type. It returns its address.
+func startDNS(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &dns.Server{Listener: ln, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		for _, q := range r.Question {
+			if q.Qtype == dns.TypeA {
+				m.Answer = append(m.Answer, &dns.A{
+					Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET},
+					A:   net.IPv4(127, 0, 0, 1),
+				})
+			}
+		}
+		w.WriteMsg(m)
+	})}
+	started := make(chan struct{})
+	srv.NotifyStartedFunc = func() { close(started) }
+	go srv.ActivateAndServe()
+	<-started
+	t.Cleanup(func() { srv.Shutdown() })
+	return ln.Addr().String()
+}
+
+// syncBuffer is a bytes.Buffer safe for a process's output and a test's
+// reads at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
