@@ -3,16 +3,26 @@ module github.com/sluice-proxy/sluice
 go 1.26.0
 
 require (
+	github.com/caddyserver/certmagic v0.25.6
+	github.com/mholt/acmez/v3 v3.1.7
 	github.com/miekg/dns v1.1.73
+	go.uber.org/zap v1.28.0
 	go.yaml.in/yaml/v3 v3.0.6
+	golang.org/x/crypto v0.57.0
 )
 
 require (
+	github.com/caddyserver/zerossl v0.1.6 // indirect
 	github.com/go-jose/go-jose/v4 v4.1.8 // indirect
+	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/letsencrypt/challtestsrv v1.4.2 // indirect
 	github.com/letsencrypt/pebble/v2 v2.10.3 // indirect
+	github.com/libdns/libdns v1.1.1 // indirect
+	github.com/zeebo/blake3 v0.2.4 // indirect
+	go.uber.org/multierr v1.11.0 // indirect
+	go.uber.org/zap/exp v0.3.0 // indirect
 	golang.org/x/net v0.59.0 // indirect
-	golang.org/x/sync v0.23.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
 )
 
 require (
@@ -23,7 +33,7 @@ require (
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/sys v0.48.0
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 

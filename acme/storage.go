@@ -1,0 +1,154 @@
+package acme
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+
+	"github.com/caddyserver/certmagic"
+)
+
+// errStopped refuses a lock, and so the operation that wanted it, once
+// its Manager is stopping.
+var errStopped = errors.New("acme: the manager is stopping")
+
+// storage is certmagic's FileStorage with its locks counted. certmagic
+// holds a lock in storage for the whole of each operation that obtains or
+// renews a certificate (or refreshes its renewal information), so Stop
+// waits for the locks held to be released (drain), and a lock asked for
+// after that is refused: no such operation of the Manager runs once Stop
+// has returned.
+type storage struct {
+	*certmagic.FileStorage
+
+	mu      sync.Mutex
+	held    int
+	stopped bool
+	free    *sync.Cond // signalled when held falls to 0
+}
+
+// enter counts a lock about to be taken, false when stopped.
+func (s *storage) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return false
+	}
+	s.held++
+	return true
+}
+
+// exit counts a lock released, or not taken after all.
+func (s *storage) exit() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.held--
+	if s.held == 0 && s.free != nil {
+		s.free.Broadcast()
+	}
+}
+
+// drain refuses locks from now on and waits until none is held.
+func (s *storage) drain() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopped = true
+	if s.free == nil {
+		s.free = sync.NewCond(&s.mu)
+	}
+	for s.held > 0 {
+		s.free.Wait()
+	}
+}
+
+func (s *storage) Lock(ctx context.Context, name string) error {
+	if !s.enter() {
+		return errStopped
+	}
+	if err := s.FileStorage.Lock(ctx, name); err != nil {
+		s.exit()
+		return err
+	}
+	return nil
+}
+
+// TryLock implements certmagic.TryLocker, which certmagic prefers where
+// it would rather skip a step than wait for another process's lock.
+func (s *storage) TryLock(ctx context.Context, name string) (bool, error) {
+	if !s.enter() {
+		return false, errStopped
+	}
+	ok, err := s.FileStorage.TryLock(ctx, name)
+	if !ok || err != nil {
+		s.exit()
+	}
+	return ok, err
+}
+
+func (s *storage) Unlock(ctx context.Context, name string) error {
+	defer s.exit()
+	return s.FileStorage.Unlock(ctx, name)
+}
+
+var _ certmagic.TryLocker = (*storage)(nil)
+
+// leaf reads the first certificate of the PEM chain stored at key.
+func (s *storage) leaf(ctx context.Context, key string) (*x509.Certificate, error) {
+	b, err := s.Load(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	block, _ := pem.Decode(b)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil, fmt.Errorf("%s holds no PEM certificate", key)
+	}
+	return x509.ParseCertificate(block.Bytes)
+}
+
+// CheckStorage checks that dir can be a Manager's storage: a directory
+// that can be written to, or one that can be made (its nearest existing
+// parent is a directory that can be written to). On Unix it changes
+// nothing: whether a directory can be written to is asked of the system
+// (faccessat(2), for the effective user), which knows the process's
+// permissions and read-only mounts; elsewhere a file is made in it and
+// removed.
+func CheckStorage(dir string) error {
+	if dir == "" {
+		return errors.New("no directory named")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	for p := abs; ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		switch {
+		case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+			if parent := filepath.Dir(p); parent != p {
+				continue
+			}
+			return fmt.Errorf("%s: no such directory, nor any parent of it", dir)
+		case err != nil:
+			return err
+		case !fi.IsDir():
+			if p == abs {
+				return fmt.Errorf("%s: not a directory", dir)
+			}
+			return fmt.Errorf("%s: cannot be made: %s is not a directory", dir, p)
+		}
+		if err := writable(p); err != nil {
+			if p == abs {
+				return fmt.Errorf("%s: cannot be written to: %w", dir, err)
+			}
+			return fmt.Errorf("%s: cannot be made: %s cannot be written to: %w", dir, p, err)
+		}
+		return nil
+	}
+}
