@@ -12,6 +12,7 @@ import (
 	"os"
 	"reflect"
 
+	"github.com/sluice-proxy/sluice/acme"
 	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/internal/logbuf"
 	"github.com/sluice-proxy/sluice/pool"
@@ -32,13 +33,24 @@ type Generation struct {
 	Table     *route.Table
 	Upstreams map[string]*upstream.Group
 	// TLS holds, for each of Config.Listen, its TLS settings with the
-	// certificates read from its files; nil for a plain listener. A
-	// reload hands them to the TLS listeners that stay (Listeners.Reload).
+	// certificates read from its files, and its ACME manager's; nil for
+	// a plain listener. A reload hands them to the TLS listeners that
+	// stay (Listeners.Reload).
 	TLS []*tlsterm.Settings
+	// Files holds, for each of Config.Listen, the certificates read from
+	// its files; nil for a listener with none.
+	Files []*tlsterm.Certificates
+
+	// acme are the ACME managers of the TLS listeners with an acme
+	// section, one for each distinct section: made by Build, started by
+	// Listeners.StartACME, stopped by Close unless a later generation
+	// took them over (Carry).
+	acme []*acmeSlot
 }
 
 // Start starts the background work of every upstream (active health
-// checks, DNS re-resolution) until Close.
+// checks, DNS re-resolution) until Close. The ACME managers start apart,
+// once the listeners are bound (Listeners.StartACME).
 func (g *Generation) Start(ctx context.Context) {
 	for _, u := range g.Upstreams {
 		u.Balancer().Start(ctx)
@@ -46,8 +58,10 @@ func (g *Generation) Start(ctx context.Context) {
 }
 
 // Carry hands the health state of old's upstreams to g's upstreams of the
-// same name, server by server (see balance.Group.Carry): for a reload,
-// before g starts.
+// same name, server by server (see balance.Group.Carry), and old's ACME
+// managers to g where g has the same acme section (its ca_root's contents
+// included): they go on running, with the certificates they hold, and
+// old's Close leaves them alone. For a reload, before g starts.
 func (g *Generation) Carry(old *Generation) {
 	if old == nil {
 		return
@@ -57,12 +71,24 @@ func (g *Generation) Carry(old *Generation) {
 			u.Balancer().Carry(o.Balancer())
 		}
 	}
+	for _, s := range g.acme {
+		for _, o := range old.acme {
+			if o.m != nil && o.key == s.key {
+				s.m, s.started = o.m, o.started
+				o.m = nil
+				for _, i := range s.listeners {
+					g.TLS[i].Certificates = s.m.Source(g.Files[i])
+				}
+				break
+			}
+		}
+	}
 }
 
 // RestartOnly lists the sections that differ between two configs and that
 // a reload cannot apply: a reload swaps routes and upstreams, and the TLS
-// settings (certificates, min_version, client_auth) of the listeners that
-// stay; the listeners themselves (their addresses, whether they have tls
+// settings (certificates, min_version, client_auth, acme) of the listeners
+// that stay; the listeners themselves (their addresses, whether they have tls
 // or redirect), client timeouts, limits, logs, forwarding headers and
 // metrics are the server's and change on restart.
 func RestartOnly(old, new *Config) []string {
@@ -98,11 +124,29 @@ func listenShape(ls []Listener) []Listener {
 	return shape
 }
 
-// Close stops the background work and waits for it.
+// Close stops the background work and waits for it: the upstreams', and
+// the ACME managers' that a later generation did not take over (see
+// acme.Manager.Stop).
 func (g *Generation) Close() {
 	for _, u := range g.Upstreams {
 		u.Balancer().Close()
 	}
+	for _, s := range g.acme {
+		if s.m != nil {
+			s.m.Stop()
+		}
+	}
+}
+
+// ACME returns the ACME managers of g, one for each distinct acme section.
+func (g *Generation) ACME() []*acme.Manager {
+	var ms []*acme.Manager
+	for _, s := range g.acme {
+		if s.m != nil {
+			ms = append(ms, s.m)
+		}
+	}
+	return ms
 }
 
 // Servers reports every server of every upstream with its health, for
@@ -116,15 +160,17 @@ func (g *Generation) Servers(report func(upstream string, s *balance.Server)) {
 }
 
 // Build turns a validated Config into a Generation, reading the TLS
-// listeners' certificate, key and CA files: a file that cannot be used is
-// an *Error naming it, its key in the file and why. The balancers log
-// health changes to slog.Default(). Call Start to run their background
-// work (active health checks, DNS re-resolution).
+// listeners' certificate, key and CA files and checking their ACME storage
+// directories: a file that cannot be used, or a directory that cannot be
+// written to or made, is an *Error naming it, its key in the file and why.
+// The balancers log health changes, and the ACME managers what they do,
+// to slog.Default(). Call Start to run the balancers' background work
+// (active health checks, DNS re-resolution), and Listeners.StartACME the
+// ACME managers'; nothing runs before.
 func Build(cfg *Config) (*Generation, error) {
 	log := slog.Default()
 	g := &Generation{Config: cfg, Upstreams: make(map[string]*upstream.Group)}
-	var err error
-	if g.TLS, err = buildTLS(cfg); err != nil {
+	if err := g.buildTLS(log); err != nil {
 		return nil, err
 	}
 	for _, u := range cfg.Upstreams {

@@ -86,12 +86,17 @@ type Listener struct {
 // ListenerTLS is a listener's TLS termination. Its files are read when the
 // config is built (Build), at start and at every reload.
 type ListenerTLS struct {
-	// Certificates (key "certificates", required, at least one) are the
-	// certificates served, chosen by the name a client asks for (SNI):
-	// exact names, then wildcards (*.example.com); the first is the
-	// default, for clients that ask for no name or one no certificate
-	// holds.
+	// Certificates (key "certificates", at least one unless ACME is
+	// given) are the certificates served, chosen by the name a client
+	// asks for (SNI): exact names, then wildcards (*.example.com); the
+	// first is the default, for clients that ask for no name or one no
+	// certificate holds. Beside ACME: a certificate that names the
+	// client's name exactly, then ACME's for its domains, then a
+	// wildcard, then the first certificate.
 	Certificates []CertificateFiles
+	// ACME (key "acme", default none) gets certificates from an ACME CA
+	// for the domains it lists, obtained and renewed by sluice.
+	ACME *ACME
 	// MinVersion (key "min_version", default "1.2") is the oldest TLS
 	// version accepted: "1.2" or "1.3".
 	MinVersion string
@@ -99,6 +104,40 @@ type ListenerTLS struct {
 	// certificates.
 	ClientAuth *ClientAuth
 }
+
+// ACME is where a TLS listener's certificates come from when an ACME CA
+// issues them (package acme): obtained in the background at start (a
+// client asking for a domain before its certificate came is refused),
+// renewed when a third of their lifetime is left, kept in Storage across
+// restarts.
+type ACME struct {
+	// Domains (key "domains", required, at least one) are the names to
+	// get certificates for, one each: DNS names, no wildcards, no IP
+	// addresses; stored lower case without a trailing dot.
+	Domains []string
+	// Email (key "email", default "": none) is the ACME account's contact
+	// address, for the CA to write to about the certificates.
+	Email string
+	// CA (key "ca", default Let's Encrypt's,
+	// https://acme-v02.api.letsencrypt.org/directory) is the https URL of
+	// the CA's ACME directory.
+	CA string
+	// CARoot (key "ca_root", default "": the system's roots alone) is a
+	// PEM file of CA certificates trusted besides the system's for the
+	// ACME CA's own TLS certificate: a private CA's, or a test's.
+	CARoot string
+	// Storage (key "storage", default /var/lib/sluice/acme) is the
+	// directory of the ACME account, the certificates and their keys
+	// (made, mode 0700, when missing): it must be writable, or
+	// creatable.
+	Storage string
+	// Line is the line of acme in the file, for messages.
+	Line int
+}
+
+// DefaultACMEStorage is where ACME certificates are kept unless
+// acme.storage says otherwise.
+const DefaultACMEStorage = "/var/lib/sluice/acme"
 
 // CertificateFiles names a certificate chain and its key, PEM files.
 // Relative paths are relative to sluice's working directory.

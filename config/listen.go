@@ -1,10 +1,12 @@
 package config
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"strings"
 
+	"github.com/sluice-proxy/sluice/acme"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/tlsterm"
 )
@@ -13,7 +15,8 @@ import (
 // served (Options), and for each TLS listener the tlsterm.Switch whose
 // settings a reload replaces (Reload), so that new handshakes get the
 // certificates read again while the listener, its open connections and
-// its session ticket keys stay.
+// its session ticket keys stay. A generation's ACME managers start once
+// the listeners that answer their challenges are bound (StartACME).
 type Listeners struct {
 	list     []Listener
 	switches []*tlsterm.Switch // for each listener; nil for a plain one
@@ -38,11 +41,16 @@ func NewListeners(cfg *Config, g *Generation) (*Listeners, error) {
 // Options returns how listener i is served. bound holds the address each
 // listener is bound to: a redirect to https names the port of the first
 // TLS listener as bound, unless https_port names one (443 when there is no
-// TLS listener).
+// TLS listener). Every plain listener answers the HTTP-01 challenges of
+// the ACME managers (acme.HTTPChallenges), before its redirect or the
+// routes: only those under way in this process, so that one without ACME
+// serves as before.
 func (ls *Listeners) Options(i int, bound []net.Addr) proxy.ListenerOptions {
 	var o proxy.ListenerOptions
 	if sw := ls.switches[i]; sw != nil {
 		o.TLS = sw.Config()
+	} else {
+		o.Filter = acme.HTTPChallenges{}
 	}
 	if l := ls.list[i]; l.RedirectHTTPS {
 		port := l.HTTPSPort
@@ -63,6 +71,66 @@ func (ls *Listeners) Options(i int, bound []net.Addr) proxy.ListenerOptions {
 		o.Handler = &proxy.RedirectHTTPS{Port: port}
 	}
 	return o
+}
+
+// StartACME starts the ACME managers of g not yet started (those a
+// reload carried over are running), each until g's Close or the end of
+// ctx. bound holds the address each listener is bound to: a manager
+// answers TLS-ALPN-01 on its first TLS listener that runs, and HTTP-01 on
+// a plain listener bound to the same address but for its port
+// (0.0.0.0:80 beside 0.0.0.0:443), when there is one; the CA validates
+// with either. A manager none of whose listeners runs (one a reload added,
+// which needs a restart) is not started.
+func (ls *Listeners) StartACME(ctx context.Context, g *Generation, bound []net.Addr) error {
+	for _, s := range g.acme {
+		if s.m == nil || s.started {
+			continue
+		}
+		var ch acme.Challenges
+		for _, j := range s.listeners {
+			if i := ls.running(g.Config.Listen, j); i >= 0 && i < len(bound) && ls.switches[i] != nil {
+				ch.TLSALPN = bound[i]
+				break
+			}
+		}
+		tlsAddr, ok := ch.TLSALPN.(*net.TCPAddr)
+		if !ok {
+			continue
+		}
+		for i, sw := range ls.switches {
+			if sw != nil || i >= len(bound) {
+				continue
+			}
+			if ta, ok := bound[i].(*net.TCPAddr); ok && ta.IP.Equal(tlsAddr.IP) {
+				ch.HTTP = ta
+				break
+			}
+		}
+		if err := s.m.Start(ctx, ch); err != nil {
+			return err
+		}
+		s.started = true
+	}
+	return nil
+}
+
+// running returns the index among the running listeners of listener j of
+// the config next, matched by address (by place, for an address with
+// port 0, as Reload matches them); -1 when none runs.
+func (ls *Listeners) running(next []Listener, j int) int {
+	addr := next[j].Address
+	if j < len(ls.list) && ls.list[j].Address == addr {
+		return j
+	}
+	if strings.HasSuffix(addr, ":0") {
+		return -1
+	}
+	for i, l := range ls.list {
+		if l.Address == addr {
+			return i
+		}
+	}
+	return -1
 }
 
 // Reload gives the TLS listeners that the reloaded config g.Config keeps

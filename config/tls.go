@@ -1,13 +1,21 @@
 package config
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/mail"
 	"net/netip"
+	"os"
+	"slices"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluice-proxy/sluice/acme"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/tlsterm"
 )
@@ -15,8 +23,6 @@ import (
 // listenerTLS walks a listener's "tls" mapping.
 func (d *decoder) listenerTLS(n *yaml.Node, path string) *ListenerTLS {
 	t := &ListenerTLS{MinVersion: "1.2"}
-	n = d.notYet(n, path, "acme",
-		"not yet supported: certificates from an ACME CA come in a later version; give certificates: [{cert: FILE, key: FILE}]")
 	present := d.mapping(n, path, []field{
 		{"certificates", func(n *yaml.Node, path string) {
 			count := d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
@@ -42,27 +48,65 @@ func (d *decoder) listenerTLS(n *yaml.Node, path string) *ListenerTLS {
 			d.required(n, path, present, "ca")
 			t.ClientAuth = a
 		}},
+		{"acme", func(n *yaml.Node, path string) { t.ACME = d.acme(n, path) }},
 	})
-	d.required(n, path, present, "certificates")
+	if !present["certificates"] && !present["acme"] {
+		d.addf(n, join(path, "certificates"), "missing; it is required, or acme to have certificates issued")
+	}
 	return t
 }
 
-// notYet reports the key named key in the mapping n, if there is one, as a
-// key sluice knows of but does not support yet, with msg; it returns n
-// without that key for the walk of the others.
-func (d *decoder) notYet(n *yaml.Node, path, key, msg string) *yaml.Node {
-	if n.Kind != yaml.MappingNode {
-		return n
+// acme walks a TLS listener's "acme" mapping. The files it names are
+// checked when the config is built.
+func (d *decoder) acme(n *yaml.Node, path string) *ACME {
+	a := &ACME{Storage: DefaultACMEStorage, Line: n.Line}
+	present := d.mapping(n, path, []field{
+		{"domains", func(n *yaml.Node, path string) {
+			if n.Kind == yaml.ScalarNode && !isNull(n) {
+				d.addf(n, path, "must be a list, such as [%s]", n.Value)
+				return
+			}
+			count := d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
+				var s string
+				if !d.scalarString(&s, n, path) {
+					return
+				}
+				name, err := acme.CheckDomain(s)
+				switch {
+				case err != nil:
+					d.addf(n, path, "%s", strings.TrimPrefix(err.Error(), "acme: "))
+				case slices.Contains(a.Domains, name):
+					d.addf(n, path, "%s is listed twice", name)
+				default:
+					a.Domains = append(a.Domains, name)
+				}
+			})
+			if count == 0 && isList(n) {
+				d.addf(n, path, "at least one domain is required, such as [example.com, www.example.com]")
+			}
+		}},
+		{"email", d.str(&a.Email, checkEmail)},
+		{"ca", d.str(&a.CA, func(s string) (string, string) {
+			if err := acme.CheckCA(s); err != nil {
+				return "", strings.TrimPrefix(err.Error(), "acme: ")
+			}
+			return s, ""
+		})},
+		{"ca_root", d.str(&a.CARoot, checkNotEmpty)},
+		{"storage", d.str(&a.Storage, checkNotEmpty)},
+	})
+	d.required(n, path, present, "domains")
+	return a
+}
+
+// checkEmail validates acme.email: an address alone, local@domain,
+// without a display name or angle brackets.
+func checkEmail(s string) (string, string) {
+	a, err := mail.ParseAddress(s)
+	if err != nil || a.Name != "" || a.Address != s || !strings.Contains(s[strings.LastIndexByte(s, '@')+1:], ".") {
+		return "", fmt.Sprintf("%q is not an email address such as ops@example.com", s)
 	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if k := n.Content[i]; k.Kind == yaml.ScalarNode && k.Value == key {
-			d.addf(k, join(path, key), "%s", msg)
-			rest := *n
-			rest.Content = append(append([]*yaml.Node(nil), n.Content[:i]...), n.Content[i+2:]...)
-			return &rest
-		}
-	}
-	return n
+	return s, ""
 }
 
 // prefixes returns a parser of a list of address prefixes (10.0.0.0/8) or
@@ -99,18 +143,21 @@ func (d *decoder) prefixes(dst *[]netip.Prefix) func(*yaml.Node, string) {
 }
 
 // buildTLS reads the certificates, keys and client CAs of every TLS
-// listener of cfg: the settings of each listener (nil for a plain one),
-// or an *Error listing every file that cannot be used, each at its
-// listener's entry, with its key path, the file and the reason.
-func buildTLS(cfg *Config) ([]*tlsterm.Settings, error) {
-	var all []*tlsterm.Settings
+// listener of g.Config into g.TLS (the settings of each listener, nil for
+// a plain one) and g.Files, and makes g's ACME managers, not started. It
+// returns an *Error listing every file that cannot be used, and every
+// ACME storage that cannot be written to or made, each at its listener's
+// entry, with its key path, the file and the reason.
+func (g *Generation) buildTLS(log *slog.Logger) error {
+	cfg := g.Config
 	var problems []Problem
 	problem := func(line int, path string, err error) {
 		problems = append(problems, Problem{File: cfg.File, Line: line, Path: path, Msg: err.Error()})
 	}
+	g.TLS = make([]*tlsterm.Settings, len(cfg.Listen))
+	g.Files = make([]*tlsterm.Certificates, len(cfg.Listen))
 	for i, l := range cfg.Listen {
 		if l.TLS == nil {
-			all = append(all, nil)
 			continue
 		}
 		base := fmt.Sprintf("listen[%d].tls", i)
@@ -147,12 +194,85 @@ func buildTLS(cfg *Config) ([]*tlsterm.Settings, error) {
 			if err != nil {
 				problem(l.Line, base+".certificates", err)
 			}
-			s.Certificates = cs
+			s.Certificates, g.Files[i] = cs, cs
 		}
-		all = append(all, s)
+		if a := l.TLS.ACME; a != nil {
+			s.NextProtos = append(proxy.Protocols(), tlsterm.ACMETLS1)
+			slot, err := g.acmeSlot(a, log)
+			var pe *pathError
+			switch {
+			case errors.As(err, &pe):
+				problem(a.Line, base+".acme."+pe.key, pe.err)
+			case err != nil:
+				problem(a.Line, base+".acme", err)
+			default:
+				slot.listeners = append(slot.listeners, i)
+				s.Certificates = slot.m.Source(g.Files[i])
+			}
+		}
+		g.TLS[i] = s
 	}
 	if len(problems) > 0 {
-		return nil, &Error{Problems: problems}
+		return &Error{Problems: problems}
 	}
-	return all, nil
+	return nil
+}
+
+// acmeSlot is an ACME manager of a Generation and the TLS listeners it
+// serves.
+type acmeSlot struct {
+	// key is the acme section as configured, with the contents of its
+	// ca_root: listeners with equal keys share a manager, and a reload
+	// keeps a running manager whose key stays (Carry).
+	key       string
+	m         *acme.Manager
+	listeners []int // indexes in Config.Listen
+	started   bool
+}
+
+// pathError is an error of the file or directory under a key of acme.
+type pathError struct {
+	key string
+	err error
+}
+
+func (e *pathError) Error() string { return e.key + ": " + e.err.Error() }
+
+// acmeSlot returns g's manager for the acme section a, made (not started)
+// the first time a listener has that section. It reads ca_root, and checks
+// that storage can be written to or made.
+func (g *Generation) acmeSlot(a *ACME, log *slog.Logger) (*acmeSlot, error) {
+	var roots *x509.CertPool
+	var rootsPEM []byte
+	if a.CARoot != "" {
+		if _, err := tlsterm.LoadCAs(a.CARoot); err != nil {
+			return nil, &pathError{"ca_root", err}
+		}
+		var err error
+		if rootsPEM, err = os.ReadFile(a.CARoot); err != nil {
+			return nil, &pathError{"ca_root", err}
+		}
+		// Trusted besides the system's roots, not instead.
+		if roots, err = x509.SystemCertPool(); err != nil {
+			roots = x509.NewCertPool()
+		}
+		roots.AppendCertsFromPEM(rootsPEM)
+	}
+	if err := acme.CheckStorage(a.Storage); err != nil {
+		return nil, &pathError{"storage", err}
+	}
+	sum := sha256.Sum256(rootsPEM)
+	key := fmt.Sprintf("domains=%q email=%q ca=%q ca_root=%q %x storage=%q", a.Domains, a.Email, a.CA, a.CARoot, sum, a.Storage)
+	for _, s := range g.acme {
+		if s.key == key {
+			return s, nil
+		}
+	}
+	m, err := acme.New(acme.Options{Domains: a.Domains, Email: a.Email, CA: a.CA, Roots: roots, Storage: a.Storage, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	s := &acmeSlot{key: key, m: m}
+	g.acme = append(g.acme, s)
+	return s, nil
 }

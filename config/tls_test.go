@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-proxy/sluice/acme"
 	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/proxy"
 )
@@ -48,15 +49,26 @@ func TestParseTLSProblems(t *testing.T) {
 		line, col int
 		path, msg string
 	}{
-		{"tls without certificates", listen("    tls: {min_version: \"1.3\"}"), 3, 10, "listen[0].tls.certificates", "missing; it is required"},
-		{"empty tls", listen("    tls:"), 3, 9, "listen[0].tls.certificates", "missing; it is required"},
+		{"tls without certificates", listen("    tls: {min_version: \"1.3\"}"), 3, 10, "listen[0].tls.certificates", "missing; it is required, or acme"},
+		{"empty tls", listen("    tls:"), 3, 9, "listen[0].tls.certificates", "missing; it is required, or acme"},
 		{"no certificate", listen("    tls: {certificates: []}"), 3, 25, "listen[0].tls.certificates", "at least one certificate"},
 		{"certificate without key", listen("    tls: {certificates: [{cert: a.pem}]}"), 3, 26, "listen[0].tls.certificates[0].key", "missing"},
 		{"empty cert path", listen("    tls: {certificates: [{cert: \"\", key: a.key}]}"), 3, 33, "listen[0].tls.certificates[0].cert", "must not be empty"},
 		{"min_version 1.1", listen("    tls:", cert, "      min_version: \"1.1\""), 5, 20, "listen[0].tls.min_version", `unknown value "1.1"`},
 		{"client_auth without ca", listen("    tls:", cert, "      client_auth: {mode: require}"), 5, 20, "listen[0].tls.client_auth.ca", "missing"},
 		{"client_auth mode", listen("    tls:", cert, "      client_auth: {ca: ca.pem, mode: always}"), 5, 39, "listen[0].tls.client_auth.mode", `unknown value "always"`},
-		{"acme", listen("    tls:", cert, "      acme: {email: ops@example.com}"), 5, 7, "listen[0].tls.acme", "not yet supported"},
+		{"acme without domains", listen("    tls:", cert, "      acme: {email: ops@example.com}"), 5, 13, "listen[0].tls.acme.domains", "missing; it is required"},
+		{"acme, no domain", listen("    tls:", "      acme: {domains: []}"), 4, 23, "listen[0].tls.acme.domains", "at least one domain"},
+		{"acme, a domain not a list", listen("    tls:", "      acme: {domains: example.com}"), 4, 23, "listen[0].tls.acme.domains", "must be a list"},
+		{"acme, a wildcard", listen("    tls:", "      acme: {domains: [example.com, \"*.example.com\"]}"), 4, 37, "listen[0].tls.acme.domains[1]", "only the DNS-01 challenge"},
+		{"acme, an IP address", listen("    tls:", "      acme: {domains: [192.0.2.1]}"), 4, 24, "listen[0].tls.acme.domains[0]", "is an IP address"},
+		{"acme, not a name", listen("    tls:", "      acme: {domains: [exa_mple.com]}"), 4, 24, "listen[0].tls.acme.domains[0]", `'_' is not allowed`},
+		{"acme, a domain twice", listen("    tls:", "      acme: {domains: [example.com, Example.COM.]}"), 4, 37, "listen[0].tls.acme.domains[1]", "example.com is listed twice"},
+		{"acme, email", listen("    tls:", "      acme: {domains: [example.com], email: \"Ops <ops@example.com>\"}"), 4, 45, "listen[0].tls.acme.email", "not an email address"},
+		{"acme, email without a domain", listen("    tls:", "      acme: {domains: [example.com], email: ops@localhost}"), 4, 45, "listen[0].tls.acme.email", "not an email address"},
+		{"acme, ca over http", listen("    tls:", "      acme: {domains: [example.com], ca: \"http://ca.test/dir\"}"), 4, 42, "listen[0].tls.acme.ca", "not an https:// URL"},
+		{"acme, empty storage", listen("    tls:", "      acme: {domains: [example.com], storage: \"\"}"), 4, 47, "listen[0].tls.acme.storage", "must not be empty"},
+		{"acme, unknown key", listen("    tls:", "      acme: {domains: [example.com], emial: ops@example.com}"), 4, 38, "listen[0].tls.acme.emial", `did you mean "email"?`},
 		{"unknown tls key", listen("    tls:", cert, "      min_versoin: \"1.3\""), 5, 7, "listen[0].tls.min_versoin", `did you mean "min_version"?`},
 		{"redirect on a TLS listener", listen("    tls:", cert, "    redirect_https: true"), 5, 21, "listen[0].redirect_https", "is for a plain listener"},
 		{"https_port without redirect", listen("    https_port: 8443"), 3, 17, "listen[0].https_port", "only used with redirect_https"},
@@ -234,6 +246,9 @@ func TestListeners(t *testing.T) {
 		if rd, ok := o.Handler.(*proxy.RedirectHTTPS); !ok || rd.Port != tt.port || o.TLS != nil {
 			t.Errorf("%s: options %+v, want a redirect to port %d", tt.name, o, tt.port)
 		}
+		if _, ok := o.Filter.(acme.HTTPChallenges); !ok {
+			t.Errorf("%s: the plain listener does not answer ACME HTTP-01 challenges", tt.name)
+		}
 		if len(cfg.Listen) > 1 && ls.Options(1, bound).TLS == nil {
 			t.Errorf("%s: the TLS listener has no TLS config", tt.name)
 		}
@@ -248,5 +263,111 @@ func TestListeners(t *testing.T) {
 	_, next := build(tlsListener("127.0.0.1:9443") + "  - address: 127.0.0.1:8443\n" + tlsListener("127.0.0.1:8080"))
 	if got := ls.Reload(next); !reflect.DeepEqual(got, []string{"127.0.0.1:9443"}) {
 		t.Errorf("reloaded %v, want only 127.0.0.1:9443", got)
+	}
+}
+
+// An acme section needs only its domains; certificates are then optional.
+func TestParseACMEDefaults(t *testing.T) {
+	c, err := Parse("t.yaml", []byte("listen:\n  - address: 127.0.0.1:8443\n    tls:\n      acme: {domains: [Example.COM., www.example.com]}\n"+rest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &ACME{Domains: []string{"example.com", "www.example.com"}, Storage: "/var/lib/sluice/acme", Line: 4}
+	if got := c.Listen[0].TLS; got.ACME == nil || !reflect.DeepEqual(got.ACME, want) || got.Certificates != nil {
+		t.Errorf("got %+v with acme %+v, want acme %+v and no certificates", got, got.ACME, want)
+	}
+}
+
+// Build makes one manager for each distinct acme section, not started,
+// checks ca_root and storage, and offers acme-tls/1 on the listeners with
+// acme. A reload carries a manager over where its section (the contents of
+// ca_root included) stays, and Close stops only the managers not carried.
+func TestBuildACME(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "private ACME CA")
+	root := filepath.Join(dir, "acme-ca.pem")
+	tlstest.WriteFile(t, root, ca.PEM)
+	cert, key := ca.Server(t, "files.test").Write(t, dir, "site")
+	storage := filepath.Join(dir, "acme")
+	section := func(domains string) string {
+		return "      acme: {domains: [" + domains + "], ca: \"https://127.0.0.1:1/dir\", ca_root: " + root + ", storage: " + storage + "}\n"
+	}
+	build := func(listen string) (*Config, *Generation, error) {
+		cfg, err := Parse("t.yaml", []byte("listen:\n"+listen+rest))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := Build(cfg)
+		return cfg, g, err
+	}
+	twoListeners := func(domains string) string {
+		return "  - address: 127.0.0.1:0\n    tls:\n" + section(domains) +
+			"  - address: 127.0.0.1:0\n    tls:\n      certificates: [{cert: " + cert + ", key: " + key + "}]\n" + section(domains) +
+			"  - address: 127.0.0.1:0\n"
+	}
+	_, g, err := build(twoListeners("a.test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms := g.ACME(); len(ms) != 1 {
+		t.Fatalf("%d managers for two listeners with the same acme section, want 1", len(ms))
+	}
+	for i := range 2 {
+		if s := g.TLS[i]; !reflect.DeepEqual(s.NextProtos, []string{"http/1.1", "acme-tls/1"}) || s.Certificates == nil {
+			t.Errorf("listener %d: settings %+v", i, s)
+		}
+	}
+	if g.Files[0] != nil || g.Files[1] == nil {
+		t.Errorf("files: %v, want none for the first listener and the certificate for the second", g.Files)
+	}
+	// The files' certificate is served beside the manager, which has none.
+	if c, err := g.TLS[1].Certificates.GetCertificate(&tls.ClientHelloInfo{ServerName: "files.test"}); err != nil || c.Leaf.DNSNames[0] != "files.test" {
+		t.Errorf("the file's certificate beside acme: %v", err)
+	}
+	if _, err := g.TLS[0].Certificates.GetCertificate(&tls.ClientHelloInfo{ServerName: "a.test"}); err == nil {
+		t.Error("a certificate served for a.test before the manager started")
+	}
+
+	_, same, err := build(twoListeners("a.test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, other, err := build(twoListeners("a.test, b.test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := g.ACME()[0]
+	same.Carry(g)
+	if ms := same.ACME(); len(ms) != 1 || ms[0] != m || len(g.ACME()) != 0 {
+		t.Errorf("the same section: the manager was not carried over")
+	}
+	other.Carry(same)
+	if ms := other.ACME(); len(ms) != 1 || ms[0] == m || len(same.ACME()) != 1 {
+		t.Errorf("another section: a manager was carried over")
+	}
+	tlstest.WriteFile(t, root, tlstest.NewCA(t, "another CA").PEM)
+	_, rooted, err := build(twoListeners("a.test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rooted.Carry(same)
+	if ms := rooted.ACME(); len(ms) != 1 || ms[0] == m {
+		t.Errorf("ca_root's contents changed: the manager was carried over")
+	}
+
+	// Files that cannot be used are problems at the acme keys.
+	notDir := filepath.Join(dir, "file")
+	tlstest.WriteFile(t, notDir, []byte("x"))
+	for _, tt := range []struct{ section, want string }{
+		{"      acme: {domains: [a.test], ca_root: " + filepath.Join(dir, "missing.pem") + ", storage: " + storage + "}\n",
+			"t.yaml:4: listen[0].tls.acme.ca_root: " + filepath.Join(dir, "missing.pem") + ": no such file or directory"},
+		{"      acme: {domains: [a.test], ca_root: " + cert + ", storage: " + filepath.Join(notDir, "acme") + "}\n",
+			"t.yaml:4: listen[0].tls.acme.storage: " + filepath.Join(notDir, "acme") + ": cannot be made: " + notDir + " is not a directory"},
+	} {
+		_, _, err := build("  - address: 127.0.0.1:0\n    tls:\n" + tt.section)
+		var e *Error
+		if !errors.As(err, &e) || len(e.Problems) != 1 || !strings.HasPrefix(e.Problems[0].String(), tt.want) {
+			t.Errorf("got %v\nwant %s", err, tt.want)
+		}
 	}
 }
