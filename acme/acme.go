@@ -103,6 +103,10 @@ type running struct {
 	storage  *storage
 	cancel   context.CancelFunc
 	stopping atomic.Bool // certmagic's complaints are the cancellation's
+
+	stored     []string      // the domains with a certificate in storage at Start
+	loaded     chan struct{} // closed once each of stored has one in the cache
+	loadedOnce sync.Once
 }
 
 // New checks o and returns a Manager for it, not yet started.
@@ -253,7 +257,17 @@ func (m *Manager) Start(ctx context.Context, ch Challenges) error {
 		r.cache.Stop()
 		return err
 	}
-	r.magic.Issuers = []certmagic.Issuer{certmagic.NewACMEIssuer(r.magic, tmpl)}
+	iss := certmagic.NewACMEIssuer(r.magic, tmpl)
+	r.magic.Issuers = []certmagic.Issuer{iss}
+	r.loaded = make(chan struct{})
+	for _, d := range m.domains {
+		if r.storage.Exists(ctx, certmagic.StorageKeys.SiteCert(iss.IssuerKey(), d)) {
+			r.stored = append(r.stored, d)
+		}
+	}
+	if len(r.stored) == 0 {
+		close(r.loaded)
+	}
 	ctx, r.cancel = context.WithCancel(ctx)
 	m.run.Store(r)
 	var kinds []string
@@ -273,6 +287,25 @@ func (m *Manager) Start(ctx context.Context, ch Challenges) error {
 		return fmt.Errorf("acme: %w", err)
 	}
 	return nil
+}
+
+// Ready waits until the certificates that m found in storage when it
+// started are loaded and served (loading one may wait for its OCSP
+// response, up to 30 s), or until ctx ends, whose error it then returns.
+// Those it must obtain are not waited for. A server that waits for it
+// before serving, or before a reload hands its listeners to m, refuses no
+// client a certificate it has on disk.
+func (m *Manager) Ready(ctx context.Context) error {
+	r := m.run.Load()
+	if r == nil {
+		return errors.New("acme: Manager not started")
+	}
+	select {
+	case <-r.loaded:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Stop ends what m runs: the certificate operations under way are
@@ -432,6 +465,9 @@ func (m *Manager) onEvent(ctx context.Context, event string, data map[string]any
 					break
 				}
 			}
+		}
+		if !slices.ContainsFunc(r.stored, func(d string) bool { _, ok := m.have.Load(d); return !ok }) {
+			r.loadedOnce.Do(func() { close(r.loaded) })
 		}
 	case "cert_obtained":
 		name, _ := data["identifier"].(string)
