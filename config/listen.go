@@ -3,8 +3,10 @@ package config
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/sluice-proxy/sluice/acme"
 	"github.com/sluice-proxy/sluice/proxy"
@@ -73,15 +75,32 @@ func (ls *Listeners) Options(i int, bound []net.Addr) proxy.ListenerOptions {
 	return o
 }
 
+// acmeReadyWait bounds StartACME's wait for the certificates in storage.
+const acmeReadyWait = 10 * time.Second
+
 // StartACME starts the ACME managers of g not yet started (those a
 // reload carried over are running), each until g's Close or the end of
-// ctx. bound holds the address each listener is bound to: a manager
+// ctx, and waits until they serve the certificates they have in storage
+// (acme.Manager.Ready), at most 10 s (loading one waits for its OCSP
+// response when the stored one is stale; a warning names those still
+// loading). bound holds the address each listener is bound to: a manager
 // answers TLS-ALPN-01 on its first TLS listener that runs, and HTTP-01 on
 // a plain listener bound to the same address but for its port
 // (0.0.0.0:80 beside 0.0.0.0:443), when there is one; the CA validates
 // with either. A manager none of whose listeners runs (one a reload added,
 // which needs a restart) is not started.
 func (ls *Listeners) StartACME(ctx context.Context, g *Generation, bound []net.Addr) error {
+	var started []*acme.Manager
+	defer func() {
+		wait, cancel := context.WithTimeout(ctx, acmeReadyWait)
+		defer cancel()
+		for _, m := range started {
+			if m.Ready(wait) != nil {
+				slog.Default().Warn("ACME certificates in storage not loaded yet; serving while they load",
+					"domains", m.Domains(), "waited", acmeReadyWait)
+			}
+		}
+	}()
 	for _, s := range g.acme {
 		if s.m == nil || s.started {
 			continue
@@ -110,6 +129,7 @@ func (ls *Listeners) StartACME(ctx context.Context, g *Generation, bound []net.A
 			return err
 		}
 		s.started = true
+		started = append(started, s.m)
 	}
 	return nil
 }
