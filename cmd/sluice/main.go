@@ -31,7 +31,6 @@ import (
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/observe"
 	"github.com/sluice-proxy/sluice/proxy"
-	"github.com/sluice-proxy/sluice/tlsterm"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -195,6 +194,16 @@ func cmdRun(args []string, stderr io.Writer) int {
 	for i := range lns {
 		opts[i] = listeners.Options(i, bound)
 	}
+	// The ACME managers start once their challenges' listeners are bound,
+	// before serving; their certificates come in the background.
+	r.bound = bound
+	if err := listeners.StartACME(ctx, gen, bound); err != nil {
+		log.Error("starting ACME", "error", err)
+		for _, ln := range lns {
+			ln.Close()
+		}
+		return 1
+	}
 	reopen := func() {
 		if !cfg.AccessLog.Enabled || cfg.AccessLog.Path == "" {
 			log.Info("no access log file to reopen")
@@ -217,6 +226,7 @@ type running struct {
 	cfg       *config.Config // as started: what a reload cannot change
 	srv       *proxy.Server
 	listeners *config.Listeners
+	bound     []net.Addr // each listener's address as bound
 	gen       atomic.Pointer[config.Generation]
 	ctx       context.Context
 	log       *slog.Logger
@@ -227,8 +237,11 @@ type running struct {
 // the generation they started with, and servers that stay keep their
 // health state. The TLS listeners that stay read their certificates, keys
 // and client CAs again: new handshakes get them, connections already open
-// keep theirs, and session tickets stay valid. A file that does not load
-// or build (a certificate that cannot be read, say) changes nothing.
+// keep theirs, and session tickets stay valid. An ACME manager whose acme
+// section stays goes on (its certificates kept, nothing asked again); one
+// for a new or changed section starts, and the one it replaces, or whose
+// section is gone, stops. A file that does not load or build (a
+// certificate that cannot be read, say) changes nothing.
 func (r *running) reload() {
 	cfg, err := config.Load(r.path)
 	if err != nil {
@@ -246,25 +259,28 @@ func (r *running) reload() {
 	old := r.gen.Load()
 	gen.Carry(old)
 	gen.Start(r.ctx)
+	if err := r.listeners.StartACME(r.ctx, gen, r.bound); err != nil {
+		r.log.Error("reload: starting ACME", "error", err)
+	}
 	r.srv.SetHandler(gen.Table)
 	tlsListeners := r.listeners.Reload(gen)
 	r.gen.Store(gen)
+	for _, m := range old.ACME() { // those gen did not carry over
+		r.log.Info("ACME certificates no longer managed", "domains", m.Domains())
+	}
 	old.Close()
 	logCertificates(r.log, gen)
 	r.log.Info("reloaded", "routes", len(cfg.Routes), "upstreams", len(cfg.Upstreams), "tls_listeners", len(tlsListeners))
 }
 
-// logCertificates logs the certificates of each TLS listener of gen: the
-// file, the names and when it expires; a warning for one expired or not
-// yet valid.
+// logCertificates logs the certificates read from the files of each TLS
+// listener of gen: the file, the names and when it expires; a warning for
+// one expired or not yet valid. (The ACME managers log theirs as they
+// come.)
 func logCertificates(log *slog.Logger, gen *config.Generation) {
 	now := time.Now()
-	for i, s := range gen.TLS {
-		if s == nil {
-			continue
-		}
-		cs, ok := s.Certificates.(*tlsterm.Certificates)
-		if !ok {
+	for i, cs := range gen.Files {
+		if cs == nil {
 			continue
 		}
 		l := gen.Config.Listen[i]
