@@ -7,8 +7,9 @@
 //
 // A listener's certificates come from a Source, anything with the
 // GetCertificate method of tls.Config: Certificates, loaded from files, or
-// a certificate manager that obtains them (an ACME client's, such as
-// certmagic.Config's GetCertificate).
+// a certificate manager that obtains them (sluice's acme.Manager, with
+// Certificates beside it or alone). A Switch lets an ACME CA's TLS-ALPN-01
+// validation through (ACMETLS1).
 package tlsterm
 
 import (
