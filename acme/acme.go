@@ -266,7 +266,7 @@ func (m *Manager) Start(ctx context.Context, ch Challenges) error {
 		}
 	}
 	if len(r.stored) == 0 {
-		close(r.loaded)
+		r.loadedOnce.Do(func() { close(r.loaded) })
 	}
 	ctx, r.cancel = context.WithCancel(ctx)
 	m.run.Store(r)
