@@ -136,6 +136,11 @@ func startRun(t *testing.T, path string) *sluiceRun {
 		default:
 			r.stop(t)
 		}
+		// certmagic recovers panics in its goroutines and logs them
+		// (here through slog, which sluice run makes the default).
+		if strings.Contains(r.stderr.String(), "panic") {
+			t.Error("sluice run logged a panic")
+		}
 		if t.Failed() {
 			t.Logf("sluice run's log:\n%s", r.stderr)
 		}
