@@ -309,14 +309,15 @@ func (m *Manager) Ready(ctx context.Context) error {
 }
 
 // Stop ends what m runs: the certificate operations under way are
-// cancelled (their requests to the CA too), and it returns once none
-// holds its lock in storage any more, and certmagic's maintenance (the
-// renewal and OCSP checks) has stopped, so that another Manager may take
-// over the storage. The certificates already obtained stay in storage.
-// (What is left of certmagic then ends by itself: a goroutine that kept a
+// cancelled (their requests to the CA too), certmagic's maintenance (the
+// renewal and OCSP checks) stops, and the storage is closed to m: Stop
+// returns once no operation of m's is under way there and no lock of m's
+// is held, and m touches it no more, so that another Manager may take it
+// over. The certificates obtained stay in it. (What is left of certmagic
+// then ends by itself, with nothing of m's to do: a goroutine that kept a
 // released lock file fresh, within 5 s; an OCSP request under way, within
-// 30 s.) GetCertificate serves no certificate after Stop. Stop may be
-// called more than once, and before Start.
+// 30 s, its answer dropped.) GetCertificate serves no certificate after
+// Stop. Stop may be called more than once, and before Start.
 func (m *Manager) Stop() {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -15,56 +15,60 @@ import (
 	"github.com/caddyserver/certmagic"
 )
 
-// errStopped refuses a lock, and so the operation that wanted it, once
-// its Manager is stopping.
+// errStopped refuses a storage operation, and so whatever certmagic
+// wanted it for, once its Manager is stopping.
 var errStopped = errors.New("acme: the manager is stopping")
 
-// storage is certmagic's FileStorage with its locks counted. certmagic
-// holds a lock in storage for the whole of each operation that obtains or
-// renews a certificate (or refreshes its renewal information), so Stop
-// waits for the locks held to be released (drain), and a lock asked for
-// after that is refused: no such operation of the Manager runs once Stop
-// has returned.
+// storage is certmagic's FileStorage, with the operations under way
+// counted, and the locks held. certmagic holds a lock for the whole of
+// each operation that obtains or renews a certificate (or refreshes its
+// renewal information), and writes nothing without going through here;
+// so Stop refuses every operation from then on but the release of a lock,
+// and waits for those under way and for the locks held (drain): once
+// Stop has returned, the Manager touches its storage no more.
 type storage struct {
 	*certmagic.FileStorage
 
 	mu      sync.Mutex
-	held    int
+	busy    int // operations under way, plus locks held
 	stopped bool
-	free    *sync.Cond // signalled when held falls to 0
+	idle    *sync.Cond // signalled when busy falls to 0
 }
 
-// enter counts a lock about to be taken, false when stopped.
+// enter counts an operation about to begin (or a lock about to be
+// taken), false when stopped.
 func (s *storage) enter() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
 		return false
 	}
-	s.held++
+	s.busy++
 	return true
 }
 
-// exit counts a lock released, or not taken after all.
+// exit counts an operation ended, or a lock released (or not taken after
+// all).
 func (s *storage) exit() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.held--
-	if s.held == 0 && s.free != nil {
-		s.free.Broadcast()
+	s.busy--
+	if s.busy == 0 && s.idle != nil {
+		s.idle.Broadcast()
 	}
 }
 
-// drain refuses locks from now on and waits until none is held.
+// drain refuses operations from now on and waits until none is under way
+// and no lock is held.
 func (s *storage) drain() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stopped = true
-	if s.free == nil {
-		s.free = sync.NewCond(&s.mu)
+	if s.idle == nil {
+		s.idle = sync.NewCond(&s.mu)
 	}
-	for s.held > 0 {
-		s.free.Wait()
+	for s.busy > 0 {
+		s.idle.Wait()
 	}
 }
 
@@ -76,7 +80,7 @@ func (s *storage) Lock(ctx context.Context, name string) error {
 		s.exit()
 		return err
 	}
-	return nil
+	return nil // counted until Unlock
 }
 
 // TryLock implements certmagic.TryLocker, which certmagic prefers where
@@ -92,12 +96,64 @@ func (s *storage) TryLock(ctx context.Context, name string) (bool, error) {
 	return ok, err
 }
 
+// Unlock is never refused: a lock held when Stop began is released.
 func (s *storage) Unlock(ctx context.Context, name string) error {
 	defer s.exit()
 	return s.FileStorage.Unlock(ctx, name)
 }
 
-var _ certmagic.TryLocker = (*storage)(nil)
+func (s *storage) Store(ctx context.Context, key string, value []byte) error {
+	if !s.enter() {
+		return errStopped
+	}
+	defer s.exit()
+	return s.FileStorage.Store(ctx, key, value)
+}
+
+func (s *storage) Load(ctx context.Context, key string) ([]byte, error) {
+	if !s.enter() {
+		return nil, errStopped
+	}
+	defer s.exit()
+	return s.FileStorage.Load(ctx, key)
+}
+
+func (s *storage) Delete(ctx context.Context, key string) error {
+	if !s.enter() {
+		return errStopped
+	}
+	defer s.exit()
+	return s.FileStorage.Delete(ctx, key)
+}
+
+func (s *storage) Exists(ctx context.Context, key string) bool {
+	if !s.enter() {
+		return false
+	}
+	defer s.exit()
+	return s.FileStorage.Exists(ctx, key)
+}
+
+func (s *storage) List(ctx context.Context, path string, recursive bool) ([]string, error) {
+	if !s.enter() {
+		return nil, errStopped
+	}
+	defer s.exit()
+	return s.FileStorage.List(ctx, path, recursive)
+}
+
+func (s *storage) Stat(ctx context.Context, key string) (certmagic.KeyInfo, error) {
+	if !s.enter() {
+		return certmagic.KeyInfo{}, errStopped
+	}
+	defer s.exit()
+	return s.FileStorage.Stat(ctx, key)
+}
+
+var (
+	_ certmagic.Storage   = (*storage)(nil)
+	_ certmagic.TryLocker = (*storage)(nil)
+)
 
 // leaf reads the first certificate of the PEM chain stored at key.
 func (s *storage) leaf(ctx context.Context, key string) (*x509.Certificate, error) {
