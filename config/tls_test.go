@@ -1,8 +1,11 @@
 package config
 
 import (
+	"bytes"
+	"context"
 	"crypto/tls"
 	"errors"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"reflect"
@@ -368,6 +371,46 @@ func TestBuildACME(t *testing.T) {
 		var e *Error
 		if !errors.As(err, &e) || len(e.Problems) != 1 || !strings.HasPrefix(e.Problems[0].String(), tt.want) {
 			t.Errorf("got %v\nwant %s", err, tt.want)
+		}
+	}
+}
+
+// StartACME points a manager at its TLS listener as bound, and at a plain
+// listener bound to the same address, if any, for HTTP-01.
+func TestStartACMEChallenges(t *testing.T) {
+	var logs bytes.Buffer
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	dir := t.TempDir()
+	listen := "  - address: 127.0.0.1:0\n    tls:\n      acme: {domains: [a.test], ca: \"https://127.0.0.1:1/dir\", storage: " + dir + "}\n" +
+		"  - address: 127.0.0.1:0\n"
+	for _, tt := range []struct {
+		plain net.Addr
+		want  string
+	}{
+		{&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}, "challenges=\"[http-01 tls-alpn-01]\""},
+		{&net.TCPAddr{IP: net.IPv4(127, 0, 0, 2), Port: 8080}, "challenges=[tls-alpn-01]"},
+	} {
+		logs.Reset()
+		cfg, err := Parse("t.yaml", []byte("listen:\n"+listen+rest))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := Build(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls, err := NewListeners(cfg, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bound := []net.Addr{&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8443}, tt.plain}
+		if err := ls.StartACME(context.Background(), g, bound); err != nil {
+			t.Fatal(err)
+		}
+		g.Close()
+		if !strings.Contains(logs.String(), `msg="ACME certificates managed" domains=[a.test]`) || !strings.Contains(logs.String(), tt.want) {
+			t.Errorf("plain listener %s: want %s in\n%s", tt.plain, tt.want, logs.String())
 		}
 	}
 }
