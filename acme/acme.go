@@ -313,11 +313,15 @@ func (m *Manager) Ready(ctx context.Context) error {
 // renewal and OCSP checks) stops, and the storage is closed to m: Stop
 // returns once no operation of m's is under way there and no lock of m's
 // is held, and m touches it no more, so that another Manager may take it
-// over. The certificates obtained stay in it. (What is left of certmagic
-// then ends by itself, with nothing of m's to do: a goroutine that kept a
-// released lock file fresh, within 5 s; an OCSP request under way, within
-// 30 s, its answer dropped.) GetCertificate serves no certificate after
-// Stop. Stop may be called more than once, and before Start.
+// over. The certificates obtained stay in it. Stop waits at most 5 s for
+// certmagic's maintenance, which may be in an OCSP request that nothing
+// cancels (up to 30 s): past that it logs a warning and returns, and the
+// maintenance ends after that request, the storage closed to it. (What
+// else is left of certmagic then ends by itself, with nothing of m's to
+// do: a goroutine that kept a released lock file fresh, within 5 s; an
+// OCSP request for a certificate being loaded, within 30 s.)
+// GetCertificate serves no certificate after Stop. Stop may be called
+// more than once, and before Start.
 func (m *Manager) Stop() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -327,12 +331,25 @@ func (m *Manager) Stop() {
 	}
 }
 
+// maintenanceWait bounds Stop's wait for certmagic's maintenance, which
+// may be in an OCSP request, which no context cancels (30 s each).
+const maintenanceWait = 5 * time.Second
+
 func (m *Manager) stop(r *running) {
 	if r.stopping.Swap(true) {
 		return
 	}
 	r.cancel()
-	r.cache.Stop()
+	stopped := make(chan struct{})
+	go func() {
+		r.cache.Stop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(maintenanceWait):
+		m.log.Warn("ACME: certmagic's maintenance did not stop within 5 s (an OCSP request, likely); it ends after it", "domains", m.domains)
+	}
 	r.storage.drain()
 	m.have.Clear()
 }
