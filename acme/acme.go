@@ -248,10 +248,8 @@ func (m *Manager) Start(ctx context.Context, ch Challenges) error {
 		// (HTTPChallenges, GetCertificate), not from tokens in
 		// storage that another process wrote.
 		DisableDistributedSolvers: true,
+		TrustedRoots:              m.opts.Roots, // nil: the system's
 		Logger:                    zl,
-	}
-	if m.opts.Roots != nil {
-		tmpl.TrustedRoots = m.opts.Roots
 	}
 	if err := ch.issuer(&tmpl); err != nil {
 		r.cache.Stop()
