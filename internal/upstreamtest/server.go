@@ -100,17 +100,17 @@ func start(t testing.TB, h StreamHandler, cfg *tls.Config) *Server {
 	return s
 }
 
-// Dead returns an address on 127.0.0.1 where nothing listens: it listens on
-// port 0 and closes the listener at once, so dialing the address is refused
-// (unless the port is reused in between, which is unlikely in a test run).
+// Dead returns an address on 127.0.0.1 where nothing listens, so dialing
+// it is refused. The port stays reserved until the test ends (see
+// reserve), so that no server of a test running beside this one, in this
+// process or another, can take it and answer in its place.
 func Dead(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, release, err := reserve()
 	if err != nil {
 		t.Fatalf("upstreamtest: %v", err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
+	t.Cleanup(release)
 	return addr
 }
 

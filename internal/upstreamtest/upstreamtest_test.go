@@ -417,9 +417,14 @@ func TestMalformedRequest(t *testing.T) {
 }
 
 func TestDead(t *testing.T) {
-	_, err := net.Dial("tcp", upstreamtest.Dead(t))
-	if !errors.Is(err, syscall.ECONNREFUSED) {
+	addr := upstreamtest.Dead(t)
+	if _, err := net.Dial("tcp", addr); !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("dial: %v, want ECONNREFUSED", err)
+	}
+	// No server of another test may take the port and answer for it.
+	if ln, err := net.Listen("tcp", addr); err == nil {
+		ln.Close()
+		t.Errorf("listening on %s succeeded while it is reserved", addr)
 	}
 }
 
