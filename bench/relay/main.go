@@ -9,11 +9,17 @@
 // It understands only what the benchmark sends: requests and responses
 // framed by Content-Length (or without a body), and Connection: close from
 // the client. It is not a proxy to use.
+//
+// With -cert and -key it serves TLS 1.3 with Go's crypto/tls as it comes
+// (tls.NewListener, the handshake on the connection's first read, automatic
+// session tickets): the least a Go proxy pays for TLS, beside which sluice's
+// TLS figures can be read.
 package main
 
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"log"
@@ -26,10 +32,19 @@ import (
 func main() {
 	listen := flag.String("listen", "127.0.0.1:8080", "address to listen on")
 	upstream := flag.String("upstream", "127.0.0.1:9000", "upstream address")
+	certFile := flag.String("cert", "", "PEM `file` of the certificate chain: serve TLS 1.3 (with -key)")
+	keyFile := flag.String("key", "", "PEM `file` of the certificate's key")
 	flag.Parse()
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		log.Fatal(err)
+	}
+	if *certFile != "" || *keyFile != "" {
+		cert, err := tls.LoadX509KeyPair(*certFile, *keyFile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		ln = tls.NewListener(ln, serverTLS(cert))
 	}
 	r := &relay{upstream: *upstream, idle: make(chan *upConn, 256)}
 	for {
@@ -41,6 +56,11 @@ func main() {
 		}
 		go r.serve(c)
 	}
+}
+
+// serverTLS is the relay's TLS: TLS 1.3, crypto/tls's defaults otherwise.
+func serverTLS(cert tls.Certificate) *tls.Config {
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}
 }
 
 type relay struct {

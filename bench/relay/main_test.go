@@ -2,17 +2,43 @@ package main
 
 import (
 	"bufio"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sluice-proxy/sluice/internal/tlstest"
 )
 
 // The relay carries what bench/compare sends: keep-alive GETs, a POST with
 // a body, a large response, and Connection: close.
 func TestRelay(t *testing.T) {
+	testRelay(t, func(ln net.Listener) net.Listener { return ln }, func(c net.Conn) net.Conn { return c })
+}
+
+// Over TLS, as with -cert and -key: TLS 1.3, and the same exchanges.
+func TestRelayTLS(t *testing.T) {
+	ca := tlstest.NewCA(t, "relay CA")
+	leaf := ca.Server(t, "relay.test")
+	client := &tls.Config{ServerName: "relay.test", RootCAs: ca.Pool()}
+	testRelay(t,
+		func(ln net.Listener) net.Listener { return tls.NewListener(ln, serverTLS(*leaf.TLS)) },
+		func(c net.Conn) net.Conn {
+			tc := tls.Client(c, client)
+			if err := tc.Handshake(); err != nil {
+				t.Fatal(err)
+			}
+			if v := tc.ConnectionState().Version; v != tls.VersionTLS13 {
+				t.Fatalf("negotiated %s, want TLS 1.3", tls.VersionName(v))
+			}
+			return tc
+		})
+}
+
+func testRelay(t *testing.T, listen func(net.Listener) net.Listener, dial func(net.Conn) net.Conn) {
 	up, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -34,6 +60,7 @@ func TestRelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ln = listen(ln)
 	defer ln.Close()
 	r := &relay{upstream: up.Addr().String(), idle: make(chan *upConn, 4)}
 	defer func() {
@@ -52,10 +79,11 @@ func TestRelay(t *testing.T) {
 		}
 	}()
 
-	c, err := net.Dial("tcp", ln.Addr().String())
+	nc, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := dial(nc)
 	defer c.Close()
 	br := bufio.NewReader(c)
 	for _, tc := range []struct{ req, want string }{
