@@ -147,7 +147,8 @@ func TestVerdicts(t *testing.T) {
 		{sc: small, name: "sluice", samples: []sample{at(0, 1.1), at(1, 2.2)}},
 		{sc: small, name: "nginx", samples: []sample{at(0, 1), at(1, 2)}},
 	}
-	idles := []idleRow{{name: "sluice", samples: []idleSample{{beforeKB: 1000, afterKB: 1000 + 3*10000, held: 10000}}}}
+	idle, _ := scenarioByName("idle")
+	idles := []idleRow{{sc: idle, name: "sluice", samples: []idleSample{{beforeKB: 1000, afterKB: 1000 + 3*10000, held: 10000}}}}
 	vs := verdicts(loads, idles)
 	want := map[string]float64{
 		"small GET: CPU per request ÷ nginx":   0.1,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -25,8 +26,9 @@ type idleSet struct {
 }
 
 // openIdle opens n keep-alive connections to 127.0.0.1:port; each sends
-// GET /small, reads the whole response and then stays open and idle.
-func openIdle(port, n int) *idleSet {
+// GET /small, reads the whole response and then stays open and idle. With
+// cfg, each is a TLS connection, through its handshake.
+func openIdle(port, n int, cfg *tls.Config) *idleSet {
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	req := []byte("GET /small HTTP/1.1\r\nHost: " + addr + "\r\nUser-Agent: bench-compare\r\n\r\n")
 	var (
@@ -41,7 +43,7 @@ func openIdle(port, n int) *idleSet {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			c, err := openOne(addr, req)
+			c, err := openOne(addr, req, cfg)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -58,12 +60,20 @@ func openIdle(port, n int) *idleSet {
 	return &set
 }
 
-func openOne(addr string, req []byte) (net.Conn, error) {
+func openOne(addr string, req []byte, cfg *tls.Config) (net.Conn, error) {
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		return nil, err
 	}
 	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if cfg != nil {
+		tc := tls.Client(c, cfg)
+		if err := tc.Handshake(); err != nil {
+			c.Close()
+			return nil, err
+		}
+		c = tc
+	}
 	if _, err := c.Write(req); err != nil {
 		c.Close()
 		return nil, err

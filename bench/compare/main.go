@@ -13,6 +13,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -38,8 +39,9 @@ const wantNoFile = 65536
 const idleRounds = 3
 
 // direct is the pseudo-proxy whose rows send wrk straight to the
-// upstream: the ceiling that CPU 1 allows.
-var direct = proxy{name: "direct"}
+// upstream: the ceiling that CPU 1 allows. The upstream speaks plain HTTP
+// only, so it sits out the TLS scenarios.
+var direct = proxy{name: "direct", noTLS: true}
 
 type options struct {
 	proxies   []string
@@ -50,6 +52,7 @@ type options struct {
 	conns     int
 	threads   int
 	idleConns int
+	settle    time.Duration
 	sluice    string
 	sluiceB   string
 	direct    bool
@@ -67,7 +70,8 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured wrk run per proxy before each scenario")
 	fs.IntVar(&o.conns, "connections", 64, "wrk connections")
 	fs.IntVar(&o.threads, "threads", 1, "wrk threads (all on CPU 1)")
-	fs.IntVar(&o.idleConns, "idle-conns", 10000, "connections opened in the idle scenario")
+	fs.IntVar(&o.idleConns, "idle-conns", 10000, "connections opened in the idle scenarios")
+	fs.DurationVar(&o.settle, "idle-settle", 2*time.Second, "how long after the idle connections opened their RSS is read (Go forces a collection every 2 minutes: 130s leaves no handshake garbage in the Go proxies' heaps)")
 	fs.StringVar(&o.sluice, "sluice", "", "sluice `binary` to test (default: build ./cmd/sluice into the temp dir)")
 	fs.StringVar(&o.sluiceB, "sluice-b", "", "a second sluice `binary`, run as proxy sluice-b beside sluice: an A/B comparison of two builds")
 	fs.BoolVar(&o.direct, "direct", true, "also run wrk straight against the upstream, as a ceiling")
@@ -100,9 +104,13 @@ func parseFlags(args []string) (options, error) {
 		}
 		o.proxies = append(o.proxies, name)
 	}
-	for _, name := range splitList(*scenariosFlag) {
+	for _, name := range expandScenarios(splitList(*scenariosFlag)) {
 		if _, ok := scenarioByName(name); !ok {
-			return o, fmt.Errorf("-scenarios: unknown scenario %q (known: small, 16k, 1m, post4k, close, idle)", name)
+			var known []string
+			for _, sc := range scenarios {
+				known = append(known, sc.name)
+			}
+			return o, fmt.Errorf("-scenarios: unknown scenario %q (known: %s; groups: plain, tls, all)", name, strings.Join(known, ", "))
 		}
 		o.scenarios = append(o.scenarios, name)
 	}
@@ -121,6 +129,8 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("-connections and -threads must be at least 1, threads <= connections")
 	case o.idleConns < 1:
 		return o, errors.New("-idle-conns must be at least 1")
+	case o.settle < 0:
+		return o, errors.New("-idle-settle must not be negative")
 	case (o.sluiceB != "") != slices.Contains(o.proxies, "sluice-b"):
 		return o, errors.New("-sluice-b and the proxy sluice-b go together: give both or neither")
 	}
@@ -150,6 +160,7 @@ type bench struct {
 	status   bool              // the upstream serves stub_status at statusPath
 	targets  []proxy           // what is measured, direct included
 	built    string            // where the sluice binary came from
+	tls      *tlsFiles         // the certificate of the TLS scenarios; nil without them
 	notes    []string          // caveats the report must state
 	watchdog *exec.Cmd         // cleans up should this program be killed
 	cleaned  sync.Once
@@ -205,7 +216,7 @@ func run(args []string) int {
 	for _, name := range opt.scenarios {
 		sc, _ := scenarioByName(name)
 		if sc.idle {
-			idles = b.idleScenario(sc)
+			idles = append(idles, b.idleScenario(sc)...)
 		} else {
 			loads = append(loads, b.loadScenario(sc)...)
 		}
@@ -248,8 +259,11 @@ func (b *bench) findTools() bool {
 	builtHere := func(name string) bool {
 		return name == "go-relay" || b.opt.sluice == "" && isSluice(name) && name != "sluice-b"
 	}
-	if slices.ContainsFunc(b.opt.proxies, builtHere) {
+	if slices.ContainsFunc(b.opt.proxies, builtHere) || b.wants(func(sc scenario) bool { return sc.handshakes }) {
 		needs = append(needs, need{"go", "golang-go"})
+	}
+	if b.wants(func(sc scenario) bool { return sc.tls && !sc.handshakes }) {
+		needs = append(needs, need{"openssl", "openssl"})
 	}
 	var missing, pkgs []string
 	fatal := false
@@ -265,7 +279,9 @@ func (b *bench) findTools() bool {
 		case "wrk", "taskset", "nginx":
 			fatal = true
 		case "go":
-			b.note("sluice (unless -sluice is given) and go-relay skipped: no `go` to build them with")
+			b.note("sluice (unless -sluice is given), go-relay and bench/tlsload (the load of tls-close and tls-resume) skipped: no `go` to build them with")
+		case "openssl":
+			b.note("what each proxy negotiates with wrk's OpenSSL is not checked: no `openssl`")
 		default:
 			b.note(n.tool + " skipped: not installed")
 		}
@@ -279,6 +295,16 @@ func (b *bench) findTools() bool {
 		return false
 	}
 	return true
+}
+
+// wants reports whether a scenario the run is to measure is in.
+func (b *bench) wants(in func(scenario) bool) bool {
+	for _, name := range b.opt.scenarios {
+		if sc, ok := scenarioByName(name); ok && in(sc) {
+			return true
+		}
+	}
+	return false
 }
 
 func (b *bench) note(s string) {
@@ -305,16 +331,28 @@ func (b *bench) setup() error {
 	if b.noFile < wantNoFile {
 		b.note(fmt.Sprintf("RLIMIT_NOFILE could not be raised to %d: every process runs with %d, the hard limit", wantNoFile, b.noFile))
 	}
-	if need := uint64(b.opt.idleConns) + 1000; slices.Contains(b.opt.scenarios, "idle") && b.noFile < need {
+	if need := uint64(b.opt.idleConns) + 1000; b.wants(func(sc scenario) bool { return sc.idle }) && b.noFile < need {
 		b.opt.idleConns = int(b.noFile) - 1000
 		b.note(fmt.Sprintf("idle scenario lowered to %d connections to fit RLIMIT_NOFILE %d", b.opt.idleConns, b.noFile))
 	}
 	for _, sc := range scenarios {
-		if sc.idle {
+		if sc.idle || sc.handshakes {
 			continue
 		}
 		if b.scripts[sc.name], err = writeWrkScript(b.dir, sc); err != nil {
 			return err
+		}
+	}
+	if b.wants(func(sc scenario) bool { return sc.tls }) {
+		if b.tls, err = makeTLSFiles(filepath.Join(b.dir, "tls")); err != nil {
+			return fmt.Errorf("making the TLS certificate: %w", err)
+		}
+	}
+	if b.wants(func(sc scenario) bool { return sc.handshakes }) {
+		if path, err := b.build("tlsload", "bench/tlsload"); err != nil {
+			b.note("tls-close and tls-resume not measured: " + firstLine(err.Error()))
+		} else {
+			b.tools["tlsload"] = path
 		}
 	}
 	for _, name := range b.opt.proxies {
@@ -417,7 +455,7 @@ func (b *bench) startUpstream() error {
 	if err != nil {
 		return err
 	}
-	if err := waitReady(c, port); err != nil {
+	if err := waitReady(c, port, nil); err != nil {
 		return fmt.Errorf("upstream nginx: %w", err)
 	}
 	b.upstream = fmt.Sprintf("127.0.0.1:%d", port)
@@ -430,10 +468,12 @@ func (b *bench) startUpstream() error {
 	return nil
 }
 
-// startProxy writes p's config into a fresh directory and starts it on
-// a free port, then checks that it proxies every path correctly. With
-// logged, the proxy writes its access log to a file in that directory.
-func (b *bench) startProxy(p proxy, tag string, logged bool) (*child, int, error) {
+// startProxy writes p's config for scenario sc into a fresh directory
+// named for p and tag and starts it on a free port, then checks that it
+// proxies every path correctly. In a scenario with logs, the proxy writes
+// its access log to a file in that directory; in a TLS scenario it serves
+// TLS with the run's certificate.
+func (b *bench) startProxy(p proxy, sc scenario, tag string) (*child, int, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, 0, err
@@ -450,8 +490,12 @@ func (b *bench) startProxy(p proxy, tag string, logged bool) (*child, int, error
 		bin = b.tools["sluice"]
 	}
 	s := site{dir: dir, port: port, upstream: b.upstream, noFile: b.noFile, idleConns: b.opt.idleConns, binary: bin}
-	if logged {
+	if sc.logged {
 		s.accessLog = filepath.Join(dir, "access.log")
+	}
+	var check *tls.Config
+	if sc.tls {
+		s.tls, check = b.tls, b.tls.clientTLS()
 	}
 	argv, env, err := p.configure(s)
 	if err != nil {
@@ -461,7 +505,7 @@ func (b *bench) startProxy(p proxy, tag string, logged bool) (*child, int, error
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := waitReady(c, port); err != nil {
+	if err := waitReady(c, port, check); err != nil {
 		c.stop()
 		return nil, 0, err
 	}
@@ -479,8 +523,9 @@ func freePort() (int, error) {
 }
 
 // waitReady waits for c to accept connections on port and checks that
-// every path of every scenario answers 200 with the right body length.
-func waitReady(c *child, port int) error {
+// every path of every scenario answers 200 with the right body length;
+// with cfg, over TLS, the certificate verified against the run's CA.
+func waitReady(c *child, port int, cfg *tls.Config) error {
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -497,7 +542,11 @@ func waitReady(c *child, port int) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: cfg}}
+	scheme := "http"
+	if cfg != nil {
+		scheme = "https"
+	}
 	checks := []struct {
 		method, path string
 		body         string
@@ -509,7 +558,7 @@ func waitReady(c *child, port int) error {
 		{"POST", "/post", strings.Repeat("x", 4096), len(postBody)},
 	}
 	for _, ck := range checks {
-		req, _ := http.NewRequest(ck.method, "http://"+addr+ck.path, strings.NewReader(ck.body))
+		req, _ := http.NewRequest(ck.method, scheme+"://"+addr+ck.path, strings.NewReader(ck.body))
 		resp, err := client.Do(req)
 		if err != nil {
 			return fmt.Errorf("%s: %s %s: %w\n%s", c.name, ck.method, ck.path, err, c.logTail())

@@ -25,6 +25,9 @@ type site struct {
 	idleConns int    // idle client connections it must be able to hold
 	binary    string // the proxy's executable
 	accessLog string // the file to write the access log to; "" for none
+	// tls is the certificate to serve TLS 1.3 with, on the proxy's one
+	// listener; nil for plain HTTP.
+	tls *tlsFiles
 }
 
 // proxy is one reverse proxy under test.
@@ -39,6 +42,8 @@ type proxy struct {
 	configure func(s site) (argv, env []string, err error)
 	// notIn lists scenarios the proxy sits out.
 	notIn []string
+	// noTLS makes the proxy sit out the TLS scenarios.
+	noTLS bool
 }
 
 var proxies = []proxy{
@@ -61,14 +66,17 @@ var proxies = []proxy{
 	{name: "caddy", tool: "caddy", pkg: "caddy", version: []string{"version"}, configure: caddyConfig},
 	// go-relay (bench/relay) is the least a Go proxy does per request: a
 	// goroutine per connection, Go's netpoller, pooled upstream
-	// connections, nothing else. It shows what the runtime costs apart
-	// from sluice's own work. It holds 68 KiB of buffers per connection,
-	// so it sits out the idle scenario, and it writes no access log.
-	{name: "go-relay", configure: relayConfig, notIn: []string{"idle", "logged"}},
+	// connections, nothing else (over TLS, crypto/tls as it comes). It
+	// shows what the runtime costs apart from sluice's own work. It holds
+	// 68 KiB of buffers per connection, so it sits out the idle
+	// scenarios, and it writes no access log.
+	{name: "go-relay", configure: relayConfig, notIn: []string{"idle", "tls-idle", "logged"}},
 }
 
 // sitsOut reports whether p is left out of scenario sc.
-func (p proxy) sitsOut(sc string) bool { return slices.Contains(p.notIn, sc) }
+func (p proxy) sitsOut(sc scenario) bool {
+	return slices.Contains(p.notIn, sc.name) || sc.tls && p.noTLS
+}
 
 // isSluice reports whether a proxy is sluice, in any configuration or build.
 func isSluice(name string) bool { return strings.HasPrefix(name, "sluice") }
@@ -94,8 +102,11 @@ func pinned(cpu string, argv ...string) []string {
 func sluiceConfig(s site) ([]string, []string, error) { return sluiceWith(s, "") }
 
 func relayConfig(s site) ([]string, []string, error) {
-	return pinned(proxyCPU, s.binary, "-listen", fmt.Sprintf("127.0.0.1:%d", s.port), "-upstream", s.upstream),
-		[]string{"GOMAXPROCS=1"}, nil
+	argv := []string{s.binary, "-listen", fmt.Sprintf("127.0.0.1:%d", s.port), "-upstream", s.upstream}
+	if s.tls != nil {
+		argv = append(argv, "-cert", s.tls.cert, "-key", s.tls.key)
+	}
+	return pinned(proxyCPU, argv...), []string{"GOMAXPROCS=1"}, nil
 }
 
 func sluiceModeConfig(mode string) func(s site) ([]string, []string, error) {
@@ -110,10 +121,16 @@ func sluiceWith(s site, pool string) ([]string, []string, error) {
 	if s.accessLog != "" {
 		accessLog = fmt.Sprintf("{path: %q}", s.accessLog)
 	}
+	// Over TLS, TLS 1.3 only; the cipher suite is crypto/tls's choice
+	// (AES-128-GCM where both ends have AES instructions), not settable.
+	tlsConf := ""
+	if s.tls != nil {
+		tlsConf = fmt.Sprintf("    tls: {min_version: 1.3, certificates: [{cert: %q, key: %q}]}\n", s.tls.cert, s.tls.key)
+	}
 	cfg := filepath.Join(s.dir, "sluice.yaml")
 	err := writeFile(cfg, fmt.Sprintf(`listen:
   - address: 127.0.0.1:%d
-access_log: %s
+%saccess_log: %s
 log: {level: error}
 routes:
   - upstream: app
@@ -122,7 +139,7 @@ upstreams:
     servers:
       - address: %s
     pool: {max_idle: 256, idle_timeout: 60s%s}
-`, s.port, accessLog, s.upstream, pool))
+`, s.port, tlsConf, accessLog, s.upstream, pool))
 	return pinned(proxyCPU, s.binary, "run", "-c", cfg), []string{"GOMAXPROCS=1"}, err
 }
 
@@ -172,6 +189,20 @@ func nginxConfig(s site) ([]string, []string, error) {
 	if s.accessLog != "" {
 		accessLog = s.accessLog
 	}
+	// Over TLS: TLS 1.3 only, and of its cipher suites the one Go's
+	// servers choose (nginx would otherwise take the client's first,
+	// AES-256-GCM from OpenSSL's clients). Session resumption as by
+	// default: tickets on, with keys nginx makes at start; no session
+	// cache, which TLS 1.3 tickets do not need.
+	listen, tlsConf := "", ""
+	if s.tls != nil {
+		listen = " ssl"
+		tlsConf = fmt.Sprintf(`        ssl_certificate %s;
+        ssl_certificate_key %s;
+        ssl_protocols TLSv1.3;
+        ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;
+`, s.tls.cert, s.tls.key)
+	}
 	conf := common + fmt.Sprintf(`http {
     access_log %s;
 %s    keepalive_requests 1000000;
@@ -182,8 +213,8 @@ func nginxConfig(s site) ([]string, []string, error) {
         keepalive_timeout 60s;
     }
     server {
-        listen 127.0.0.1:%d backlog=4096;
-        client_max_body_size 1m;
+        listen 127.0.0.1:%d%s backlog=4096;
+%s        client_max_body_size 1m;
         location / {
             proxy_pass http://app;
             proxy_http_version 1.1;
@@ -191,7 +222,7 @@ func nginxConfig(s site) ([]string, []string, error) {
         }
     }
 }
-`, accessLog, nginxTemp(s.dir), s.upstream, s.port)
+`, accessLog, nginxTemp(s.dir), s.upstream, s.port, listen, tlsConf)
 	if err := writeFile(filepath.Join(s.dir, "nginx.conf"), conf); err != nil {
 		return nil, nil, err
 	}
@@ -205,11 +236,19 @@ func haproxyConfig(s site) ([]string, []string, error) {
 	// client connections hold no server connection (http-reuse always),
 	// so one descriptor each is what they really use.
 	maxconn := s.idleConns + 1000
+	// Over TLS: TLS 1.3 only, with the cipher suite Go's servers choose
+	// (HAProxy prefers its own order, whose first is AES-256-GCM); tickets
+	// and its session cache as by default.
+	globalTLS, bindTLS := "", ""
+	if s.tls != nil {
+		globalTLS = "    ssl-default-bind-ciphersuites TLS_AES_128_GCM_SHA256\n    ssl-default-bind-options ssl-min-ver TLSv1.3\n"
+		bindTLS = " ssl crt " + s.tls.pem
+	}
 	conf := fmt.Sprintf(`global
     nbthread 1
     maxconn %d
     no strict-limits
-
+%s
 defaults
     mode http
     maxconn %d
@@ -221,12 +260,12 @@ defaults
     http-reuse always
 
 frontend fe
-    bind 127.0.0.1:%d
+    bind 127.0.0.1:%d%s
     default_backend app
 
 backend app
     server s1 %s
-`, maxconn, maxconn, s.port, s.upstream)
+`, maxconn, globalTLS, maxconn, s.port, bindTLS, s.upstream)
 	cfg := filepath.Join(s.dir, "haproxy.cfg")
 	if err := writeFile(cfg, conf); err != nil {
 		return nil, nil, err
@@ -242,17 +281,26 @@ func caddyConfig(s site) ([]string, []string, error) {
 	if s.accessLog != "" {
 		siteLog = fmt.Sprintf("\tlog {\n\t\toutput file %s\n\t}\n", s.accessLog)
 	}
+	// Over TLS: the run's certificate, TLS 1.3 only, HTTP/1.1 and HTTP/2
+	// (Caddy's default without HTTP/3, whose QUIC listener nobody here
+	// uses); the cipher suite and session tickets are Go's, as sluice's.
+	scheme, servers, siteTLS := "http", "", ""
+	if s.tls != nil {
+		scheme = "https"
+		servers = "\tservers {\n\t\tprotocols h1 h2\n\t}\n"
+		siteTLS = fmt.Sprintf("\ttls %s %s {\n\t\tprotocols tls1.3\n\t}\n", s.tls.cert, s.tls.key)
+	}
 	conf := fmt.Sprintf(`{
 	admin off
 	auto_https off
 	log {
 		output discard
 	}
-}
+%s}
 
-http://:%d {
+%s://:%d {
 	bind 127.0.0.1
-%s	reverse_proxy %s {
+%s%s	reverse_proxy %s {
 		transport http {
 			keepalive 60s
 			keepalive_idle_conns 256
@@ -260,7 +308,7 @@ http://:%d {
 		}
 	}
 }
-`, s.port, siteLog, s.upstream)
+`, servers, scheme, s.port, siteTLS, siteLog, s.upstream)
 	cfg := filepath.Join(s.dir, "Caddyfile")
 	if err := writeFile(cfg, conf); err != nil {
 		return nil, nil, err

@@ -58,6 +58,13 @@ func (b *bench) environment() environment {
 	}
 	add("nginx", b.tools["nginx"], "-v")
 	add("wrk", b.tools["wrk"], "-v")
+	if b.tls != nil && b.tools["openssl"] != "" {
+		add("openssl", b.tools["openssl"], "version")
+		e.versions[len(e.versions)-1][2] = "wrk's TLS library, and the check of what each proxy negotiates"
+	}
+	if b.tools["tlsload"] != "" {
+		e.versions = append(e.versions, [3]string{"tlsload", "bench/tlsload", "built by this run with the same toolchain: the load of tls-close and tls-resume"})
+	}
 	if gobin, err := exec.LookPath("go"); err == nil {
 		add("go", gobin, "version")
 	} else {
@@ -218,6 +225,17 @@ func (b *bench) report(w io.Writer, e environment, loads []loadRow, idles []idle
 		"RLIMIT_NOFILE %d. Run took %s.\n",
 		proxyCPU, b.opt.threads, b.opt.conns, loadCPU, b.opt.rounds, b.opt.duration, b.opt.warmup, min(b.opt.rounds, idleRounds),
 		b.noFile, e.elapsed.Round(time.Second))
+	if b.tls != nil {
+		fmt.Fprintf(w, "\nTLS scenarios: every proxy serves the same certificate, made for the run (ECDSA P-256, signed by a CA made for the run), "+
+			"TLS 1.3 only, with the cipher suite Go's servers choose, TLS_AES_128_GCM_SHA256 (nginx and HAProxy are set to it), "+
+			"and session tickets as each issues them by default; the upstream stays plain HTTP. "+
+			"wrk (OpenSSL) loads tls-small and tls-1m over keep-alive connections. "+
+			"bench/tlsload (Go's crypto/tls, %d clients, one thread on CPU %s) makes a new connection per request: "+
+			"in tls-close every handshake is full, in tls-resume every one after a client's first resumes the session its last one got "+
+			"(its latencies count from the dial, the handshake included). "+
+			"tls-idle's connections are this program's (crypto/tls). All the clients offer X25519 alone, as OpenSSL 3.0's client does, and no ALPN.\n",
+			b.opt.conns, loadCPU)
+	}
 	if len(b.notes) > 0 {
 		fmt.Fprintln(w)
 		for _, n := range b.notes {
@@ -226,9 +244,18 @@ func (b *bench) report(w io.Writer, e environment, loads []loadRow, idles []idle
 	}
 	if len(loads) > 0 {
 		b.loadTable(w, loads)
+		b.tlsTable(w, loads)
 	}
-	if len(idles) > 0 {
-		b.idleTable(w, idles)
+	for _, name := range b.opt.scenarios {
+		var rows []idleRow
+		for _, r := range idles {
+			if r.sc.name == name {
+				rows = append(rows, r)
+			}
+		}
+		if len(rows) > 0 {
+			b.idleTable(w, rows)
+		}
 	}
 	if vs := verdicts(loads, idles); len(vs) > 0 {
 		b.targetTable(w, vs)
@@ -279,8 +306,43 @@ func (b *bench) loadTable(w io.Writer, rows []loadRow) {
 	}
 }
 
+// tlsTable says what each proxy negotiated in each TLS scenario, and how
+// many of bench/tlsload's handshakes were full and how many resumed.
+func (b *bench) tlsTable(w io.Writer, rows []loadRow) {
+	if !slices.ContainsFunc(rows, func(r loadRow) bool { return r.sc.tls }) {
+		return
+	}
+	fmt.Fprintf(w, "\n### TLS negotiated\n\n")
+	fmt.Fprintln(w, "| scenario | proxy | seen by | protocol | cipher suite | key exchange | handshakes measured |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|--:|")
+	for _, r := range rows {
+		if !r.sc.tls || r.name == direct.name || len(r.samples) == 0 && r.failure != "" {
+			continue
+		}
+		by, hs := "openssl s_client, once before the rounds", "—"
+		if r.sc.handshakes {
+			by = "bench/tlsload, every handshake of the rounds"
+			if total := r.tls.full + r.tls.resumed; total > 0 {
+				hs = fmt.Sprintf("%d full, %d resumed (%.1f%%)", r.tls.full, r.tls.resumed, 100*float64(r.tls.resumed)/float64(total))
+			}
+		}
+		if r.tlsErr != "" {
+			fmt.Fprintf(w, "| %s | %s | %s | %s | | | %s |\n", r.sc.title, r.name, by, r.tlsErr, hs)
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", r.sc.title, r.name, by, r.tls.protocol, r.tls.cipher, r.tls.group, hs)
+	}
+}
+
 func (b *bench) idleTable(w io.Writer, rows []idleRow) {
-	fmt.Fprintf(w, "\n### %d idle keep-alive connections\n\n", b.opt.idleConns)
+	kind := ""
+	if rows[0].sc.tls {
+		kind = " TLS"
+	}
+	fmt.Fprintf(w, "\n### %d idle%s keep-alive connections\n\n", b.opt.idleConns, kind)
+	if b.opt.settle != 2*time.Second {
+		fmt.Fprintf(w, "RSS with the connections idle read %s after they opened.\n\n", b.opt.settle)
+	}
 	fmt.Fprintln(w, "| proxy | held | failed | closed by proxy | RSS before | RSS with conns idle | RSS per idle conn | ÷ nginx | peak RSS | time to open |")
 	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	ref := math.NaN()

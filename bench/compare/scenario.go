@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +22,11 @@ type scenario struct {
 	header string // extra request header for wrk's -H
 	idle   bool   // the idle-connections scenario, not a wrk run
 	logged bool   // the proxies write an access log, as each does by default
+	tls    bool   // the proxies serve TLS 1.3 with the run's certificate
+	// handshakes makes the load bench/tlsload instead of wrk: a new TLS
+	// connection per request, each with a full handshake, or with resume
+	// each after a client's first resuming the session its last one got.
+	handshakes, resume bool
 }
 
 var scenarios = []scenario{
@@ -30,6 +37,39 @@ var scenarios = []scenario{
 	{name: "close", title: "conn per request", path: "/small", header: "Connection: close"},
 	{name: "logged", title: "small GET, access log", path: "/small", logged: true},
 	{name: "idle", title: "idle connections", idle: true},
+	{name: "tls-small", title: "TLS small GET", path: "/small", tls: true},
+	{name: "tls-close", title: "TLS conn per request, full handshake", path: "/small", tls: true, handshakes: true},
+	{name: "tls-resume", title: "TLS conn per request, resumed", path: "/small", tls: true, handshakes: true, resume: true},
+	{name: "tls-1m", title: "TLS 1 MiB GET", path: "/1m", tls: true},
+	{name: "tls-idle", title: "idle TLS connections", idle: true, tls: true},
+}
+
+// scenarioGroups are names -scenarios takes for several scenarios.
+var scenarioGroups = map[string]func(scenario) bool{
+	"all":   func(scenario) bool { return true },
+	"plain": func(sc scenario) bool { return !sc.tls },
+	"tls":   func(sc scenario) bool { return sc.tls },
+}
+
+// expandScenarios replaces each group name in names by its scenarios, in
+// the order of the scenarios list, and drops repeats.
+func expandScenarios(names []string) []string {
+	var out []string
+	for _, name := range names {
+		in, ok := scenarioGroups[name]
+		if !ok {
+			if !slices.Contains(out, name) {
+				out = append(out, name)
+			}
+			continue
+		}
+		for _, sc := range scenarios {
+			if in(sc) && !slices.Contains(out, sc.name) {
+				out = append(out, sc.name)
+			}
+		}
+	}
+	return out
 }
 
 func scenarioByName(name string) (scenario, bool) {
@@ -49,6 +89,7 @@ type sample struct {
 	cpu0, cpu1 float64       // share of the window each CPU was busy, all processes
 	upConns    int64         // connections the upstream accepted during the run; -1 if not known
 	round      int           // which round it was measured in
+	tls        negotiated    // the handshakes of the run, as bench/tlsload counted them
 }
 
 // upstreamPer1k is the upstream connections opened per 1000 requests
@@ -76,6 +117,12 @@ type loadRow struct {
 	samples []sample
 	peakKB  uint64 // VmHWM at the end of the scenario (warm-up and rounds)
 	failure string // why the proxy has no or fewer samples
+	// tls is what the proxy negotiated in a TLS scenario: with wrk, what
+	// openssl s_client negotiated once before the rounds; with
+	// bench/tlsload, the handshakes of the rounds, counted. tlsErr says
+	// why it is not known.
+	tls    negotiated
+	tlsErr string
 }
 
 // live is a target started for a scenario.
@@ -95,7 +142,7 @@ func (b *bench) loadScenario(sc scenario) []loadRow {
 	rows := make([]loadRow, len(b.targets))
 	for i, p := range b.targets {
 		rows[i] = loadRow{sc: sc, name: p.name}
-		if p.sitsOut(sc.name) {
+		if p.sitsOut(sc) {
 			rows[i].failure = "sits out this scenario"
 			continue
 		}
@@ -103,7 +150,7 @@ func (b *bench) loadScenario(sc scenario) []loadRow {
 		if p.name == direct.name {
 			l.port, _ = strconv.Atoi(b.upstream[strings.LastIndexByte(b.upstream, ':')+1:])
 		} else {
-			c, port, err := b.startProxy(p, sc.name, sc.logged)
+			c, port, err := b.startProxy(p, sc, sc.name)
 			if err != nil {
 				l.row.failure = "did not start: " + firstLine(err.Error())
 				fmt.Fprintf(os.Stderr, "compare: [%s] %s did not start: %v\n", sc.name, p.name, err)
@@ -111,12 +158,15 @@ func (b *bench) loadScenario(sc scenario) []loadRow {
 			}
 			defer c.stop()
 			l.c, l.port = c, port
+			if sc.tls && !sc.handshakes {
+				b.checkTLS(ctx, sc, l)
+			}
 		}
 		lives = append(lives, l)
 	}
 	for _, l := range lives {
 		if b.opt.warmup > 0 {
-			if _, err := b.runWrk(ctx, sc, l.port, b.opt.warmup); err != nil {
+			if _, err := b.runLoad(ctx, sc, l.port, b.opt.warmup); err != nil {
 				fmt.Fprintf(os.Stderr, "compare: [%s] %s warm-up: %v\n", sc.name, l.p.name, err)
 			}
 		}
@@ -138,14 +188,54 @@ func (b *bench) loadScenario(sc scenario) []loadRow {
 			fmt.Fprintf(os.Stderr, "compare: [%s] round %d/%d %-7s %8.0f req/s  p99 %-9s errors %d  proxy CPU %s  others on CPU0 %s  CPU1 busy %s  upstream conns / 1k req %s\n",
 				sc.name, r+1, b.opt.rounds, l.p.name, rate(s.requests, s.duration), fmtLatency(s.p99),
 				s.sockErrs+s.status, fmtPct(s.cpu/s.wall.Seconds()), fmtPct(s.others0()), fmtPct(s.cpu1), fmtPer1k(s.upstreamPer1k()))
+			if sc.handshakes {
+				fmt.Fprintf(os.Stderr, "compare: [%s] round %d/%d %-7s handshakes: %s, %d full, %d resumed\n",
+					sc.name, r+1, b.opt.rounds, l.p.name, s.tls, s.tls.full, s.tls.resumed)
+			}
 		}
 	}
 	for _, l := range lives {
 		if l.c != nil {
 			l.row.peakKB = groupUsage(l.c.pid()).hwmKB
 		}
+		if sc.handshakes && len(l.row.samples) > 0 {
+			l.row.tls, l.row.tlsErr = sumHandshakes(l.row.samples)
+		}
 	}
 	return rows
+}
+
+// checkTLS asks openssl s_client what the proxy negotiates with a client
+// of wrk's OpenSSL, and records it in the row.
+func (b *bench) checkTLS(ctx context.Context, sc scenario, l *live) {
+	if b.tools["openssl"] == "" {
+		l.row.tlsErr = "not checked: no openssl"
+		return
+	}
+	n, err := sslCheck(ctx, b.tools["openssl"], l.port)
+	if err != nil {
+		l.row.tlsErr = "check failed: " + firstLine(err.Error())
+		fmt.Fprintf(os.Stderr, "compare: [%s] %s: %v\n", sc.name, l.p.name, err)
+		return
+	}
+	l.row.tls = n
+	fmt.Fprintf(os.Stderr, "compare: [%s] %s negotiates %s with openssl s_client\n", sc.name, l.p.name, n)
+}
+
+// sumHandshakes adds up the handshakes bench/tlsload counted in each
+// round. Rounds that negotiated differently make it an error.
+func sumHandshakes(ss []sample) (negotiated, string) {
+	var n negotiated
+	for _, s := range ss {
+		if n.protocol == "" {
+			n.protocol, n.cipher, n.group = s.tls.protocol, s.tls.cipher, s.tls.group
+		} else if n.String() != s.tls.String() {
+			return n, fmt.Sprintf("rounds negotiated both %s and %s", n, s.tls)
+		}
+		n.full += s.tls.full
+		n.resumed += s.tls.resumed
+	}
+	return n, ""
 }
 
 // measure runs wrk once against l and reads the proxy's CPU time and
@@ -161,13 +251,13 @@ func (b *bench) measure(ctx context.Context, sc scenario, l *live) (sample, erro
 	}
 	t0 := readCPUTimes()
 	start := time.Now()
-	res, err := b.runWrk(ctx, sc, l.port, b.opt.duration)
+	res, err := b.runLoad(ctx, sc, l.port, b.opt.duration)
 	wall := time.Since(start)
 	t1 := readCPUTimes()
 	if err != nil {
 		return sample{}, err
 	}
-	s := sample{wrkResult: res, wall: wall, cpu: -1, cpu0: t1.busySince(t0, 0), cpu1: t1.busySince(t0, 1), upConns: -1}
+	s := sample{wrkResult: res.wrkResult, tls: res.tls, wall: wall, cpu: -1, cpu0: t1.busySince(t0, 0), cpu1: t1.busySince(t0, 1), upConns: -1}
 	if l.c != nil {
 		if !l.c.alive() {
 			return sample{}, fmt.Errorf("%s exited during the run (%v): %s", l.p.name, l.c.err, l.c.logTail())
@@ -205,6 +295,7 @@ type idleSample struct {
 }
 
 type idleRow struct {
+	sc      scenario
 	name    string
 	samples []idleSample
 	failure string
@@ -212,23 +303,27 @@ type idleRow struct {
 
 // idleScenario measures, for each proxy, the memory that idle keep-alive
 // client connections cost: a fresh proxy is warmed up with the small
-// scenario, its RSS read, then opts.idleConns connections are opened,
-// each sends one GET and reads the response; 2 s later RSS is read
-// again. A fresh process per round, since memory a process has grown
+// scenario (tls-small for tls-idle), its RSS read, then opts.idleConns
+// connections are opened (over TLS for tls-idle, each through its
+// handshake), each sends one GET and reads the response; -idle-settle (2 s)
+// later RSS is read again. A fresh process per round, since memory a process has grown
 // seldom goes back. Memory is not what the noise of the machine
 // disturbs, so at most idleRounds rounds are run.
 func (b *bench) idleScenario(sc scenario) []idleRow {
 	ctx := context.Background()
-	small, _ := scenarioByName("small")
+	warm, _ := scenarioByName("small")
+	if sc.tls {
+		warm, _ = scenarioByName("tls-small")
+	}
 	var targets []proxy
 	for _, p := range b.targets {
-		if p.name != direct.name && !p.sitsOut(sc.name) {
+		if p.name != direct.name && !p.sitsOut(sc) {
 			targets = append(targets, p)
 		}
 	}
 	rows := make([]idleRow, len(targets))
 	for i, p := range targets {
-		rows[i].name = p.name
+		rows[i].sc, rows[i].name = sc, p.name
 	}
 	rounds := min(b.opt.rounds, idleRounds)
 	for r := range rounds {
@@ -238,7 +333,7 @@ func (b *bench) idleScenario(sc scenario) []idleRow {
 			if row.failure != "" {
 				continue
 			}
-			s, err := b.idleOnce(ctx, p, small, r)
+			s, err := b.idleOnce(ctx, p, sc, warm, r)
 			if err != nil {
 				row.failure = firstLine(err.Error())
 				fmt.Fprintf(os.Stderr, "compare: [%s] %s: %v\n", sc.name, p.name, err)
@@ -256,24 +351,28 @@ func (b *bench) idleScenario(sc scenario) []idleRow {
 	return rows
 }
 
-func (b *bench) idleOnce(ctx context.Context, p proxy, warm scenario, round int) (idleSample, error) {
-	c, port, err := b.startProxy(p, fmt.Sprintf("idle%d", round), false)
+func (b *bench) idleOnce(ctx context.Context, p proxy, sc, warm scenario, round int) (idleSample, error) {
+	c, port, err := b.startProxy(p, sc, fmt.Sprintf("%s%d", sc.name, round))
 	if err != nil {
 		return idleSample{}, err
 	}
 	defer c.stop()
 	if b.opt.warmup > 0 {
-		if _, err := b.runWrk(ctx, warm, port, b.opt.warmup); err != nil {
+		if _, err := b.runLoad(ctx, warm, port, b.opt.warmup); err != nil {
 			return idleSample{}, err
 		}
 	}
 	time.Sleep(time.Second)
 	before := groupUsage(c.pid())
 	start := time.Now()
-	set := openIdle(port, b.opt.idleConns)
+	var cfg *tls.Config
+	if sc.tls {
+		cfg = b.tls.loadTLS()
+	}
+	set := openIdle(port, b.opt.idleConns, cfg)
 	defer set.close()
 	s := idleSample{held: len(set.conns), failed: set.failed, firstErr: set.first, openTime: time.Since(start)}
-	time.Sleep(2 * time.Second)
+	time.Sleep(b.opt.settle)
 	after := groupUsage(c.pid())
 	s.closed = set.closedByPeer()
 	s.beforeKB, s.afterKB, s.peakKB = before.rssKB, after.rssKB, after.hwmKB

@@ -15,7 +15,7 @@ type goal struct {
 	limit    float64 // the bound
 	atLeast  bool    // the figure must be ≥ limit (else ≤ limit)
 	// figure is what sluice's samples are divided by nginx's, round by
-	// round; nil for the idle scenario, whose figure is bytes of RSS per
+	// round; nil for the idle scenarios, whose figure is bytes of RSS per
 	// connection.
 	figure func(sample) float64
 }
@@ -28,6 +28,11 @@ var goals = []goal{
 	{scenario: "1m", what: "1 MiB GET: MB/s ÷ nginx", limit: 1, atLeast: true, figure: bytesPerSecond},
 	{scenario: "close", what: "conn per request: CPU per request ÷ nginx", limit: 1.2, figure: cpuPerRequest},
 	{scenario: "idle", what: "idle keep-alive connection: RSS each", limit: 4096},
+	{scenario: "tls-small", what: "TLS small GET: CPU per request ÷ nginx", limit: 1, figure: cpuPerRequest},
+	{scenario: "tls-close", what: "TLS full handshake per request: CPU per request ÷ nginx", limit: 1.2, figure: cpuPerRequest},
+	{scenario: "tls-resume", what: "TLS resumed handshake per request: CPU per request ÷ nginx", limit: 1, figure: cpuPerRequest},
+	{scenario: "tls-1m", what: "TLS 1 MiB GET: MB/s ÷ nginx", limit: 1, atLeast: true, figure: bytesPerSecond},
+	{scenario: "tls-idle", what: "idle TLS keep-alive connection: RSS each", limit: 8192},
 }
 
 func p99(s sample) float64            { return float64(s.p99) }
@@ -55,13 +60,13 @@ func check(g goal, got float64) verdict {
 }
 
 // verdicts checks every goal whose scenario ran with both sluice and
-// nginx (idle: with sluice).
+// nginx (idle scenarios: with sluice).
 func verdicts(loads []loadRow, idles []idleRow) []verdict {
 	var out []verdict
 	for _, g := range goals {
 		if g.figure == nil {
 			for _, r := range idles {
-				if r.name == "sluice" && len(r.samples) > 0 {
+				if r.sc.name == g.scenario && r.name == "sluice" && len(r.samples) > 0 {
 					out = append(out, check(g, r.bytesPerConn()))
 				}
 			}

@@ -52,17 +52,41 @@ func writeWrkScript(dir string, sc scenario) (string, error) {
 	return path, os.WriteFile(path, []byte("-- written by bench/compare\n"+sc.lua+wrkDone), 0o644)
 }
 
+// loadResult is one run of the load: wrk's figures, and for bench/tlsload
+// what its handshakes negotiated.
+type loadResult struct {
+	wrkResult
+	tls negotiated
+}
+
+// runLoad runs the scenario's load against 127.0.0.1:port for d: wrk, or
+// bench/tlsload for a scenario of TLS handshakes.
+func (b *bench) runLoad(ctx context.Context, sc scenario, port int, d time.Duration) (loadResult, error) {
+	if sc.handshakes {
+		return b.runTLSLoad(ctx, sc, port, d)
+	}
+	res, err := b.runWrk(ctx, sc, port, d)
+	return loadResult{wrkResult: res}, err
+}
+
+// wholeSeconds rounds d up to whole seconds, wrk's unit.
+func wholeSeconds(d time.Duration) int { return max(1, int((d+time.Second-1)/time.Second)) }
+
 // runWrk runs wrk, pinned to the load CPU, against 127.0.0.1:port for
-// d (rounded up to whole seconds, wrk's unit).
+// d (rounded up to whole seconds, wrk's unit), over TLS in a TLS scenario.
 func (b *bench) runWrk(ctx context.Context, sc scenario, port int, d time.Duration) (wrkResult, error) {
-	secs := max(1, int((d+time.Second-1)/time.Second))
+	secs := wholeSeconds(d)
 	args := []string{"-c", loadCPU, b.tools["wrk"],
 		"-t", strconv.Itoa(b.opt.threads), "-c", strconv.Itoa(b.opt.conns),
 		"-d", strconv.Itoa(secs) + "s", "--latency", "-s", b.scripts[sc.name]}
 	if sc.header != "" {
 		args = append(args, "-H", sc.header)
 	}
-	args = append(args, fmt.Sprintf("http://127.0.0.1:%d%s", port, sc.path))
+	scheme := "http"
+	if sc.tls {
+		scheme = "https"
+	}
+	args = append(args, fmt.Sprintf("%s://127.0.0.1:%d%s", scheme, port, sc.path))
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "taskset", args...)
@@ -105,4 +129,39 @@ func parseWrk(out []byte) (wrkResult, error) {
 		}, nil
 	}
 	return wrkResult{}, errNoResult
+}
+
+// runTLSLoad runs bench/tlsload, pinned to the load CPU with GOMAXPROCS=1
+// (one thread, as wrk's), against 127.0.0.1:port for d: as many clients as
+// wrk has connections, each a new TLS connection per request.
+func (b *bench) runTLSLoad(ctx context.Context, sc scenario, port int, d time.Duration) (loadResult, error) {
+	if b.tools["tlsload"] == "" {
+		return loadResult{}, errors.New("bench/tlsload was not built")
+	}
+	secs := wholeSeconds(d)
+	args := []string{"-c", loadCPU, b.tools["tlsload"],
+		"-addr", fmt.Sprintf("127.0.0.1:%d", port), "-path", sc.path, "-servername", tlsName,
+		"-c", strconv.Itoa(b.opt.conns), "-d", strconv.Itoa(secs) + "s"}
+	if sc.resume {
+		args = append(args, "-resume")
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "taskset", args...)
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if b.opt.verbose {
+		fmt.Fprintf(os.Stderr, "%s", out)
+	}
+	if err != nil {
+		return loadResult{}, fmt.Errorf("tlsload: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	res, err := parseWrk(out)
+	if err != nil {
+		return loadResult{}, err
+	}
+	n, err := parseTLSStates(out)
+	return loadResult{wrkResult: res, tls: n}, err
 }
