@@ -331,6 +331,9 @@ func (b *bench) setup() error {
 	if b.noFile < wantNoFile {
 		b.note(fmt.Sprintf("RLIMIT_NOFILE could not be raised to %d: every process runs with %d, the hard limit", wantNoFile, b.noFile))
 	}
+	if t := keepIdle(b.opt.settle); t > 0 && b.wants(func(sc scenario) bool { return sc.idle }) {
+		b.note(fmt.Sprintf("in the idle scenarios every proxy closes client connections idle for %s, not its own default, so that they outlive -idle-settle %s", t, b.opt.settle))
+	}
 	if need := uint64(b.opt.idleConns) + 1000; b.wants(func(sc scenario) bool { return sc.idle }) && b.noFile < need {
 		b.opt.idleConns = int(b.noFile) - 1000
 		b.note(fmt.Sprintf("idle scenario lowered to %d connections to fit RLIMIT_NOFILE %d", b.opt.idleConns, b.noFile))
@@ -496,6 +499,9 @@ func (b *bench) startProxy(p proxy, sc scenario, tag string) (*child, int, error
 	var check *tls.Config
 	if sc.tls {
 		s.tls, check = b.tls, b.tls.clientTLS()
+	}
+	if sc.idle {
+		s.idleTimeout = keepIdle(b.opt.settle)
 	}
 	argv, env, err := p.configure(s)
 	if err != nil {

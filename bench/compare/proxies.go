@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
 
 // proxyCPU and loadCPU are the CPUs the proxy under test and the rest
@@ -28,6 +29,25 @@ type site struct {
 	// tls is the certificate to serve TLS 1.3 with, on the proxy's one
 	// listener; nil for plain HTTP.
 	tls *tlsFiles
+	// idleTimeout is how long a client keep-alive connection may idle
+	// before the proxy closes it; 0 for the proxy's own (60 s for sluice
+	// and as HAProxy is set, 75 s for nginx, 5 minutes for Caddy).
+	idleTimeout time.Duration
+}
+
+// keepIdle is the idle timeout that keeps the idle scenarios'
+// connections open until their RSS is read settle after they opened:
+// 0, each proxy's own, when that is long enough.
+func keepIdle(settle time.Duration) time.Duration {
+	if settle+30*time.Second <= time.Minute {
+		return 0
+	}
+	return (settle + time.Minute).Round(time.Second)
+}
+
+// seconds formats d for a config file, in whole seconds.
+func seconds(d time.Duration) string {
+	return fmt.Sprintf("%ds", int(d.Round(time.Second)/time.Second))
 }
 
 // proxy is one reverse proxy under test.
@@ -127,10 +147,14 @@ func sluiceWith(s site, pool string) ([]string, []string, error) {
 	if s.tls != nil {
 		tlsConf = fmt.Sprintf("    tls: {min_version: 1.3, certificates: [{cert: %q, key: %q}]}\n", s.tls.cert, s.tls.key)
 	}
+	timeouts := ""
+	if s.idleTimeout > 0 {
+		timeouts = "timeouts: {idle: " + seconds(s.idleTimeout) + "}\n"
+	}
 	cfg := filepath.Join(s.dir, "sluice.yaml")
 	err := writeFile(cfg, fmt.Sprintf(`listen:
   - address: 127.0.0.1:%d
-%saccess_log: %s
+%s%saccess_log: %s
 log: {level: error}
 routes:
   - upstream: app
@@ -139,7 +163,7 @@ upstreams:
     servers:
       - address: %s
     pool: {max_idle: 256, idle_timeout: 60s%s}
-`, s.port, tlsConf, accessLog, s.upstream, pool))
+`, s.port, tlsConf, timeouts, accessLog, s.upstream, pool))
 	return pinned(proxyCPU, s.binary, "run", "-c", cfg), []string{"GOMAXPROCS=1"}, err
 }
 
@@ -203,9 +227,13 @@ func nginxConfig(s site) ([]string, []string, error) {
         ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;
 `, s.tls.cert, s.tls.key)
 	}
+	keepalive := ""
+	if s.idleTimeout > 0 {
+		keepalive = "    keepalive_timeout " + seconds(s.idleTimeout) + ";\n"
+	}
 	conf := common + fmt.Sprintf(`http {
     access_log %s;
-%s    keepalive_requests 1000000;
+%s%s    keepalive_requests 1000000;
     upstream app {
         server %s;
         keepalive 256;
@@ -222,7 +250,7 @@ func nginxConfig(s site) ([]string, []string, error) {
         }
     }
 }
-`, accessLog, nginxTemp(s.dir), s.upstream, s.port, listen, tlsConf)
+`, accessLog, nginxTemp(s.dir), keepalive, s.upstream, s.port, listen, tlsConf)
 	if err := writeFile(filepath.Join(s.dir, "nginx.conf"), conf); err != nil {
 		return nil, nil, err
 	}
@@ -244,6 +272,10 @@ func haproxyConfig(s site) ([]string, []string, error) {
 		globalTLS = "    ssl-default-bind-ciphersuites TLS_AES_128_GCM_SHA256\n    ssl-default-bind-options ssl-min-ver TLSv1.3\n"
 		bindTLS = " ssl crt " + s.tls.pem
 	}
+	idle := "60s"
+	if s.idleTimeout > 0 {
+		idle = seconds(s.idleTimeout)
+	}
 	conf := fmt.Sprintf(`global
     nbthread 1
     maxconn %d
@@ -253,10 +285,10 @@ defaults
     mode http
     maxconn %d
     timeout connect 5s
-    timeout client 60s
+    timeout client %s
     timeout server 60s
     timeout http-request 10s
-    timeout http-keep-alive 60s
+    timeout http-keep-alive %s
     http-reuse always
 
 frontend fe
@@ -265,7 +297,7 @@ frontend fe
 
 backend app
     server s1 %s
-`, maxconn, globalTLS, maxconn, s.port, bindTLS, s.upstream)
+`, maxconn, globalTLS, maxconn, idle, idle, s.port, bindTLS, s.upstream)
 	cfg := filepath.Join(s.dir, "haproxy.cfg")
 	if err := writeFile(cfg, conf); err != nil {
 		return nil, nil, err
@@ -287,8 +319,14 @@ func caddyConfig(s site) ([]string, []string, error) {
 	scheme, servers, siteTLS := "http", "", ""
 	if s.tls != nil {
 		scheme = "https"
-		servers = "\tservers {\n\t\tprotocols h1 h2\n\t}\n"
+		servers = "\t\tprotocols h1 h2\n"
 		siteTLS = fmt.Sprintf("\ttls %s %s {\n\t\tprotocols tls1.3\n\t}\n", s.tls.cert, s.tls.key)
+	}
+	if s.idleTimeout > 0 {
+		servers += "\t\ttimeouts {\n\t\t\tidle " + seconds(s.idleTimeout) + "\n\t\t}\n"
+	}
+	if servers != "" {
+		servers = "\tservers {\n" + servers + "\t}\n"
 	}
 	conf := fmt.Sprintf(`{
 	admin off

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/tls"
@@ -270,6 +271,62 @@ func TestSitsOut(t *testing.T) {
 	} {
 		if got := tt.p.sitsOut(tt.sc); got != tt.want {
 			t.Errorf("%s sits out %s: %v, want %v", tt.p.name, tt.sc.name, got, tt.want)
+		}
+	}
+}
+
+func TestKeepIdle(t *testing.T) {
+	for settle, want := range map[time.Duration]time.Duration{
+		2 * time.Second:   0, // each proxy's own timeout outlasts it
+		30 * time.Second:  0,
+		31 * time.Second:  91 * time.Second,
+		130 * time.Second: 190 * time.Second,
+	} {
+		if got := keepIdle(settle); got != want {
+			t.Errorf("keepIdle(%v) = %v, want %v", settle, got, want)
+		}
+	}
+}
+
+// With -idle-settle past the proxies' own idle timeouts, each config
+// keeps idle client connections for longer; otherwise it says nothing.
+func TestIdleTimeoutConfigs(t *testing.T) {
+	tests := []struct {
+		name      string
+		configure func(site) ([]string, []string, error)
+		file      string
+		want      []string
+	}{
+		{"nginx", nginxConfig, "nginx.conf", []string{"    keepalive_timeout 190s;\n"}},
+		{"haproxy", haproxyConfig, "haproxy.cfg", []string{"timeout client 190s\n", "timeout http-keep-alive 190s\n"}},
+		{"caddy", caddyConfig, "Caddyfile", []string{"\tservers {\n\t\ttimeouts {\n\t\t\tidle 190s\n\t\t}\n\t}\n"}},
+		{"sluice", sluiceConfig, "sluice.yaml", []string{"timeouts: {idle: 190s}\n"}},
+	}
+	for _, tt := range tests {
+		for _, idle := range []time.Duration{0, 190 * time.Second} {
+			dir := t.TempDir()
+			s := site{dir: dir, port: 8443, upstream: "127.0.0.1:9000", noFile: 20000, idleConns: 10000, binary: "/bin/" + tt.name, idleTimeout: idle}
+			if _, _, err := tt.configure(s); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(filepath.Join(dir, tt.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, line := range tt.want {
+				if strings.Contains(string(b), line) != (idle > 0) {
+					t.Errorf("%s, idle timeout %v: %q in the config is %v:\n%s", tt.name, idle, line, idle == 0, b)
+				}
+			}
+			if tt.name == "sluice" {
+				cfg, err := config.Load(filepath.Join(dir, tt.file))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := cmp.Or(idle, time.Minute); cfg.Timeouts.Idle != want {
+					t.Errorf("sluice, idle timeout %v: timeouts.idle = %v, want %v", idle, cfg.Timeouts.Idle, want)
+				}
+			}
 		}
 	}
 }
