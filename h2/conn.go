@@ -122,7 +122,7 @@ func defaultLimits(s *Settings) limits {
 		resetBurst: float64(max(200, 2*s.MaxConcurrentStreams)), resetRate: 20,
 		refuseBurst: 100, refuseRate: 10,
 		glitchBurst: 5000, glitchRate: 500, glitchPerWork: 4,
-		maxQueued:      1024,
+		maxQueued:      8192, // past glitchBurst: a client that reads gets the GOAWAY of the glitch budget first
 		maxBlockFrames: int(2*uint64(s.MaxHeaderList)/1024) + 2,
 	}
 }
@@ -202,7 +202,9 @@ type Conn struct {
 	ending        bool // graceful end decided: the read loop stops at its next read
 	closed        bool
 	userClosed    bool
+	writeFailed   error // why a write to the connection failed
 	shutdownTimer *time.Timer
+	goAwayDebug   string
 	resets        budget
 	refusals      budget
 	glitches      budget
@@ -274,6 +276,8 @@ func (c *Conn) Serve() error {
 	}
 	if c.userClosed {
 		err = nil
+	} else if err == nil && c.writeFailed != nil {
+		err = c.writeFailed
 	}
 	c.mu.Unlock()
 	c.nc.Close()
@@ -403,17 +407,17 @@ func (c *Conn) serve() error {
 			return c.connFail(e)
 		}
 		if err == errEnded {
-			return c.goodbye(nil)
+			return c.goodbye(nil, "")
 		}
 		if isTimeout(err) {
 			c.mu.Lock()
 			ending, idle := c.ending, len(c.streams) == 0 && c.s.IdleTimeout > 0
 			c.mu.Unlock()
 			if ending {
-				return c.goodbye(nil)
+				return c.goodbye(nil, "")
 			}
 			if idle {
-				return c.goodbye(&ctrl{kind: cGoAway, debug: "idle"})
+				return c.goodbye(&ctrl{kind: cGoAway}, "idle")
 			}
 		}
 		if err == io.EOF || errors.Is(err, net.ErrClosed) {
@@ -511,7 +515,7 @@ func (c *Conn) connFail(e connErr) error {
 		// only queue behind the rest.
 		return err
 	}
-	c.goodbye(&ctrl{kind: cGoAway, val: uint32(e.code), debug: e.reason})
+	c.goodbye(&ctrl{kind: cGoAway, val: uint32(e.code)}, e.reason)
 	return err
 }
 
@@ -519,12 +523,13 @@ func (c *Conn) connFail(e connErr) error {
 // and reads what the client still sends for a short while, so that closing
 // with unread input does not reset the connection before the client has read
 // the GOAWAY.
-func (c *Conn) goodbye(last *ctrl) error {
+func (c *Conn) goodbye(last *ctrl, debug string) error {
 	c.mu.Lock()
 	c.ending = true
 	if last != nil {
 		last.id = c.lastID
 		c.goAway = true
+		c.goAwayDebug = debug
 		c.queue = append(c.queue, *last)
 	}
 	c.mu.Unlock()

@@ -16,8 +16,7 @@ type ctrl struct {
 	kind  ctrlKind
 	id    uint32
 	val   uint32 // error code, window increment, or status
-	data  [8]byte
-	debug string
+	data [8]byte
 }
 
 type ctrlKind uint8
@@ -29,7 +28,7 @@ const (
 	cPingAck                     // data
 	cRST                         // id, val: code
 	cWindow                      // id, val: increment
-	cGoAway                      // id: last stream, val: code, debug
+	cGoAway                      // id: last stream, val: code; c.goAwayDebug
 	cStatus                      // id, val: status of a response with no body, ending the stream
 )
 
@@ -118,6 +117,9 @@ func (c *Conn) failWrite(err error) {
 			c.wb = nil
 		}
 		c.log.Debug("h2: write failed", "remote", c.nc.RemoteAddr(), "err", err)
+		c.mu.Lock()
+		c.writeFailed = err
+		c.mu.Unlock()
 		c.nc.Close()
 	}
 }
@@ -160,7 +162,10 @@ func (c *Conn) drain() error {
 		case cWindow:
 			err = fr.WriteWindowUpdate(x.id, x.val)
 		case cGoAway:
-			err = fr.WriteGoAway(x.id, http2.ErrCode(x.val), []byte(x.debug))
+			c.mu.Lock()
+			debug := c.goAwayDebug
+			c.mu.Unlock()
+			err = fr.WriteGoAway(x.id, http2.ErrCode(x.val), []byte(debug))
 		case cStatus:
 			err = c.writeBlock(c.wb, x.id, []hpack.HeaderField{{Name: ":status", Value: itoa3(x.val)}}, true)
 		}
