@@ -13,9 +13,9 @@ import (
 // client, and what handlers send without waiting (RST_STREAM,
 // WINDOW_UPDATE).
 type ctrl struct {
-	kind  ctrlKind
-	id    uint32
-	val   uint32 // error code, window increment, or status
+	kind ctrlKind
+	id   uint32
+	val  uint32 // error code, window increment, or status
 	data [8]byte
 }
 
