@@ -377,6 +377,7 @@ func (c *Conn) serve() error {
 	}
 	if string(pre[:]) != http2.ClientPreface {
 		// §3.4: not HTTP/2; a GOAWAY would mean nothing to the client.
+		c.linger()
 		return &ConnError{Code: http2.ErrCodeProtocol, Reason: "invalid connection preface"}
 	}
 	c.kick() // our SETTINGS
@@ -540,9 +541,17 @@ func (c *Conn) goodbye(last *ctrl, debug string) error {
 	} else {
 		return nil
 	}
+	c.linger()
+	return nil
+}
+
+// linger half-closes the connection and reads what the client still sends,
+// for goAwayLinger at most, before the close: closing with unread input
+// would reset the connection, and the client could lose what was sent last.
+func (c *Conn) linger() {
 	cw, ok := c.nc.(interface{ CloseWrite() error })
 	if !ok || cw.CloseWrite() != nil {
-		return nil
+		return
 	}
 	c.nc.SetReadDeadline(time.Now().Add(goAwayLinger))
 	c.rd.release()
@@ -554,7 +563,6 @@ func (c *Conn) goodbye(last *ctrl, debug string) error {
 			break
 		}
 	}
-	return nil
 }
 
 // glitch charges n to the budget of frames that ask work and carry none:
