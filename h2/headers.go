@@ -158,7 +158,7 @@ func (c *Conn) endBlock() error {
 	c.lastID = id
 	c.glitches.give(c.lim.glitchPerWork)
 	if b.end {
-		st.remoteEnded = true
+		st.remoteEnded, st.noBody = true, true
 	}
 	c.wg.Add(1)
 	go c.runHandler(st)

@@ -17,6 +17,7 @@ type Stream struct {
 	id     uint32
 	header []hpack.HeaderField
 	length int64 // the request's content-length, -1 when absent
+	noBody bool  // END_STREAM came with the request's header block
 
 	done         chan struct{}
 	rwake, wwake chan struct{} // poked when what a blocked Read or Write waits for may have changed
@@ -58,6 +59,10 @@ func (st *Stream) ID() uint32 { return st.id }
 // :authority when both are present. A malformed request never reaches the
 // Handler. The slice must not be modified.
 func (st *Stream) Header() []hpack.HeaderField { return st.header }
+
+// NoBody reports whether the request has no body: END_STREAM came with
+// its header block, before the Handler started.
+func (st *Stream) NoBody() bool { return st.noBody }
 
 // Trailers returns the request's trailer fields, checked as Header's
 // (without pseudo-header fields). It is valid once Read has returned io.EOF.
