@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -240,5 +239,3 @@ func TestStalledStream(t *testing.T) {
 		t.Fatalf("%v, %d bytes", err, len(got))
 	}
 }
-
-var _ = http.MethodGet

@@ -49,8 +49,6 @@ func idleConnBytes(tb testing.TB, n int, serve, request bool) float64 {
 		}
 	}()
 	before := memInUse()
-	enc := hpack.NewEncoder(io.Discard)
-	_ = enc
 	for i := 0; i < n; i++ {
 		nc, err := net.Dial("tcp", ln.Addr().String())
 		if err != nil {

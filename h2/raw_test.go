@@ -352,8 +352,6 @@ func TestPrefix(t *testing.T) {
 		buf.WriteString(http2.ClientPreface)
 		fr := http2.NewFramer(&buf, nil)
 		fr.WriteSettings()
-		enc := hpack.NewEncoder(&bytes.Buffer{})
-		_ = enc
 		all := buf.Bytes()
 		done := make(chan error, 1)
 		go func() { done <- ServeConn(sn, all[:split], nil, ok) }()
