@@ -9,19 +9,26 @@ require (
 	go.uber.org/zap v1.28.0
 	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/crypto v0.57.0
+	golang.org/x/net v0.59.0
 )
 
 require (
 	github.com/caddyserver/zerossl v0.1.6 // indirect
+	github.com/fatih/color v1.19.0 // indirect
 	github.com/go-jose/go-jose/v4 v4.1.8 // indirect
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/letsencrypt/challtestsrv v1.4.2 // indirect
 	github.com/letsencrypt/pebble/v2 v2.10.3 // indirect
 	github.com/libdns/libdns v1.1.1 // indirect
+	github.com/mattn/go-colorable v0.1.14 // indirect
+	github.com/mattn/go-isatty v0.0.20 // indirect
+	github.com/spf13/cobra v1.10.2 // indirect
+	github.com/spf13/pflag v1.0.9 // indirect
+	github.com/summerwind/h2spec v2.2.1+incompatible // indirect
 	github.com/zeebo/blake3 v0.2.4 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	go.uber.org/zap/exp v0.3.0 // indirect
-	golang.org/x/net v0.59.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 )
 
@@ -37,4 +44,7 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-tool github.com/letsencrypt/pebble/v2/cmd/pebble
+tool (
+	github.com/letsencrypt/pebble/v2/cmd/pebble
+	github.com/summerwind/h2spec/cmd/h2spec
+)

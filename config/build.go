@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/acme"
 	"github.com/sluice-proxy/sluice/balance"
+	"github.com/sluice-proxy/sluice/h2"
 	"github.com/sluice-proxy/sluice/internal/logbuf"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/proxy"
@@ -350,6 +351,11 @@ func NewServer(cfg *Config, g *Generation, errorLog *slog.Logger) (*proxy.Server
 		SendTimeout:    cfg.Timeouts.Send,
 		MaxHeaderBytes: int(cfg.Limits.MaxHeaderBytes),
 		MaxHeaders:     cfg.Limits.MaxHeaders,
+		H2: h2.Settings{
+			MaxConcurrentStreams: uint32(cfg.Limits.H2.MaxConcurrentStreams),
+			InitialWindow:        uint32(cfg.Limits.H2.InitialWindow),
+			MaxHeaderList:        uint32(cfg.Limits.H2.MaxHeaderList),
+		},
 		Forwarding: proxy.Forwarding{
 			NoXForwardedFor:   !cfg.Forwarded.XForwardedFor,
 			NoXForwardedProto: !cfg.Forwarded.XForwardedProto,

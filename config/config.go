@@ -79,6 +79,15 @@ type Listener struct {
 	// file, as bound, or 443 when there is none; 443 is left out of the
 	// URL.
 	HTTPSPort int
+	// Protocols (key "protocols") are the protocols served. On a listener
+	// with tls they are the ALPN preference, most preferred first, of
+	// "h2" and "http/1.1" (default [h2, http/1.1]). On a plain listener,
+	// "h2c" serves HTTP/2 to clients that open with its preface (prior
+	// knowledge), beside HTTP/1.1, which a plain listener always serves
+	// (default [http/1.1]); "h2" there is an error (h2 is HTTP/2 over
+	// TLS). An "Upgrade: h2c" request is served as HTTP/1.1, and its
+	// Upgrade field is not forwarded.
+	Protocols []string
 	// Line is the line of the listener in the file, for messages.
 	Line int
 }
@@ -199,6 +208,26 @@ type Limits struct {
 	// >= 0) caps the idle pooled upstream connections of all upstreams
 	// together; 0 keeps none.
 	MaxIdleUpstreamConns int
+	// H2 (key "h2") bounds what a client may do on an HTTP/2 connection.
+	H2 H2Limits
+}
+
+// H2Limits bound each downstream HTTP/2 connection. Towards an upstream,
+// sluice honours the upstream's own SETTINGS.
+type H2Limits struct {
+	// MaxConcurrentStreams (key "max_concurrent_streams", default 250,
+	// 1..10000) is the most streams a client may have open at once; a
+	// stream past it is refused (RST_STREAM REFUSED_STREAM: the client
+	// may retry it).
+	MaxConcurrentStreams int
+	// InitialWindow (key "initial_window", default 1MiB, 64KiB..16MiB)
+	// is how much of each request body a client may send before sluice
+	// has passed it on (each stream's flow-control window).
+	InitialWindow int64
+	// MaxHeaderList (key "max_header_list", default 64KiB, 1KiB..1MiB)
+	// bounds a request's decoded header list, pseudo-header fields
+	// included.
+	MaxHeaderList int64
 }
 
 // AccessLog configures the access log: one line per request.
@@ -571,6 +600,7 @@ func defaults() *Config {
 			MaxHeaderBytes:       64 << 10,
 			MaxHeaders:           100,
 			MaxIdleUpstreamConns: 1024,
+			H2:                   H2Limits{MaxConcurrentStreams: 250, InitialWindow: 1 << 20, MaxHeaderList: 64 << 10},
 		},
 		AccessLog: AccessLog{Enabled: true, Format: "text", Buffer: 64 << 10, Flush: time.Second},
 		Log:       Log{Level: "info", Format: "text"},

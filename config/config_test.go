@@ -47,6 +47,7 @@ func TestParseMinimalGetsDefaults(t *testing.T) {
 			MaxHeaderBytes:       64 << 10,
 			MaxHeaders:           100,
 			MaxIdleUpstreamConns: 1024,
+			H2:                   H2Limits{MaxConcurrentStreams: 250, InitialWindow: 1 << 20, MaxHeaderList: 64 << 10},
 		},
 		AccessLog: AccessLog{Enabled: true, Format: "text", Path: "", Buffer: 64 << 10, Flush: time.Second},
 		Log:       Log{Level: "info", Format: "text"},
@@ -109,9 +110,9 @@ func TestParseEveryValue(t *testing.T) {
   - address: "[::1]:0"
     redirect_https: true
     https_port: 8443
-  - address: "[::1]:0"
+  - {address: "[::1]:0", protocols: [h2c, http/1.1]}
 timeouts: {header: 5s, idle: 2m, drain: 0, body: 3s, send: 4s}
-limits: {max_header_bytes: 1MiB, max_headers: 10000, max_idle_upstream_conns: 0}
+limits: {max_header_bytes: 1MiB, max_headers: 10000, max_idle_upstream_conns: 0, h2: {max_concurrent_streams: 10000, initial_window: 64KiB, max_header_list: 1MiB}}
 access_log: {enabled: false, format: JSON, path: /var/log/sluice.log, buffer: 0, flush: 250ms}
 log: {level: debug, format: json}
 forwarded: {x_forwarded_for: false, x_forwarded_proto: false, x_forwarded_host: false, via: false, trusted: [10.1.2.3/8, 127.0.0.1, "2001:db8::/32"]}
@@ -165,10 +166,11 @@ upstreams:
 				ClientAuth:   &ClientAuth{CA: "ca.pem", Mode: "verify_if_given", Line: 9},
 			}},
 			{Address: "[::1]:0", Line: 10, RedirectHTTPS: true, HTTPSPort: 8443},
-			{Address: "[::1]:0", Line: 13},
+			{Address: "[::1]:0", Line: 13, Protocols: []string{"h2c", "http/1.1"}},
 		},
-		Timeouts:  Timeouts{Header: 5 * time.Second, Idle: 2 * time.Minute, Drain: 0, Body: 3 * time.Second, Send: 4 * time.Second},
-		Limits:    Limits{MaxHeaderBytes: 1 << 20, MaxHeaders: 10000, MaxIdleUpstreamConns: 0},
+		Timeouts: Timeouts{Header: 5 * time.Second, Idle: 2 * time.Minute, Drain: 0, Body: 3 * time.Second, Send: 4 * time.Second},
+		Limits: Limits{MaxHeaderBytes: 1 << 20, MaxHeaders: 10000, MaxIdleUpstreamConns: 0,
+			H2: H2Limits{MaxConcurrentStreams: 10000, InitialWindow: 64 << 10, MaxHeaderList: 1 << 20}},
 		AccessLog: AccessLog{Enabled: false, Format: "json", Path: "/var/log/sluice.log", Buffer: 0, Flush: 250 * time.Millisecond},
 		Log:       Log{Level: "debug", Format: "json"},
 		Forwarded: Forwarded{Trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"),

@@ -48,7 +48,7 @@ func NewListeners(cfg *Config, g *Generation) (*Listeners, error) {
 // routes: only those under way in this process, so that one without ACME
 // serves as before.
 func (ls *Listeners) Options(i int, bound []net.Addr) proxy.ListenerOptions {
-	var o proxy.ListenerOptions
+	o := proxy.ListenerOptions{Protocols: ls.list[i].Protocols}
 	if sw := ls.switches[i]; sw != nil {
 		o.TLS = sw.Config()
 	} else {

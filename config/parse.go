@@ -375,7 +375,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 		{"listen", func(n *yaml.Node, path string) {
 			count := d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
 				l := Listener{Line: n.Line}
-				var redirectNode, portNode *yaml.Node
+				var redirectNode, portNode, protocolsNode *yaml.Node
 				present := d.mapping(n, path, []field{
 					{"address", func(n *yaml.Node, path string) {
 						if d.address(&l.Address, n, path, true) {
@@ -391,10 +391,17 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 						portNode = n
 						d.integer(&l.HTTPSPort, between(1, 65535))(n, path)
 					}},
+					{"protocols", func(n *yaml.Node, path string) {
+						protocolsNode = n
+						d.protocols(&l.Protocols)(n, path)
+					}},
 				})
 				d.required(n, path, present, "address")
 				if l.RedirectHTTPS && l.TLS != nil {
 					d.addf(redirectNode, join(path, "redirect_https"), "is for a plain listener; this one has tls")
+				}
+				if protocolsNode != nil {
+					d.checkProtocols(protocolsNode, join(path, "protocols"), &l)
 				}
 				if portNode != nil && !l.RedirectHTTPS {
 					d.addf(portNode, join(path, "https_port"), "only used with redirect_https: true")
@@ -419,6 +426,13 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 				{"max_header_bytes", d.size(&c.Limits.MaxHeaderBytes, 1<<10, 1<<20)},
 				{"max_headers", d.integer(&c.Limits.MaxHeaders, between(1, 10000))},
 				{"max_idle_upstream_conns", d.integer(&c.Limits.MaxIdleUpstreamConns, atLeast(0))},
+				{"h2", func(n *yaml.Node, path string) {
+					d.mapping(n, path, []field{
+						{"max_concurrent_streams", d.integer(&c.Limits.H2.MaxConcurrentStreams, between(1, 10000))},
+						{"initial_window", d.size(&c.Limits.H2.InitialWindow, 64<<10, 16<<20)},
+						{"max_header_list", d.size(&c.Limits.H2.MaxHeaderList, 1<<10, 1<<20)},
+					})
+				}},
 			})
 		}},
 		{"access_log", func(n *yaml.Node, path string) {

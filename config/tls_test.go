@@ -75,6 +75,12 @@ func TestParseTLSProblems(t *testing.T) {
 		{"unknown tls key", listen("    tls:", cert, "      min_versoin: \"1.3\""), 5, 7, "listen[0].tls.min_versoin", `did you mean "min_version"?`},
 		{"redirect on a TLS listener", listen("    tls:", cert, "    redirect_https: true"), 5, 21, "listen[0].redirect_https", "is for a plain listener"},
 		{"https_port without redirect", listen("    https_port: 8443"), 3, 17, "listen[0].https_port", "only used with redirect_https"},
+		{"h2 on a plain listener", listen("    protocols: [http/1.1, h2]"), 3, 16, "listen[0].protocols", "use h2c for cleartext HTTP/2"},
+		{"h2c on a TLS listener", listen("    tls:", cert, "    protocols: [h2c]"), 5, 16, "listen[0].protocols", "this listener has tls; use h2"},
+		{"a protocol twice", listen("    protocols: [h2c, h2c]"), 3, 22, "listen[0].protocols[1]", "h2c is listed twice"},
+		{"an unknown protocol", listen("    protocols: [h3]"), 3, 17, "listen[0].protocols[0]", `unknown value "h3"`},
+		{"no protocol", listen("    protocols: []"), 3, 16, "listen[0].protocols", "at least one protocol"},
+		{"h2 limits", listen() + "limits: {h2: {initial_window: 1KiB}}\n", 8, 31, "limits.h2.initial_window", "between 64KiB and 16MiB"},
 		{"https_port out of range", listen("    redirect_https: true", "    https_port: 70000"), 4, 17, "listen[0].https_port", "between 1 and 65535"},
 		{"trusted not a list", listen() + "forwarded: {trusted: 10.0.0.0/8}\n", 8, 22, "forwarded.trusted", "must be a list"},
 		{"trusted garbage", listen() + "forwarded: {trusted: [10.0.0.300/8]}\n", 8, 23, "forwarded.trusted[0]", "not an address or an address prefix"},
@@ -135,7 +141,7 @@ func TestBuildTLSFiles(t *testing.T) {
 	}
 	s := g.TLS[1]
 	if s.MinVersion != tls.VersionTLS13 || s.ClientAuth != tls.VerifyClientCertIfGiven || s.ClientCAs == nil ||
-		!reflect.DeepEqual(s.NextProtos, []string{"http/1.1"}) {
+		!reflect.DeepEqual(s.NextProtos, []string{"h2", "http/1.1"}) {
 		t.Errorf("settings %+v", s)
 	}
 	if cert, _ := s.Certificates.GetCertificate(&tls.ClientHelloInfo{}); cert == nil || cert.Leaf.DNSNames[0] != "example.com" {
@@ -316,7 +322,7 @@ func TestBuildACME(t *testing.T) {
 		t.Fatalf("%d managers for two listeners with the same acme section, want 1", len(ms))
 	}
 	for i := range 2 {
-		if s := g.TLS[i]; !reflect.DeepEqual(s.NextProtos, []string{"http/1.1", "acme-tls/1"}) || s.Certificates == nil {
+		if s := g.TLS[i]; !reflect.DeepEqual(s.NextProtos, []string{"h2", "http/1.1", "acme-tls/1"}) || s.Certificates == nil {
 			t.Errorf("listener %d: settings %+v", i, s)
 		}
 	}

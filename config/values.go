@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -544,4 +545,45 @@ func isTokenChar(c byte) bool {
 		return true
 	}
 	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// protocols returns a parser of a listener's protocols: a list of "h2",
+// "http/1.1" and "h2c", each at most once (checkProtocols checks them
+// against the listener).
+func (d *decoder) protocols(dst *[]string) func(*yaml.Node, string) {
+	return func(n *yaml.Node, path string) {
+		if n.Kind != yaml.SequenceNode {
+			d.addf(n, path, "must be a list of protocols, such as [h2, http/1.1]")
+			return
+		}
+		list := []string{}
+		d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
+			var p string
+			d.enum(&p, "h2", "http/1.1", "h2c")(n, path)
+			switch {
+			case p == "":
+			case slices.Contains(list, p):
+				d.addf(n, path, "%s is listed twice", p)
+			default:
+				list = append(list, p)
+			}
+		})
+		if len(list) == 0 && len(n.Content) == 0 {
+			d.addf(n, path, "must list at least one protocol")
+		}
+		*dst = list
+	}
+}
+
+// checkProtocols checks a listener's protocols against its kind: h2 and
+// http/1.1 over TLS, http/1.1 and h2c in the clear.
+func (d *decoder) checkProtocols(n *yaml.Node, path string, l *Listener) {
+	for _, p := range l.Protocols {
+		switch {
+		case p == "h2" && l.TLS == nil:
+			d.addf(n, path, "h2 is HTTP/2 over TLS and this listener has no tls; use h2c for cleartext HTTP/2")
+		case p == "h2c" && l.TLS != nil:
+			d.addf(n, path, "h2c is cleartext HTTP/2 and this listener has tls; use h2")
+		}
+	}
 }

@@ -223,6 +223,9 @@ func (s *Session) logAccess() {
 		slog.Int("status", s.Status),
 		slog.Int64("bytes_in", s.BytesIn),
 	)
+	if s.Stream != 0 {
+		r.AddAttrs(slog.String("protocol", "HTTP/2"))
+	}
 	r.AddAttrs(
 		slog.Int64("bytes_out", s.BytesOut),
 		slog.Duration("duration", time.Since(s.Start)),

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/h1"
+	"github.com/sluice-proxy/sluice/h2"
 	"github.com/sluice-proxy/sluice/internal/clock"
 	"github.com/sluice-proxy/sluice/pool"
 )
@@ -54,6 +55,9 @@ type conn struct {
 	// upstream is the connection of the try in progress, if any, for
 	// Shutdown to cut its wait short when the drain timeout passes.
 	upstream atomic.Pointer[pool.Conn]
+	// h2 is the HTTP/2 engine serving the connection, once it speaks
+	// HTTP/2, for Shutdown to send its GOAWAY.
+	h2 atomic.Pointer[h2.Conn]
 
 	// writeBy is the write deadline set on nc (zero: none). write moves it
 	// only when it falls short of the send timeout, and then past it by
@@ -111,6 +115,7 @@ const (
 	closeIt              // the connection is done
 	parked               // the parker holds it; the goroutine must end
 	readHead             // a head has begun in the buffer
+	speakH2              // the client sent the HTTP/2 preface
 )
 
 func newConn(srv *Server, nc net.Conn, l *listener) *conn {
@@ -148,6 +153,18 @@ func (c *conn) tcp() *net.TCPConn {
 	return tc
 }
 
+// recovered handles a panic while serving c: a bug must not take the
+// process down nor leave the client without an answer it can detect: log
+// it and drop the connection (invariant 6).
+func (c *conn) recovered(v any) {
+	c.srv.ErrorLog.Error("internal error serving connection; closing it", "panic", v, "client", c.client,
+		"stack", string(debug.Stack()))
+	if c.s != nil && c.s.Status == 0 {
+		c.s.keepAlive = false
+		c.s.answerError(&fault.Error{Kind: fault.Internal, Source: fault.Internally, Context: fmt.Sprint("panic: ", v)})
+	}
+}
+
 func (c *conn) serve() {
 	resting := false
 	defer func() {
@@ -156,12 +173,7 @@ func (c *conn) serve() {
 		// connection (invariant 6).
 		if v := recover(); v != nil {
 			resting = false
-			c.srv.ErrorLog.Error("internal error serving connection; closing it", "panic", v, "client", c.client,
-				"stack", string(debug.Stack()))
-			if c.s != nil && c.s.Status == 0 {
-				c.s.keepAlive = false
-				c.s.answerError(&fault.Error{Kind: fault.Internal, Source: fault.Internally, Context: fmt.Sprint("panic: ", v)})
-			}
+			c.recovered(v)
 		}
 		if !resting {
 			c.close()
@@ -179,10 +191,17 @@ func (c *conn) serve() {
 		if !c.handshake() {
 			return
 		}
+		if c.state.NegotiatedProtocol == "h2" {
+			c.serveH2(nil)
+			return
+		}
 	}
 	for {
 		switch c.readRequest() {
 		case closeIt:
+			return
+		case speakH2:
+			c.takePreface()
 			return
 		case parked:
 			resting = true // the parker owns the connection now
@@ -323,6 +342,9 @@ func (c *conn) takeRequest() next {
 		}
 	}
 	c.headBy = time.Time{}
+	if isPreface(&c.r) {
+		return speakH2
+	}
 	head, err := c.r.ReadHead(srv.maxHeaderBytes(), true)
 	if err != nil {
 		// Whole or over the limit, the head is in the buffer: only a
@@ -520,6 +542,10 @@ func (c *conn) close() {
 // that the stream ended where it was meant to (RFC 8446 §6.1): a response
 // cut short would look complete.
 func (c *conn) abort() {
+	if sc, ok := c.raw.(*streamConn); ok {
+		sc.abort()
+		return
+	}
 	if tc := c.tcp(); tc != nil {
 		tc.SetLinger(0)
 	}

@@ -97,7 +97,7 @@ func (s *Session) buildUpstreamRequest(peer *Peer) {
 		}
 	}
 	if !fw.NoXForwardedProto && !(trusted && r.Header.Has("X-Forwarded-Proto")) {
-		if s.c.tls != nil {
+		if s.TLS != nil {
 			r.Header.Set("X-Forwarded-Proto", "https")
 		} else {
 			r.Header.Set("X-Forwarded-Proto", "http")

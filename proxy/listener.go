@@ -23,6 +23,12 @@ type ListenerOptions struct {
 	// request on. An ACME manager's HTTP-01 challenges answered on port
 	// 80, in front of a RedirectHTTPS or the routes, say.
 	Filter RequestFilter
+	// Protocols are the protocols served. On a TLS listener they are the
+	// ALPN preference, most preferred first, "h2" and "http/1.1"; nil is
+	// the config's NextProtos, or Protocols(). On a plain listener, "h2c"
+	// serves HTTP/2 to a client that opens with its preface (prior
+	// knowledge); HTTP/1.1 is always served there.
+	Protocols []string
 }
 
 // listener is what a connection knows of the listener it came from.
@@ -33,6 +39,9 @@ type listener struct {
 	tls    *tls.Config
 	hooks  *hooks        // the listener's own Handler's; nil: the Server's
 	filter RequestFilter // ListenerOptions.Filter
+	// h2c is set when a plain connection that opens with the HTTP/2
+	// preface is served as HTTP/2.
+	h2c bool
 	// shed is what a client turned away at accept is sent (accept.go):
 	// a 503 on a plain listener, nothing on a TLS one, whose client
 	// waits for a handshake.
@@ -40,12 +49,12 @@ type listener struct {
 }
 
 // Protocols returns the application protocols a Server speaks over TLS,
-// for ALPN, most preferred first: "http/1.1". A TLS config for ServeTLS
+// for ALPN, most preferred first: "h2", "http/1.1". A TLS config for ServeTLS
 // should offer these (tlsterm.Settings.NextProtos); a connection whose
 // handshake settles on another protocol is closed, but for acme-tls/1: see
 // ServeWith. (A client that offers ALPN without any of them is refused by
 // crypto/tls itself.)
-func Protocols() []string { return []string{"http/1.1"} }
+func Protocols() []string { return []string{"h2", "http/1.1"} }
 
 // acmeTLS1 is the ALPN protocol of an ACME CA validating a TLS-ALPN-01
 // challenge (RFC 8737 §6.2).
@@ -79,7 +88,7 @@ func (srv *Server) ServeTLS(ln net.Listener, config *tls.Config) error {
 // done, as the RFC has the CA do, and the handshake counted as any other.
 func (srv *Server) ServeWith(ln net.Listener, opts ListenerOptions) error {
 	srv.init()
-	l := &listener{shed: shedAnswer, filter: opts.Filter}
+	l := &listener{shed: shedAnswer, filter: opts.Filter, h2c: opts.TLS == nil && slices.Contains(opts.Protocols, "h2c")}
 	if opts.Handler != nil {
 		l.hooks = newHooks(opts.Handler)
 	}
@@ -90,12 +99,25 @@ func (srv *Server) ServeWith(ln net.Listener, opts ListenerOptions) error {
 		}
 		l.tls = opts.TLS.Clone()
 		l.tls.GetConfigForClient = l.configFor(opts.TLS.GetConfigForClient)
-		if len(l.tls.NextProtos) == 0 {
+		switch {
+		case len(opts.Protocols) > 0:
+			l.tls.NextProtos = alpn(opts.Protocols, l.tls.NextProtos)
+		case len(l.tls.NextProtos) == 0:
 			l.tls.NextProtos = Protocols()
 		}
 		l.shed = nil
 	}
 	return srv.serve(ln, l)
+}
+
+// alpn returns the ALPN list of a TLS listener serving protocols: them,
+// and acme-tls/1 when the config offered it (an ACME manager's).
+func alpn(protocols, offered []string) []string {
+	list := slices.Clone(protocols)
+	if slices.Contains(offered, acmeTLS1) {
+		list = append(list, acmeTLS1)
+	}
+	return list
 }
 
 // speaks reports whether the Server speaks proto, the protocol a TLS

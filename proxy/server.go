@@ -1,11 +1,13 @@
 // Package proxy is sluice's request main line: it accepts client
-// connections, reads requests with sluice's own HTTP/1.1 wire code, asks a
+// connections, reads requests with sluice's own HTTP/1.1 and HTTP/2 wire
+// code, asks a
 // Handler where each request goes, tries upstreams until one answers or the
 // retry policy says stop, and streams the answer back.
 //
 // The main line, from accept to log, reads top to bottom in server.go
 // (listeners, shutdown), listener.go and tls.go (TLS listeners, the
-// handshake), conn.go (the connection loop), session.go (one
+// handshake), conn.go (the connection loop), h2.go and stream.go (an
+// HTTP/2 connection, and each of its streams as a Session), session.go (one
 // request and its attempt loop), attempt.go (one try), body.go (the request
 // body, duplex and replay), relay.go (the response), and answer.go
 // (answers sluice writes itself, and the logs). Around them: handler.go
@@ -27,11 +29,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-proxy/sluice/h2"
 	"github.com/sluice-proxy/sluice/pool"
 )
 
-// Server serves HTTP/1.1 clients on its listeners, plain or over TLS
-// (ServeTLS, ServeWith), and proxies their requests as its Handler decides. Set the fields before the first Serve and do not
+// Server serves HTTP/1.1 and HTTP/2 clients on its listeners, plain or
+// over TLS (ServeTLS, ServeWith), and proxies their requests as its Handler decides. Set the fields before the first Serve and do not
 // change them afterwards; the Handler alone can be swapped while serving
 // (SetHandler). The zero value of every field but Handler has the
 // documented default. The first Serve starts background goroutines (the
@@ -62,6 +65,10 @@ type Server struct {
 	MaxHeaders int
 	// Forwarding turns off the fields added to requests sent upstream.
 	Forwarding Forwarding
+	// H2 bounds what a client may do on an HTTP/2 connection (streams,
+	// windows, header lists); its zero fields take h2's defaults. Its
+	// IdleTimeout is IdleTimeout's, and a nil ErrorLog is ErrorLog.
+	H2 h2.Settings
 
 	// Pool holds idle upstream connections; nil means a pool of at most
 	// 1024 idle connections, created by the first Serve and closed by
@@ -332,6 +339,9 @@ func (srv *Server) Shutdown(ctx context.Context) error {
 	}
 	for c := range srv.conns {
 		c.wakeIfIdle()
+		if hc := c.h2.Load(); hc != nil {
+			hc.Shutdown() // GOAWAY: the streams open finish, no new one starts
+		}
 	}
 	srv.mu.Unlock()
 	if srv.parker != nil {

@@ -47,8 +47,11 @@ type Session struct {
 	// Upgraded is set when the connection became a tunnel (101).
 	Upgraded bool
 	// Aborted is set when the response had started and could not be
-	// finished: the client connection was cut.
+	// finished: the client connection (an HTTP/2 client's stream) was
+	// cut.
 	Aborted bool
+	// Stream is the request's HTTP/2 stream id; 0 for HTTP/1.x.
+	Stream uint32
 
 	srv       *Server
 	c         *conn
@@ -148,7 +151,11 @@ func (s *Session) serve() bool {
 			req.Header.Del("Expect")
 		}
 	}
-	s.upgrade = req.Header.Has("Upgrade") && req.Header.HasToken("Connection", "upgrade")
+	s.upgrade = req.Header.Has("Upgrade") && req.Header.HasToken("Connection", "upgrade") &&
+		!req.Header.HasToken("Upgrade", "h2c")
+	// An upgrade to h2c (RFC 7540 §3.2, removed by RFC 9113) is not
+	// taken: the request is served as HTTP/1.1, and Upgrade, a hop-by-hop
+	// field, is not forwarded.
 	s.body.init(s, f)
 
 	if resp := s.filter(); resp != nil {

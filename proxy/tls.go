@@ -45,7 +45,8 @@ const (
 	// listener's oldest.
 	FailedVersion
 	// FailedALPN: the client offered ALPN protocols, none of which the
-	// listener speaks (a client that speaks only h2).
+	// listener speaks (a client that offers only h2 to a listener of
+	// http/1.1).
 	FailedALPN
 	// FailedClientCert: the client's certificate did not verify against
 	// the listener's CAs.
@@ -196,8 +197,7 @@ func (c *conn) handshake() bool {
 		}
 		if !speaks(st.NegotiatedProtocol) {
 			// Only a config that offers what the Server does not speak
-			// gets here. (HTTP/2 will be served from here: its own
-			// loop for "h2".)
+			// gets here.
 			err, c.refusal = errors.New("proxy: negotiated ALPN protocol "+strconv.Quote(st.NegotiatedProtocol)+", which this server does not speak"), FailedALPN
 		}
 	}

@@ -313,21 +313,24 @@ func TestTLSMinVersion(t *testing.T) {
 	waitFor(t, "the refusal counted", func() bool { return obs.failures(FailedVersion) == 1 })
 }
 
-// A client that offers only protocols the server does not speak (h2) is
-// refused, and counted as such.
+// A client that offers only protocols the server does not speak is
+// refused, and counted as such; one that offers h2 gets it, the server's
+// first choice.
 func TestTLSALPNRefusal(t *testing.T) {
 	site := newSite(t)
 	obs := newTLSCounts()
 	hs := startTLS(t, peers(testOptions(), "127.0.0.1:1"), site.server(), func(s *Server) { s.Observer = obs })
 	cc := site.client()
-	cc.NextProtos = []string{"h2"}
+	cc.NextProtos = []string{"spdy/3.1"}
 	if _, err := hs.dialTLS(t, cc); err == nil {
-		t.Fatal("an h2-only client completed its handshake")
+		t.Fatal("a spdy-only client completed its handshake")
 	}
-	cc.NextProtos = []string{"h2", "http/1.1"}
-	c := hs.mustDialTLS(t, cc)
-	if p := c.nc.(*tls.Conn).ConnectionState().NegotiatedProtocol; p != "http/1.1" {
-		t.Errorf("a client offering h2 and http/1.1 got %q", p)
+	for _, offer := range [][]string{{"http/1.1", "h2"}, {"h2", "http/1.1"}} {
+		cc.NextProtos = offer
+		c := hs.mustDialTLS(t, cc)
+		if p := c.nc.(*tls.Conn).ConnectionState().NegotiatedProtocol; p != "h2" {
+			t.Errorf("a client offering %v got %q", offer, p)
+		}
 	}
 	waitFor(t, "the refusal counted", func() bool { return obs.failures(FailedALPN) == 1 })
 }

@@ -42,6 +42,7 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	yaml := fmt.Sprintf(`
 listen:
   - address: %s
+    protocols: [http/1.1, h2c]
 routes:
   - upstream: demo
 upstreams:
@@ -90,10 +91,14 @@ Try (run each a few times; the log below shows every try):
   curl -s -X POST -H 'Idempotency-Key: order-42' -d item=1 http://%[1]s/orders
       the same POST with an idempotency key: retried on another connection
   for i in 1 2 3 4 5 6; do curl -s http://%[1]s/n/$i; done
+  curl -s --http2-prior-knowledge http://%[1]s/hello
+      the same over HTTP/2 (cleartext, prior knowledge): a stream of its own,
+      proxied to the HTTP/1.1 upstreams
 
 Ctrl-C stops.
 `, addr, steady, flaky)
-	return serve(srv, []net.Listener{ln}, nil, 2*time.Second, log, nil, nil)
+	opts := []proxy.ListenerOptions{{Protocols: cfg.Listen[0].Protocols}}
+	return serve(srv, []net.Listener{ln}, opts, 2*time.Second, log, nil, nil)
 }
 
 // startDemoUpstream serves a tiny HTTP/1.1 upstream written with sluice's

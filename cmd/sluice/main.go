@@ -331,6 +331,9 @@ func serve(srv *proxy.Server, lns []net.Listener, opts []proxy.ListenerOptions, 
 		if o.TLS != nil {
 			attrs = append(attrs, "tls", true)
 		}
+		if len(o.Protocols) > 0 {
+			attrs = append(attrs, "protocols", o.Protocols)
+		}
 		if rd, ok := o.Handler.(*proxy.RedirectHTTPS); ok {
 			attrs = append(attrs, "redirect_https_port", rd.Port)
 		}

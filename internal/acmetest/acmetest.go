@@ -13,7 +13,6 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/sluice-proxy/sluice/internal/gotool"
 	"github.com/sluice-proxy/sluice/internal/tlstest"
 )
 
@@ -63,7 +63,7 @@ type CA struct {
 // cannot be built or does not come up.
 func Start(t testing.TB, o Options) *CA {
 	t.Helper()
-	bin := pebbleBinary(t)
+	bin := gotool.Binary(t, "pebble")
 	dir := t.TempDir()
 	tlsCA := tlstest.NewCA(t, "pebble TLS CA")
 	certFile, keyFile := tlsCA.Server(t, "127.0.0.1", "localhost").Write(t, dir, "pebble")
@@ -227,39 +227,6 @@ func (ca *CA) Output() string { return ca.out.String() }
 // Orders counts the orders pebble has finalized (certificates issued), as
 // its log tells them.
 func (ca *CA) Orders() int { return strings.Count(ca.out.String(), "Issued certificate serial ") }
-
-var pebble struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// pebbleBinary builds pebble (go tool -n builds a module tool and names
-// the binary without running it), once per test process: run directly, it
-// is the process the test kills.
-func pebbleBinary(t testing.TB) string {
-	t.Helper()
-	pebble.once.Do(func() {
-		goCmd, err := exec.LookPath("go")
-		if err != nil {
-			pebble.err = fmt.Errorf("no go command to build pebble with: %v", err)
-			return
-		}
-		var stderr bytes.Buffer
-		cmd := exec.Command(goCmd, "tool", "-n", "pebble")
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			pebble.err = fmt.Errorf("go tool -n pebble: %v\n%s", err, stderr.String())
-			return
-		}
-		pebble.path = strings.TrimSpace(string(out))
-	})
-	if pebble.err != nil {
-		t.Fatal(pebble.err)
-	}
-	return pebble.path
-}
 
 // freePort returns a 127.0.0.1 address with a port that was free a moment
 // ago.

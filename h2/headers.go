@@ -1,0 +1,166 @@
+package h2
+
+import (
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// headerBlock is the header block being read: a HEADERS frame and the
+// CONTINUATION frames after it, decoded as they come so that nothing but the
+// decoded fields, within MaxHeaderList, is held.
+type headerBlock struct {
+	id      uint32 // 0 between blocks
+	end     bool   // END_STREAM on the HEADERS frame
+	selfDep bool   // a priority that depends on its own stream (§5.3.1)
+	fields  []hpack.HeaderField
+	size    uint32 // header list size so far (§6.5.2: name + value + 32 each)
+	wire    int    // fragment bytes so far
+	frames  int
+	over    bool // past MaxHeaderList: fields dropped, decoding goes on for the HPACK state
+	check   fieldCheck
+}
+
+func (c *Conn) onHeaders(f *http2.HeadersFrame) error {
+	id := f.StreamID
+	if id%2 == 0 {
+		return connErr{http2.ErrCodeProtocol, "even stream id from a client"} // §5.1.1
+	}
+	c.mu.Lock()
+	trailers := c.streams[id] != nil
+	c.mu.Unlock()
+	b := &c.blk
+	*b = headerBlock{id: id, end: f.StreamEnded(), fields: b.fields[:0]}
+	b.selfDep = f.HasPriority() && f.Priority.StreamDep == id
+	b.check.reset(trailers)
+	c.dec.SetEmitEnabled(true)
+	return c.feed(f.HeaderBlockFragment(), f.HeadersEnded())
+}
+
+// feed decodes one fragment of the block. The block is bounded whatever its
+// frames (CVE-2024-27316, CVE-2023-45288): its wire bytes by twice
+// MaxHeaderList, its frame count too, so that neither large nor endless empty
+// CONTINUATION frames are read past the bound; its decoded size by
+// MaxHeaderList (an HPACK bomb is a small block that decodes to a huge list).
+func (c *Conn) feed(frag []byte, ended bool) error {
+	b := &c.blk
+	b.frames++
+	b.wire += len(frag)
+	if b.wire > 2*int(c.s.MaxHeaderList) || b.frames > c.lim.maxBlockFrames {
+		return connErr{http2.ErrCodeEnhanceYourCalm, "header block too large"}
+	}
+	if _, err := c.dec.Write(frag); err != nil {
+		return connErr{http2.ErrCodeCompression, "HPACK: " + err.Error()} // §4.3
+	}
+	if !ended {
+		return nil
+	}
+	if err := c.dec.Close(); err != nil {
+		return connErr{http2.ErrCodeCompression, "HPACK: " + err.Error()}
+	}
+	err := c.endBlock()
+	b.id = 0
+	if cap(b.fields) > 64 {
+		b.fields = nil
+	}
+	return err
+}
+
+// onField is the decoder's emit function.
+func (c *Conn) onField(f hpack.HeaderField) {
+	b := &c.blk
+	if b.over {
+		return
+	}
+	if sz := f.Size(); sz > c.s.MaxHeaderList-b.size {
+		b.over = true
+		clear(b.fields)
+		b.fields = b.fields[:0]
+		c.dec.SetEmitEnabled(false)
+		return
+	} else {
+		b.size += sz
+	}
+	b.check.field(f)
+	if b.check.bad == "" {
+		b.fields = append(b.fields, f)
+	}
+}
+
+// endBlock acts on a whole, decoded block: a new stream, trailers, or a
+// block to drop.
+func (c *Conn) endBlock() error {
+	b := &c.blk
+	id := b.id
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st := c.streams[id]; st != nil { // trailers (§8.1)
+		switch {
+		case st.remoteEnded:
+			return streamErr{id, http2.ErrCodeStreamClosed} // §5.1: half-closed (remote)
+		case !b.end, b.over, b.selfDep, b.check.finish() != "":
+			return streamErr{id, http2.ErrCodeProtocol}
+		}
+		st.trailers = b.fields
+		b.fields = nil
+		return c.remoteEnd(st)
+	}
+	if id <= c.maxID {
+		switch c.closedBy(id) {
+		case closedByUs:
+			return nil // §5.1: frames in flight when we reset it
+		case closedNormally:
+			return connErr{http2.ErrCodeStreamClosed, "HEADERS on a closed stream"}
+		}
+		return connErr{http2.ErrCodeProtocol, "stream id not increasing"} // §5.1.1
+	}
+	c.maxID = id
+	if c.goAway {
+		return nil // §6.8: beyond the last stream id announced
+	}
+	if b.selfDep {
+		return streamErr{id, http2.ErrCodeProtocol} // §5.3.1
+	}
+	if b.over {
+		// §10.5.1: a header section too large may be answered 431.
+		c.queue = append(c.queue, ctrl{kind: cStatus, id: id, val: 431})
+		if !b.end {
+			c.queue = append(c.queue, ctrl{kind: cRST, id: id, val: uint32(http2.ErrCodeNo)})
+		}
+		c.remember(id, closedByUs)
+		return nil
+	}
+	if bad := b.check.finish(); bad != "" {
+		c.log.Debug("h2: malformed request", "stream", id, "reason", bad)
+		return streamErr{id, http2.ErrCodeProtocol} // §8.1.1
+	}
+	if len(c.streams) >= int(c.s.MaxConcurrentStreams) || c.handlers >= int(c.s.MaxConcurrentStreams) {
+		// §5.1.2. Before our SETTINGS are acknowledged the client may not
+		// know the limit: refusals count only after.
+		if c.settingsAcked && !c.refusals.take(1) {
+			return connErr{http2.ErrCodeEnhanceYourCalm, "too many streams refused"}
+		}
+		return streamErr{id, http2.ErrCodeRefusedStream}
+	}
+	st := newStream(c, id, b.fields, b.check.length)
+	b.fields = nil
+	st.recvWin = int64(c.s.InitialWindow)
+	st.sendWin = c.peerWindow
+	if len(c.streams) == 0 && c.s.IdleTimeout > 0 && !c.ending {
+		c.nc.SetReadDeadline(time.Time{})
+	}
+	if c.streams == nil {
+		c.streams = make(map[uint32]*Stream)
+	}
+	c.streams[id] = st
+	c.handlers++
+	c.lastID = id
+	c.glitches.give(c.lim.glitchPerWork)
+	if b.end {
+		st.remoteEnded, st.noBody = true, true
+	}
+	c.wg.Add(1)
+	go c.runHandler(st)
+	return nil
+}

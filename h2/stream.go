@@ -1,0 +1,403 @@
+package h2
+
+import (
+	"errors"
+	"io"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// Stream is one request and its response. Its methods may be called from
+// any goroutine; Read is for one reader at a time and the write methods for
+// one writer at a time, as for a net.Conn.
+type Stream struct {
+	c      *Conn
+	id     uint32
+	header []hpack.HeaderField
+	length int64 // the request's content-length, -1 when absent
+	noBody bool  // END_STREAM came with the request's header block
+
+	done         chan struct{}
+	rwake, wwake chan struct{} // poked when what a blocked Read or Write waits for may have changed
+
+	// Guarded by c.mu.
+	trailers    []hpack.HeaderField
+	buf         []byte // request body received, not yet read
+	off         int
+	received    int64
+	recvWin     int64 // what the client may still send on this stream
+	unacked     int64 // read, not yet given back
+	sendWin     int64
+	wantCredit  bool
+	remoteEnded bool // END_STREAM received: half-closed (remote)
+	final       bool // final response header block sent
+	ended       bool // END_STREAM sent: half-closed (local)
+	closed      bool
+	err         error // why it closed, when not normally
+	rdl, wdl    time.Time
+}
+
+func newStream(c *Conn, id uint32, header []hpack.HeaderField, length int64) *Stream {
+	return &Stream{
+		c: c, id: id, header: header, length: length,
+		done:  make(chan struct{}),
+		rwake: make(chan struct{}, 1),
+		wwake: make(chan struct{}, 1),
+	}
+}
+
+// ID returns the stream identifier.
+func (st *Stream) ID() uint32 { return st.id }
+
+// Header returns the request's fields as decoded, pseudo-header fields
+// first, checked against RFC 9113 §8.2–8.3: lowercase names, no
+// connection-specific field, TE only "trailers", :method, :scheme and :path
+// exactly once (CONNECT: :method and :authority only), no unknown pseudo
+// field, no CR, LF or NUL in values, no empty :path, Host equal to
+// :authority when both are present. A malformed request never reaches the
+// Handler. The slice must not be modified.
+func (st *Stream) Header() []hpack.HeaderField { return st.header }
+
+// NoBody reports whether the request has no body: END_STREAM came with
+// its header block, before the Handler started.
+func (st *Stream) NoBody() bool { return st.noBody }
+
+// Trailers returns the request's trailer fields, checked as Header's
+// (without pseudo-header fields). It is valid once Read has returned io.EOF.
+func (st *Stream) Trailers() []hpack.HeaderField {
+	st.c.mu.Lock()
+	defer st.c.mu.Unlock()
+	return st.trailers
+}
+
+// Done returns a channel closed when the stream has ended either way: both
+// sides ended, reset by either side, or the connection gone.
+func (st *Stream) Done() <-chan struct{} { return st.done }
+
+// Read reads the request body (DATA payloads, padding removed). It returns
+// io.EOF after END_STREAM, a *ResetError once the stream was reset, and
+// ErrConnClosed once the connection ended. Flow-control credit goes back to
+// the client as the body is read (a WINDOW_UPDATE once half a window is
+// read), so a handler that stops reading stalls only its stream. When the
+// request has a content-length the engine checks the DATA total against it
+// (§8.1.1), and resets the stream with PROTOCOL_ERROR when they differ.
+func (st *Stream) Read(p []byte) (int, error) {
+	c := st.c
+	c.mu.Lock()
+	for {
+		if st.off < len(st.buf) {
+			n := copy(p, st.buf[st.off:])
+			st.off += n
+			if st.off == len(st.buf) {
+				st.buf, st.off = st.buf[:0], 0
+				if cap(st.buf) > 64<<10 {
+					st.buf = nil
+				}
+			}
+			c.consumed(st, int64(n))
+			c.mu.Unlock()
+			c.kick()
+			return n, nil
+		}
+		if st.remoteEnded {
+			c.mu.Unlock()
+			return 0, io.EOF
+		}
+		if st.err != nil {
+			err := st.err
+			c.mu.Unlock()
+			return 0, err
+		}
+		if len(p) == 0 {
+			c.mu.Unlock()
+			return 0, nil
+		}
+		dl := st.rdl
+		if !dl.IsZero() && !time.Now().Before(dl) {
+			c.mu.Unlock()
+			return 0, &deadlineError{"read", st.id}
+		}
+		c.mu.Unlock()
+		wait(st.rwake, dl)
+		c.mu.Lock()
+	}
+}
+
+// SetReadDeadline sets the time after which a Read waiting for data returns
+// an error for which errors.Is(err, os.ErrDeadlineExceeded) and os.IsTimeout
+// are true. The zero time means none. It applies to Reads already waiting.
+func (st *Stream) SetReadDeadline(t time.Time) error {
+	st.c.mu.Lock()
+	st.rdl = t
+	st.c.mu.Unlock()
+	poke(st.rwake)
+	return nil
+}
+
+// SetWriteDeadline sets the time after which a write waiting for
+// flow-control credit returns a deadline error as SetReadDeadline's. A frame
+// being written to the connection is bounded by Settings.WriteTimeout
+// instead: cutting it would break the connection for every stream.
+func (st *Stream) SetWriteDeadline(t time.Time) error {
+	st.c.mu.Lock()
+	st.wdl = t
+	st.c.mu.Unlock()
+	poke(st.wwake)
+	return nil
+}
+
+// wait blocks until ch is poked or the deadline dl (if any) passes.
+func wait(ch chan struct{}, dl time.Time) {
+	if dl.IsZero() {
+		<-ch
+		return
+	}
+	t := time.NewTimer(time.Until(dl))
+	select {
+	case <-ch:
+	case <-t.C:
+	}
+	t.Stop()
+}
+
+var (
+	errNoHeaders = errors.New("h2: DATA or trailers before the response header block")
+	errInterim   = errors.New("h2: an informational (1xx) block cannot end the stream")
+)
+
+// writeErr says why st cannot be written, if it cannot. c.mu is held.
+func (st *Stream) writeErr() error {
+	switch {
+	case st.err != nil:
+		return st.err
+	case st.ended:
+		return ErrStreamDone
+	}
+	return nil
+}
+
+// WriteHeaders sends a response header block: HEADERS, and CONTINUATION as
+// needed to keep each frame within the client's SETTINGS_MAX_FRAME_SIZE.
+// Fields are given lowercase, :status first; connection-specific fields are
+// refused. Informational (1xx) blocks may precede the final one. end sets
+// END_STREAM. It fails with ErrStreamDone once the final block was sent.
+func (st *Stream) WriteHeaders(fields []hpack.HeaderField, end bool) error {
+	return st.WriteResponse(fields, nil, end)
+}
+
+// WriteResponse sends the final header block and, when body is not empty,
+// DATA with it, in one write to the connection when flow control allows (so
+// a small response leaves in one segment); what the windows do not allow at
+// once is written as Write would. end sets END_STREAM on the last frame.
+// With an informational :status it is WriteHeaders, and body must be empty.
+func (st *Stream) WriteResponse(fields []hpack.HeaderField, body []byte, end bool) error {
+	status, bad := checkResponse(fields, false)
+	if bad != "" {
+		return errors.New("h2: response fields: " + bad)
+	}
+	interim := status[0] == '1'
+	if interim && (end || len(body) > 0 || status == "101") {
+		return errInterim // §8.1; 101 does not exist in HTTP/2 (§8.6)
+	}
+	c := st.c
+	wb, err := c.lockWrite()
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	err = st.writeErr()
+	if err == nil && st.final {
+		err = ErrStreamDone
+	}
+	c.mu.Unlock()
+	if err != nil {
+		c.unlockWrite(false)
+		return err
+	}
+	err = c.writeBlock(wb, st.id, fields, end && len(body) == 0)
+	c.mu.Lock()
+	if err == nil && !interim {
+		st.final = true
+		if end && len(body) == 0 {
+			c.endLocal(st)
+		}
+	}
+	c.mu.Unlock()
+	// As much of the body as the windows allow goes in the same flush.
+	for err == nil && len(body) > 0 {
+		var n int
+		n, err = st.reserve(len(body), false)
+		if n == 0 || err != nil {
+			break
+		}
+		last := end && n == len(body)
+		err = c.writeData(wb, st, body[:n], last, n)
+		body = body[n:]
+	}
+	if uerr := c.unlockWrite(false); err == nil {
+		err = uerr
+	}
+	if err != nil || len(body) == 0 {
+		return err
+	}
+	if _, err := st.Write(body); err != nil {
+		return err
+	}
+	if end {
+		return st.End()
+	}
+	return nil
+}
+
+// Write sends p as DATA (without END_STREAM), in frames within the client's
+// SETTINGS_MAX_FRAME_SIZE, blocking on the stream's and the connection's
+// send windows until the write deadline. It fails before the final header
+// block, after the response ended, after a reset and once the connection
+// ended.
+func (st *Stream) Write(p []byte) (int, error) {
+	written := 0
+	for len(p) > 0 {
+		n, err := st.reserve(len(p), true)
+		if err != nil {
+			return written, err
+		}
+		c := st.c
+		wb, err := c.lockWrite()
+		if err != nil {
+			return written, err
+		}
+		err = c.writeData(wb, st, p[:n], false, n)
+		if uerr := c.unlockWrite(false); err == nil {
+			err = uerr
+		}
+		if err != nil {
+			return written, err
+		}
+		written += n
+		p = p[n:]
+	}
+	return written, nil
+}
+
+// WriteTrailers sends trailer fields (no pseudo-header field) in a header
+// block with END_STREAM.
+func (st *Stream) WriteTrailers(fields []hpack.HeaderField) error {
+	if _, bad := checkResponse(fields, true); bad != "" {
+		return errors.New("h2: trailer fields: " + bad)
+	}
+	c := st.c
+	wb, err := c.lockWrite()
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	err = st.writeErr()
+	if err == nil && !st.final {
+		err = errNoHeaders
+	}
+	c.mu.Unlock()
+	if err == nil {
+		err = c.writeBlock(wb, st.id, fields, true)
+		if err == nil {
+			c.mu.Lock()
+			c.endLocal(st)
+			c.mu.Unlock()
+		}
+	}
+	if uerr := c.unlockWrite(false); err == nil {
+		err = uerr
+	}
+	return err
+}
+
+// End ends the response with an empty DATA frame with END_STREAM (allowed
+// with any window, §6.9.1), unless it already ended.
+func (st *Stream) End() error {
+	c := st.c
+	c.mu.Lock()
+	done := st.ended && st.err == nil
+	c.mu.Unlock()
+	if done {
+		return nil
+	}
+	wb, err := c.lockWrite()
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	err = st.writeErr()
+	if err == ErrStreamDone {
+		err = nil
+	} else if err == nil && !st.final {
+		err = errNoHeaders
+	}
+	c.mu.Unlock()
+	if err == nil {
+		err = c.writeData(wb, st, nil, true, 0)
+	}
+	if uerr := c.unlockWrite(false); err == nil {
+		err = uerr
+	}
+	return err
+}
+
+// Reset sends RST_STREAM with code, once, unless the stream already closed;
+// later reads and writes fail with a *ResetError.
+func (st *Stream) Reset(code http2.ErrCode) {
+	c := st.c
+	c.mu.Lock()
+	if st.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.queue = append(c.queue, ctrl{kind: cRST, id: st.id, val: uint32(code)})
+	c.closeStream(st, &ResetError{StreamID: st.id, Code: code})
+	c.mu.Unlock()
+	c.kick()
+}
+
+// reserve takes up to want bytes of send credit, no more than a frame, from
+// the stream's and the connection's windows. Unless block is set it returns
+// 0 when there is none.
+func (st *Stream) reserve(want int, block bool) (int, error) {
+	c := st.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		if err := st.writeErr(); err != nil {
+			return 0, err
+		}
+		if !st.final {
+			return 0, errNoHeaders
+		}
+		n := min(int64(want), st.sendWin, c.sendWin, int64(c.peerMaxFrame))
+		if n > 0 {
+			st.sendWin -= n
+			c.sendWin -= n
+			return int(n), nil
+		}
+		if !block {
+			return 0, nil
+		}
+		dl := st.wdl
+		if !dl.IsZero() && !time.Now().Before(dl) {
+			return 0, &deadlineError{"write", st.id}
+		}
+		st.wantCredit = true
+		c.mu.Unlock()
+		wait(st.wwake, dl)
+		c.mu.Lock()
+		st.wantCredit = false
+	}
+}
+
+// endLocal notes END_STREAM sent: half-closed (local), or closed. c.mu is
+// held.
+func (c *Conn) endLocal(st *Stream) {
+	st.ended = true
+	if st.remoteEnded {
+		c.closeStream(st, nil)
+	}
+}

@@ -1,0 +1,298 @@
+package h2
+
+import (
+	"bufio"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// ctrl is a frame queued for the next writer: what the read loop owes the
+// client, and what handlers send without waiting (RST_STREAM,
+// WINDOW_UPDATE).
+type ctrl struct {
+	kind ctrlKind
+	id   uint32
+	val  uint32 // error code, window increment, or status
+	data [8]byte
+}
+
+type ctrlKind uint8
+
+const (
+	cSettings    ctrlKind = iota // the server preface
+	cSettingsAck                 //
+	cPing                        // data
+	cPingAck                     // data
+	cRST                         // id, val: code
+	cWindow                      // id, val: increment
+	cGoAway                      // id: last stream, val: code; c.goAwayDebug
+	cStatus                      // id, val: status of a response with no body, ending the stream
+)
+
+// writeBuf is what a writer needs while it holds the write lock: a buffered
+// writer on the connection and a Framer writing into it. Both are borrowed
+// from a pool while frames are pending and returned at the flush, so that an
+// idle connection holds neither, and a Framer's write buffer, which grows to
+// the largest frame it wrote, is shared.
+type writeBuf struct {
+	bw *bufio.Writer
+	fr *http2.Framer
+}
+
+const writeBufSize = 16 << 10
+
+var writeBufs = sync.Pool{New: func() any {
+	wb := &writeBuf{bw: bufio.NewWriterSize(nil, writeBufSize)}
+	wb.fr = http2.NewFramer(wb.bw, nil)
+	return wb
+}}
+
+// deadlineWriter bounds each write to the connection by WriteTimeout, so
+// that a client that stops reading ends the connection instead of holding a
+// writer, and through the write lock every other, forever.
+type deadlineWriter struct{ c *Conn }
+
+func (w deadlineWriter) Write(p []byte) (int, error) {
+	w.c.nc.SetWriteDeadline(time.Now().Add(w.c.s.WriteTimeout))
+	return w.c.nc.Write(p)
+}
+
+// lockWrite takes the write lock and writes the queued frames. Every
+// successful lockWrite must be followed by unlockWrite.
+func (c *Conn) lockWrite() (*writeBuf, error) {
+	c.waiting.Add(1)
+	c.wmu.Lock()
+	c.waiting.Add(-1)
+	if c.werr != nil {
+		err := c.werr
+		c.wmu.Unlock()
+		return nil, err
+	}
+	if c.wb == nil {
+		c.wb = writeBufs.Get().(*writeBuf)
+		c.wb.bw.Reset(deadlineWriter{c})
+	}
+	if err := c.drain(); err != nil {
+		c.failWrite(err)
+		c.wmu.Unlock()
+		return nil, err
+	}
+	return c.wb, nil
+}
+
+// unlockWrite writes what was queued meanwhile and, unless another writer is
+// about to take the lock (which will then flush for both) and force is not
+// set, flushes; then it releases the lock.
+func (c *Conn) unlockWrite(force bool) error {
+	err := c.werr
+	if err == nil {
+		err = c.drain()
+	}
+	if err == nil && (force || c.waiting.Load() == 0 || c.wb.bw.Buffered() >= writeBufSize/2) {
+		err = c.wb.bw.Flush()
+		if err == nil && (force || c.waiting.Load() == 0) {
+			c.wb.bw.Reset(nil)
+			writeBufs.Put(c.wb)
+			c.wb = nil
+		}
+	}
+	if err != nil {
+		c.failWrite(err)
+	}
+	c.wmu.Unlock()
+	return err
+}
+
+// failWrite ends the connection after a failed write: what was being written
+// is lost, so nothing more may be. The write lock is held.
+func (c *Conn) failWrite(err error) {
+	if c.werr == nil {
+		c.werr = ErrConnClosed
+		if c.wb != nil {
+			c.wb.bw.Reset(nil)
+			writeBufs.Put(c.wb)
+			c.wb = nil
+		}
+		c.log.Debug("h2: write failed", "remote", c.nc.RemoteAddr(), "err", err)
+		c.mu.Lock()
+		c.writeFailed = err
+		c.mu.Unlock()
+		c.nc.Close()
+	}
+}
+
+// drain writes the queued frames. The write lock is held.
+func (c *Conn) drain() error {
+	c.mu.Lock()
+	q := c.queue
+	c.queue = nil
+	c.mu.Unlock()
+	if len(q) == 0 {
+		if q != nil {
+			c.mu.Lock()
+			if c.queue == nil {
+				c.queue = q
+			}
+			c.mu.Unlock()
+		}
+		return nil
+	}
+	fr := c.wb.fr
+	var err error
+	for i := range q {
+		x := &q[i]
+		switch x.kind {
+		case cSettings:
+			err = fr.WriteSettings(
+				http2.Setting{ID: http2.SettingEnablePush, Val: 0},
+				http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: c.s.MaxConcurrentStreams},
+				http2.Setting{ID: http2.SettingInitialWindowSize, Val: c.s.InitialWindow},
+				http2.Setting{ID: http2.SettingMaxFrameSize, Val: c.s.MaxFrameSize},
+				http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: c.s.MaxHeaderList},
+			)
+		case cSettingsAck:
+			err = fr.WriteSettingsAck()
+		case cPing, cPingAck:
+			err = fr.WritePing(x.kind == cPingAck, x.data)
+		case cRST:
+			err = fr.WriteRSTStream(x.id, http2.ErrCode(x.val))
+		case cWindow:
+			err = fr.WriteWindowUpdate(x.id, x.val)
+		case cGoAway:
+			c.mu.Lock()
+			debug := c.goAwayDebug
+			c.mu.Unlock()
+			err = fr.WriteGoAway(x.id, http2.ErrCode(x.val), []byte(debug))
+		case cStatus:
+			err = c.writeBlock(c.wb, x.id, []hpack.HeaderField{{Name: ":status", Value: itoa3(x.val)}}, true)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	clear(q)
+	c.mu.Lock()
+	if c.queue == nil && cap(q) <= 64 {
+		c.queue = q[:0]
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+func itoa3(v uint32) string {
+	return string([]byte{byte('0' + v/100%10), byte('0' + v/10%10), byte('0' + v%10)})
+}
+
+// writeBlock encodes fields and writes them as HEADERS and CONTINUATION
+// frames within the client's SETTINGS_MAX_FRAME_SIZE. The write lock is
+// held from the first frame to the last, so no other frame comes between
+// (§4.3), and the encoder's state follows the order blocks are written in.
+func (c *Conn) writeBlock(wb *writeBuf, id uint32, fields []hpack.HeaderField, end bool) error {
+	c.mu.Lock()
+	maxFrame := int(c.peerMaxFrame)
+	table, tableSet := c.peerTable, c.peerTableSet
+	c.peerTableSet = false
+	c.mu.Unlock()
+	if c.enc == nil {
+		c.enc = hpack.NewEncoder((*blockWriter)(c))
+	}
+	if tableSet {
+		c.enc.SetMaxDynamicTableSizeLimit(table)
+	}
+	c.hbuf = c.hbuf[:0]
+	for _, f := range fields {
+		c.enc.WriteField(f)
+	}
+	block := c.hbuf
+	first := true
+	for first || len(block) > 0 {
+		n := min(len(block), maxFrame)
+		frag := block[:n]
+		block = block[n:]
+		var err error
+		if first {
+			err = wb.fr.WriteHeaders(http2.HeadersFrameParam{
+				StreamID: id, BlockFragment: frag, EndStream: end, EndHeaders: len(block) == 0,
+			})
+			first = false
+		} else {
+			err = wb.fr.WriteContinuation(id, len(block) == 0, frag)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if cap(c.hbuf) > 4096 {
+		c.hbuf = nil
+	}
+	return nil
+}
+
+// blockWriter is the encoder's output: c.hbuf.
+type blockWriter Conn
+
+func (w *blockWriter) Write(p []byte) (int, error) {
+	w.hbuf = append(w.hbuf, p...)
+	return len(p), nil
+}
+
+// writeData writes one DATA frame of st, for which credit bytes of send
+// window were reserved. The write lock is held. The stream's state is
+// checked again here, under the lock, so that no DATA follows our
+// RST_STREAM; the credit of a frame not written goes back to the
+// connection.
+func (c *Conn) writeData(wb *writeBuf, st *Stream, p []byte, end bool, credit int) error {
+	c.mu.Lock()
+	err := st.writeErr()
+	if err != nil {
+		c.sendWin += int64(credit)
+	} else {
+		c.glitches.give(c.lim.glitchPerWork)
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := wb.fr.WriteData(st.id, end, p); err != nil {
+		return err
+	}
+	if end {
+		c.mu.Lock()
+		c.endLocal(st)
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// kick makes sure the queued frames get written: if no flusher runs, one is
+// started. The read loop calls it before it waits for input, so that its
+// answers to a burst of frames leave together, and never writes itself.
+func (c *Conn) kick() {
+	c.mu.Lock()
+	if c.flushing || len(c.queue) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	c.flushing = true
+	c.mu.Unlock()
+	go c.flusher()
+}
+
+func (c *Conn) flusher() {
+	for {
+		_, err := c.lockWrite()
+		if err == nil {
+			err = c.unlockWrite(false)
+		}
+		c.mu.Lock()
+		if err != nil || len(c.queue) == 0 {
+			c.flushing = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+	}
+}

@@ -1,0 +1,210 @@
+package proxy
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/sluice-proxy/sluice/h1"
+	"github.com/sluice-proxy/sluice/h2"
+)
+
+// HTTP/2 from clients. A connection whose TLS handshake settled on h2, or
+// that opens with the HTTP/2 preface on a listener that takes h2c, is
+// served by the h2 engine; each of its streams becomes a Session like an
+// HTTP/1.1 request, on a conn of its own over the stream (streamConn): the
+// main line, hooks, retries, balancing, access log and Proxy-Status do not
+// change with the protocol.
+
+// h2Preface is the start of the HTTP/2 client connection preface (RFC 9113
+// §3.4), which an HTTP/1.1 reader sees as a request head of its own.
+const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// isPreface reports whether the head buffered in r is the HTTP/2 preface.
+func isPreface(r *h1.Reader) bool {
+	return bytes.HasPrefix(r.Peek(), []byte(h2Preface[:16]))
+}
+
+// serveH2 serves the connection as HTTP/2 until it ends. prefix holds what
+// was read of it already (the preface, on a cleartext listener).
+func (c *conn) serveH2(prefix []byte) {
+	srv := c.srv
+	settings := srv.H2
+	settings.IdleTimeout = srv.idleTimeout()
+	if settings.ErrorLog == nil {
+		settings.ErrorLog = srv.ErrorLog
+	}
+	c.nc.SetDeadline(time.Time{})
+	c.writeBy = time.Time{}
+	hc := h2.NewConn(c.nc, prefix, &settings, c.serveStream)
+	c.h2.Store(hc)
+	if srv.Draining() {
+		// Shutdown began before the engine was there to be told.
+		hc.Shutdown()
+	}
+	hc.Serve()
+}
+
+// serveStream serves one stream of an HTTP/2 connection as a Session, on
+// a conn of its own that Shutdown and the drain timeout see as any other.
+func (c *conn) serveStream(st *h2.Stream) {
+	srv := c.srv
+	sc := &streamConn{st: st, under: c.nc}
+	sub := &conn{srv: srv, nc: sc, raw: sc, ln: c.ln, client: c.client, clientIP: c.clientIP,
+		trusted: c.trusted, state: c.state}
+	sub.r.Reset(sc)
+	sub.ready.init(sc, &sub.r, nil, false)
+	srv.mu.Lock()
+	srv.conns[sub] = struct{}{}
+	srv.wg.Add(1)
+	srv.mu.Unlock()
+	defer func() {
+		if v := recover(); v != nil {
+			sub.recovered(v)
+		}
+		sub.close()
+		srv.forget(sub)
+	}()
+	s := sub.session()
+	sub.borrow()
+	s.Stream = st.ID()
+	var err error
+	sc.method, sc.chunked, err = requestFromH2(&s.Request, st.Header(), st.NoBody())
+	if err != nil {
+		s.answerBadRequest(err)
+		return
+	}
+	s.serve()
+}
+
+// requestFromH2 maps the header block of a request stream onto an
+// HTTP/1.1 request head (RFC 9113 §8.3.1): :authority becomes Host, first,
+// cookie fields are joined into one (§8.2.3), and a body of unknown length
+// goes upstream chunked. The engine has checked the block (pseudo fields,
+// lowercase names, no connection-specific fields, no CR, LF or NUL); what
+// becomes HTTP/1.1 bytes is checked again here by HTTP/1.1's own rules, so
+// that no field can turn into another head upstream (request smuggling).
+// It returns the method and whether the body is to be chunked.
+func requestFromH2(req *h1.Request, fields []hpack.HeaderField, noBody bool) (method string, chunked bool, err error) {
+	var path, authority, host string
+	cookies := 0
+	for _, f := range fields {
+		switch f.Name {
+		case ":method":
+			method = f.Value
+		case ":path":
+			path = f.Value
+		case ":authority":
+			authority = f.Value
+		case "host":
+			host = f.Value
+		case "cookie":
+			cookies++
+		}
+	}
+	if authority == "" {
+		authority = host
+	}
+	target := path
+	if method == "CONNECT" {
+		target = authority
+	}
+	if !h1.ValidName(method) || !validTarget(target) || !h1.ValidValue(authority) {
+		return "", false, &h1.Error{Status: 400, Msg: "invalid :method, :path or :authority"}
+	}
+	req.Minor = 1
+	req.SetMethod(internMethod(method))
+	req.SetTarget(target)
+	if authority != "" {
+		req.Header.Add("Host", authority)
+	}
+	hasLength := false
+	for i, f := range fields {
+		switch {
+		case strings.HasPrefix(f.Name, ":") || f.Name == "host":
+			continue
+		case !h1.ValidName(f.Name) || !h1.ValidValue(f.Value):
+			return "", false, &h1.Error{Status: 400, Msg: "invalid header field " + strconv.Quote(f.Name)}
+		case f.Name == "cookie" && cookies > 1:
+			joinCookies(req, fields[i:])
+			cookies = 0
+			continue
+		case f.Name == "cookie" && cookies == 0:
+			continue // joined already
+		case f.Name == "content-length":
+			hasLength = true
+		}
+		req.Header.Add(f.Name, f.Value)
+	}
+	if !hasLength && !noBody {
+		// A body of unknown length: HTTP/1.1 carries it chunked.
+		req.Header.Add("Transfer-Encoding", "chunked")
+		chunked = true
+	}
+	return method, chunked, nil
+}
+
+// validTarget reports whether t can be a request-target on an HTTP/1.1
+// request line: not empty, no whitespace or control characters.
+func validTarget(t string) bool {
+	if t == "" {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		if c := t[i]; c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// joinCookies adds the one Cookie field that the cookie fields of fields
+// make, in their order (RFC 9113 §8.2.3).
+func joinCookies(req *h1.Request, fields []hpack.HeaderField) {
+	var v []byte
+	for _, f := range fields {
+		if f.Name != "cookie" {
+			continue
+		}
+		if len(v) > 0 {
+			v = append(v, "; "...)
+		}
+		v = append(v, f.Value...)
+	}
+	req.Header.AddBytes([]byte("cookie"), v)
+}
+
+// internMethod returns the common methods as constants, so that Method()
+// of an HTTP/2 request allocates no more than an HTTP/1.1 one's.
+func internMethod(m string) string {
+	for _, k := range [...]string{"GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "PATCH", "CONNECT", "TRACE"} {
+		if m == k {
+			return k
+		}
+	}
+	return m
+}
+
+// takePreface serves a connection that opened with the HTTP/2 preface:
+// as HTTP/2 on a listener that takes h2c; elsewhere it tells the client,
+// in HTTP/2, that the listener speaks HTTP/1.1 only (GOAWAY with
+// HTTP_1_1_REQUIRED), rather than answering in a protocol it does not read.
+func (c *conn) takePreface() {
+	prefix := append([]byte(nil), c.r.Peek()...)
+	c.r.Discard(len(prefix))
+	c.r.Release()
+	c.giveBack()
+	if c.ln != nil && c.ln.h2c {
+		c.serveH2(prefix)
+		return
+	}
+	c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+	fr := http2.NewFramer(c.nc, nil)
+	fr.WriteSettings()
+	fr.WriteGoAway(0, http2.ErrCodeHTTP11Required, []byte("this listener speaks HTTP/1.1 only"))
+	c.linger = true
+}
