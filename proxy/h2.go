@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -53,8 +54,10 @@ func (c *conn) serveH2(prefix []byte) {
 // a conn of its own that Shutdown and the drain timeout see as any other.
 func (c *conn) serveStream(st *h2.Stream) {
 	srv := c.srv
-	sc := &streamConn{st: st, under: c.nc}
-	sub := &conn{srv: srv, nc: sc, raw: sc, ln: c.ln, client: c.client, clientIP: c.clientIP,
+	ss := streamPool.Get().(*streamServe)
+	sc, sub := &ss.sc, &ss.c
+	sc.reset(st, c.nc)
+	*sub = conn{srv: srv, nc: sc, raw: sc, ln: c.ln, client: c.client, clientIP: c.clientIP,
 		trusted: c.trusted, state: c.state}
 	sub.r.Reset(sc)
 	sub.ready.init(sc, &sub.r, nil, false)
@@ -68,6 +71,9 @@ func (c *conn) serveStream(st *h2.Stream) {
 		}
 		sub.close()
 		srv.forget(sub)
+		*sub = conn{}
+		sc.reset(nil, nil)
+		streamPool.Put(ss)
 	}()
 	s := sub.session()
 	sub.borrow()
@@ -80,6 +86,16 @@ func (c *conn) serveStream(st *h2.Stream) {
 	}
 	s.serve()
 }
+
+// streamServe is what serving a stream takes besides its Session (which
+// comes from sessionPool): its conn and streamConn, allocated together and
+// reused, buffers included, by later streams.
+type streamServe struct {
+	c  conn
+	sc streamConn
+}
+
+var streamPool = sync.Pool{New: func() any { return new(streamServe) }}
 
 // requestFromH2 maps the header block of a request stream onto an
 // HTTP/1.1 request head (RFC 9113 §8.3.1): :authority becomes Host, first,

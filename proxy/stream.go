@@ -57,6 +57,15 @@ const (
 
 var _ net.Conn = (*streamConn)(nil)
 
+// reset readies sc for the stream st of the client connection under,
+// keeping its buffers.
+func (sc *streamConn) reset(st *h2.Stream, under net.Conn) {
+	*sc = streamConn{st: st, under: under, pending: sc.pending[:0], head: sc.head[:0],
+		resp: sc.resp, fields: sc.fields[:0], own: sc.own[:0], chunk: chunkDec{line: sc.chunk.line[:0]}}
+	sc.resp.Reset()
+	clear(sc.fields[:cap(sc.fields)]) // no strings of the last response kept alive
+}
+
 // Read reads the request body.
 func (sc *streamConn) Read(p []byte) (int, error) {
 	if !sc.chunked {
@@ -289,6 +298,12 @@ func appendFields(dst []hpack.HeaderField, resp *h1.Response) []hpack.HeaderFiel
 	return dst
 }
 
+// commonNames are the response fields most responses carry.
+var commonNames = []string{"content-type", "content-length", "date", "server", "cache-control",
+	"etag", "last-modified", "vary", "content-encoding", "location", "set-cookie", "expires",
+	"x-content-type-options", "x-frame-options", "strict-transport-security", "accept-ranges", "age",
+	"proxy-status", "content-security-policy", "referrer-policy", "access-control-allow-origin"}
+
 func isConnectionField(name string) bool {
 	for _, c := range connectionFields {
 		if name == c {
@@ -298,8 +313,14 @@ func isConnectionField(name string) bool {
 	return false
 }
 
-// lowerName returns name in lowercase, as HTTP/2 requires.
+// lowerName returns name in lowercase, as HTTP/2 requires: the common
+// names as constants, without allocating.
 func lowerName(name []byte) string {
+	for _, c := range commonNames {
+		if len(c) == len(name) && h1.EqualFold(name, c) {
+			return c
+		}
+	}
 	for _, c := range name {
 		if 'A' <= c && c <= 'Z' {
 			return string(bytes.ToLower(name))
