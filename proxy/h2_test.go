@@ -392,3 +392,37 @@ func TestH2ShutdownFinishesStreams(t *testing.T) {
 		t.Errorf("Shutdown: %v", err)
 	}
 }
+
+// TestH2DrainTimeout: when the drain timeout passes, a stream still waiting
+// for its upstream is answered 503 with Proxy-Status, as an HTTP/1.1
+// request is, and Shutdown returns.
+func TestH2DrainTimeout(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.Silent())
+	hs, client := startH2(t, peers(testOptions(), up.Addr()), h2c())
+	type result struct {
+		code   int
+		status string
+		err    error
+	}
+	got := make(chan result, 1)
+	go func() {
+		resp, err := client.Get("http://" + hs.addr + "/")
+		if err != nil {
+			got <- result{err: err}
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		got <- result{code: resp.StatusCode, status: resp.Header.Get("Proxy-Status")}
+	}()
+	up.WaitRequests(1, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := hs.srv.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown: %v, want the drain timeout", err)
+	}
+	r := <-got
+	if r.err != nil || r.code != 503 || !strings.Contains(r.status, "proxy_internal_error") {
+		t.Errorf("the stream got %d %q (%v), want 503 with proxy_internal_error", r.code, r.status, r.err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -41,7 +42,9 @@ type streamConn struct {
 	chunk  chunkDec // the chunked body's decoder
 	pay    []byte   // decoded body bytes of one Write (see payload)
 	own    []byte
-	cut    bool // the stream was reset
+	// cut is set once the stream was reset; the drain timeout may cut it
+	// from another goroutine (Server.expireDrain).
+	cut atomic.Bool
 }
 
 // What the response writer expects next.
@@ -128,7 +131,7 @@ func appendLastChunk(b []byte, trailers []hpack.HeaderField) []byte {
 // Write takes bytes of the HTTP/1.1 response and sends what they make.
 func (sc *streamConn) Write(b []byte) (int, error) {
 	n := len(b)
-	if sc.cut {
+	if sc.cut.Load() {
 		return 0, errStreamCut
 	}
 	if err := sc.write(b); err != nil {
@@ -349,7 +352,7 @@ func statusText(code int) string {
 // after a complete response (RFC 9113 §8.1).
 func (sc *streamConn) Close() error {
 	switch {
-	case sc.cut:
+	case sc.cut.Load():
 	case sc.out == outUntilEnd:
 		sc.out = outDone
 		if err := sc.st.End(); err != nil {
@@ -358,7 +361,7 @@ func (sc *streamConn) Close() error {
 	case sc.out != outDone:
 		sc.abort()
 	}
-	if sc.out == outDone && !sc.cut && !sc.eof {
+	if sc.out == outDone && !sc.cut.Load() && !sc.eof {
 		sc.st.Reset(http2.ErrCodeNo)
 	}
 	return nil
@@ -366,8 +369,7 @@ func (sc *streamConn) Close() error {
 
 // abort cuts the stream: what the client has of the response is not whole.
 func (sc *streamConn) abort() {
-	if !sc.cut {
-		sc.cut = true
+	if sc.cut.CompareAndSwap(false, true) {
 		sc.st.Reset(http2.ErrCodeInternal)
 	}
 }
