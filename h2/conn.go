@@ -226,7 +226,7 @@ func NewConn(nc net.Conn, prefix []byte, s *Settings, h Handler) *Conn {
 	c := &Conn{nc: nc, s: s.withDefaults(), h: h}
 	c.lim = defaultLimits(&c.s)
 	c.log = c.s.ErrorLog
-	c.rd = connReader{c: c, prefix: prefix}
+	c.rd = newConnReader(c, nc, prefix)
 	c.peerWindow = defaultWindow
 	c.peerMaxFrame = defaultMaxFrame
 	c.sendWin = defaultWindow

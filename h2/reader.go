@@ -1,26 +1,48 @@
 package h2
 
-import "sync"
+import (
+	"crypto/tls"
+	"net"
+	"sync"
+)
 
 // connReader is the Framer's input: first the prefix the caller had already
-// read, then the connection. It buffers, but holds a buffer only while
-// frames are arriving: when its buffer is empty it returns it to a pool and
-// waits for input reading straight into the Framer's own small slice (the
-// 9-byte frame header of the next frame, on an idle connection), so that an
-// idle connection holds no read buffer. Only when that read brought
-// something does it borrow a buffer to take in what follows in one read.
+// read, then the connection. What it holds while the connection is idle is
+// what an idle HTTP/2 connection costs, so it holds no large buffer then:
+//
+//   - over TLS it reads straight into the Framer's slices: crypto/tls
+//     already reads whole records into a buffer of its own, so a second
+//     one would only copy;
+//   - on a plain connection it reads into a small buffer of its own (a
+//     frame header and a small frame in one read), and borrows a large one
+//     from a pool only while the last read filled its buffer, that is
+//     while more is likely waiting; a read that finds less than a full
+//     buffer ends the borrowing. A read that blocks, as the wait for the
+//     next frame of an idle connection does, blocks in the small buffer
+//     unless the client stopped exactly at a buffer's end.
 type connReader struct {
 	c      *Conn
 	prefix []byte
-	buf    *[]byte // borrowed from readBufs, nil when empty
-	r, w   int
-	hot    bool  // the last read from the connection returned data
-	err    error // the first error reading the connection, kept
+	direct bool // nc buffers what it reads (TLS)
+	small  [smallReadSize]byte
+	buf    []byte  // small[:], or *big while borrowed
+	big    *[]byte // borrowed from readBufs
+	r, w   int     // what buf holds unread
+	full   bool    // the last read filled its buffer
+	err    error   // the first error reading the connection, kept
 }
 
-const readBufSize = 16 << 10
+const (
+	smallReadSize = 512
+	readBufSize   = 16 << 10
+)
 
 var readBufs = sync.Pool{New: func() any { b := make([]byte, readBufSize); return &b }}
+
+func newConnReader(c *Conn, nc net.Conn, prefix []byte) connReader {
+	_, direct := nc.(*tls.Conn)
+	return connReader{c: c, prefix: prefix, direct: direct}
+}
 
 func (cr *connReader) Read(p []byte) (int, error) {
 	if len(cr.prefix) > 0 {
@@ -31,8 +53,8 @@ func (cr *connReader) Read(p []byte) (int, error) {
 		}
 		return n, nil
 	}
-	if cr.buf != nil {
-		n := copy(p, (*cr.buf)[cr.r:cr.w])
+	if cr.r < cr.w {
+		n := copy(p, cr.buf[cr.r:cr.w])
 		cr.r += n
 		if cr.r == cr.w {
 			cr.release()
@@ -47,9 +69,8 @@ func (cr *connReader) Read(p []byte) (int, error) {
 	}
 	// About to wait for the client: let what we owe it go first.
 	cr.c.kick()
-	if !cr.hot || len(p) >= readBufSize {
+	if cr.direct || len(p) >= readBufSize {
 		n, err := cr.c.nc.Read(p)
-		cr.hot = n > 0
 		if err != nil {
 			cr.err = err
 			if n > 0 {
@@ -58,10 +79,15 @@ func (cr *connReader) Read(p []byte) (int, error) {
 		}
 		return n, err
 	}
-	cr.hot = false
-	cr.buf = readBufs.Get().(*[]byte)
-	n, err := cr.c.nc.Read(*cr.buf)
+	if cr.full {
+		cr.big = readBufs.Get().(*[]byte)
+		cr.buf = *cr.big
+	} else {
+		cr.buf = cr.small[:]
+	}
+	n, err := cr.c.nc.Read(cr.buf)
 	cr.r, cr.w = 0, n
+	cr.full = n == len(cr.buf)
 	if err != nil {
 		cr.err = err
 	}
@@ -69,7 +95,7 @@ func (cr *connReader) Read(p []byte) (int, error) {
 		cr.release()
 		return 0, err
 	}
-	k := copy(p, (*cr.buf)[:n])
+	k := copy(p, cr.buf[:n])
 	cr.r = k
 	if cr.r == cr.w {
 		cr.release()
@@ -77,10 +103,12 @@ func (cr *connReader) Read(p []byte) (int, error) {
 	return k, nil
 }
 
+// release gives back a borrowed buffer once it holds nothing unread.
 func (cr *connReader) release() {
-	if cr.buf != nil {
-		readBufs.Put(cr.buf)
-		cr.buf = nil
+	if cr.big != nil {
+		readBufs.Put(cr.big)
+		cr.big = nil
 	}
+	cr.buf = nil
 	cr.r, cr.w = 0, 0
 }
