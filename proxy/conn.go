@@ -192,7 +192,8 @@ func (c *conn) serve() {
 			return
 		}
 		if c.state.NegotiatedProtocol == "h2" {
-			c.serveH2(nil)
+			resting = true // runH2 owns the connection now
+			go c.runH2(nil)
 			return
 		}
 	}
@@ -201,7 +202,10 @@ func (c *conn) serve() {
 		case closeIt:
 			return
 		case speakH2:
-			c.takePreface()
+			if prefix, ok := c.takePreface(); ok {
+				resting = true // runH2 owns the connection now
+				go c.runH2(prefix)
+			}
 			return
 		case parked:
 			resting = true // the parker owns the connection now

@@ -30,6 +30,22 @@ func isPreface(r *h1.Reader) bool {
 	return bytes.HasPrefix(r.Peek(), []byte(h2Preface[:16]))
 }
 
+// runH2 serves the connection as HTTP/2 until it ends, and closes it. It
+// runs on a goroutine of its own, started with the smallest stack, not on
+// the one that made the TLS handshake (whose stack grew for it): an idle
+// HTTP/2 connection keeps its goroutine, waiting for the next frame, and
+// that goroutine's stack is most of what it costs.
+func (c *conn) runH2(prefix []byte) {
+	defer func() {
+		if v := recover(); v != nil {
+			c.recovered(v)
+		}
+		c.close()
+		c.srv.forget(c)
+	}()
+	c.serveH2(prefix)
+}
+
 // serveH2 serves the connection as HTTP/2 until it ends. prefix holds what
 // was read of it already (the preface, on a cleartext listener).
 func (c *conn) serveH2(prefix []byte) {
@@ -205,22 +221,23 @@ func internMethod(m string) string {
 	return m
 }
 
-// takePreface serves a connection that opened with the HTTP/2 preface:
-// as HTTP/2 on a listener that takes h2c; elsewhere it tells the client,
-// in HTTP/2, that the listener speaks HTTP/1.1 only (GOAWAY with
-// HTTP_1_1_REQUIRED), rather than answering in a protocol it does not read.
-func (c *conn) takePreface() {
-	prefix := append([]byte(nil), c.r.Peek()...)
+// takePreface takes what was read of a connection that opened with the
+// HTTP/2 preface, and reports whether it is to be served as HTTP/2 (on a
+// listener that takes h2c). Elsewhere it tells the client, in HTTP/2, that
+// the listener speaks HTTP/1.1 only (GOAWAY with HTTP_1_1_REQUIRED), rather
+// than answering in a protocol it does not read.
+func (c *conn) takePreface() (prefix []byte, ok bool) {
+	prefix = append([]byte(nil), c.r.Peek()...)
 	c.r.Discard(len(prefix))
 	c.r.Release()
 	c.giveBack()
 	if c.ln != nil && c.ln.h2c {
-		c.serveH2(prefix)
-		return
+		return prefix, true
 	}
 	c.nc.SetWriteDeadline(time.Now().Add(time.Second))
 	fr := http2.NewFramer(c.nc, nil)
 	fr.WriteSettings()
 	fr.WriteGoAway(0, http2.ErrCodeHTTP11Required, []byte("this listener speaks HTTP/1.1 only"))
 	c.linger = true
+	return nil, false
 }

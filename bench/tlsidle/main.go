@@ -2,7 +2,7 @@
 // TLS handshakes cost the sluice binary, and whether other clients are
 // served meanwhile:
 //
-//	go run ./bench/tlsidle [-conns 10000] [-halfopen 10000] [-settle 130s] [-curves default|x25519] [-sluice BIN] [-keep]
+//	go run ./bench/tlsidle [-conns 10000] [-halfopen 10000] [-settle 130s] [-curves default|x25519] [-proto http/1.1|h2] [-sluice BIN] [-keep]
 //
 // It runs sluice with one TLS listener (a certificate made for the run,
 // ECDSA P-256) in front of a Go HTTP upstream, warms it up and reads its
@@ -16,7 +16,10 @@
 //   - closes them and opens -conns keep-alive TLS 1.3 connections, each
 //     through its handshake and one GET, and lets them sit idle (they
 //     park after 200 ms): RSS per connection, the growth divided by their
-//     number, read 3 s after they opened and later, up to -settle.
+//     number, read 3 s after they opened and later, up to -settle. With
+//     -proto h2 they speak HTTP/2 (ALPN h2, one GET on stream 1, SETTINGS
+//     acknowledged), and an HTTP/2 connection does not park: its reading
+//     goroutine waits in the h2 engine.
 //
 // The clients run in this process, so sluice's RSS is its own. Everything
 // listens on 127.0.0.1; sluice runs in a temp dir, killed on exit.
@@ -24,6 +27,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -46,6 +50,9 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
 	"github.com/sluice-proxy/sluice/bench/internal/rig"
 )
 
@@ -53,6 +60,7 @@ type options struct {
 	conns, halfOpen int
 	settle          time.Duration
 	curves          string
+	proto           string
 	sluice          string
 	keep            bool
 }
@@ -63,6 +71,7 @@ func main() {
 	flag.IntVar(&o.halfOpen, "halfopen", 10000, "half-open TLS handshakes")
 	flag.DurationVar(&o.settle, "settle", 130*time.Second, "how long RSS is read with the idle connections open (3s, 30s, 60s, 130s)")
 	flag.StringVar(&o.curves, "curves", "default", "the clients' key shares: default (X25519MLKEM768 first, as Go's and browsers') or x25519")
+	flag.StringVar(&o.proto, "proto", "http/1.1", "what the idle connections speak: http/1.1 or h2")
 	flag.StringVar(&o.sluice, "sluice", "", "sluice `binary` (default: build ./cmd/sluice into the temp dir)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp dir (config, certificate and logs) and print its path")
 	flag.Parse()
@@ -96,6 +105,15 @@ func run(o options) error {
 	if o.curves == "x25519" {
 		client.CurvePreferences = []tls.CurveID{tls.X25519}
 	}
+	idleClient := client
+	switch o.proto {
+	case "h2":
+		idleClient = client.Clone()
+		idleClient.NextProtos = []string{"h2"}
+	case "http/1.1":
+	default:
+		return fmt.Errorf("-proto %q: want http/1.1 or h2", o.proto)
+	}
 
 	upstream, err := rig.ServeOK()
 	if err != nil {
@@ -104,7 +122,7 @@ func run(o options) error {
 	start := func(name string) (*sluice, error) {
 		return startSluice(ctx, bin, filepath.Join(dir, name), certFile, keyFile, upstream, client)
 	}
-	fmt.Printf("sluice %s; clients' key shares: %s\n", bin, o.curves)
+	fmt.Printf("sluice %s; clients' key shares: %s; idle connections speak %s\n", bin, o.curves, o.proto)
 
 	// Half-open handshakes beside a normal client, on a fresh sluice.
 	sl, err := start("halfopen")
@@ -140,7 +158,7 @@ func run(o options) error {
 	}
 	defer sl.Stop()
 	t0 = time.Now()
-	idle, failed, firstErr := openIdle(ctx, sl.Addr, client, o.conns)
+	idle, failed, firstErr := openIdle(ctx, sl.Addr, idleClient, o.conns)
 	opened := time.Now()
 	fmt.Printf("%d idle TLS connections opened in %v (%d failed%s)\n", len(idle), opened.Sub(t0).Round(time.Millisecond), failed, errText(firstErr))
 	for _, after := range []time.Duration{3 * time.Second, 30 * time.Second, 60 * time.Second, 130 * time.Second} {
@@ -152,8 +170,8 @@ func run(o options) error {
 			break
 		}
 		kb := rig.RSSKB(sl.Pid)
-		fmt.Printf("RSS after warm-up %d KiB, %v after they opened %d KiB: %.2f KiB per idle TLS connection\n",
-			sl.base, after, kb, float64(int64(kb)-int64(sl.base))/float64(max(len(idle), 1)))
+		fmt.Printf("RSS after warm-up %d KiB, %v after they opened %d KiB: %.2f KiB per idle TLS connection (%s)\n",
+			sl.base, after, kb, float64(int64(kb)-int64(sl.base))/float64(max(len(idle), 1)), o.proto)
 	}
 	for _, c := range idle {
 		c.Close()
@@ -245,6 +263,14 @@ func openOne(addr string, cfg *tls.Config) (net.Conn, error) {
 		return nil, err
 	}
 	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if c.ConnectionState().NegotiatedProtocol == "h2" {
+		if err := getH2(c); err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.SetDeadline(time.Time{})
+		return c, nil
+	}
 	io.WriteString(c, "GET / HTTP/1.1\r\nHost: tlsidle.test\r\n\r\n")
 	resp, err := http.ReadResponse(bufio.NewReaderSize(c, 512), nil)
 	if err == nil {
@@ -259,6 +285,41 @@ func openOne(addr string, cfg *tls.Config) (net.Conn, error) {
 	}
 	c.SetDeadline(time.Time{})
 	return c, nil
+}
+
+// getH2 sends one GET on stream 1 of an HTTP/2 connection and reads
+// frames until its response ended, acknowledging the server's SETTINGS, so
+// that the connection is then idle in the state a browser's would be.
+func getH2(c net.Conn) error {
+	io.WriteString(c, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+	fr := http2.NewFramer(c, c)
+	fr.WriteSettings()
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range []hpack.HeaderField{{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "https"},
+		{Name: ":path", Value: "/"}, {Name: ":authority", Value: "tlsidle.test"}} {
+		enc.WriteField(f)
+	}
+	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true})
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return err
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				fr.WriteSettingsAck()
+			}
+		case *http2.RSTStreamFrame:
+			return fmt.Errorf("stream reset: %v", f.ErrCode)
+		case *http2.GoAwayFrame:
+			return fmt.Errorf("GOAWAY: %v", f.ErrCode)
+		}
+		if f.Header().StreamID == 1 && f.Header().Flags.Has(http2.FlagDataEndStream) {
+			return nil
+		}
+	}
 }
 
 // partialHello is the start of a ClientHello record that announces 512
