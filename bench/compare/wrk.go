@@ -52,11 +52,13 @@ func writeWrkScript(dir string, sc scenario) (string, error) {
 	return path, os.WriteFile(path, []byte("-- written by bench/compare\n"+sc.lua+wrkDone), 0o644)
 }
 
-// loadResult is one run of the load: wrk's figures, and for bench/tlsload
-// what its handshakes negotiated.
+// loadResult is one run of the load: wrk's figures; for bench/tlsload
+// what its handshakes negotiated, for h2load what its first connection
+// did, and the rest of h2load's summary.
 type loadResult struct {
 	wrkResult
 	tls negotiated
+	h2  h2Result
 }
 
 // runLoad runs the scenario's load against 127.0.0.1:port for d: wrk, or
