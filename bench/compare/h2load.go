@@ -3,8 +3,11 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"time"
@@ -185,4 +188,36 @@ func requireH2(res loadResult) error {
 		return errors.New("h2load: no request completed")
 	}
 	return nil
+}
+
+// runH2load runs h2load, pinned to the load CPU (one thread, as wrk),
+// against https://127.0.0.1:port for d (rounded up to whole seconds):
+// -h2-conns connections of -h2-streams concurrent streams each, offering
+// h2 alone by ALPN, so that a proxy that does not speak it fails the run
+// rather than be measured over HTTP/1.1.
+func (b *bench) runH2load(ctx context.Context, sc scenario, port int, d time.Duration) (loadResult, error) {
+	if b.tools["h2load"] == "" {
+		return loadResult{}, errors.New("no h2load (apt-get install -y nghttp2-client)")
+	}
+	secs := wholeSeconds(d)
+	args := []string{"-c", loadCPU, b.tools["h2load"], "--npn-list=h2", "-t", "1",
+		"-c", strconv.Itoa(b.opt.h2Conns), "-m", strconv.Itoa(b.opt.h2Streams),
+		"-D", strconv.Itoa(secs) + "s", fmt.Sprintf("https://127.0.0.1:%d%s", port, sc.path)}
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "taskset", args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if b.opt.verbose {
+		fmt.Fprintf(os.Stderr, "%s", out)
+	}
+	if err != nil {
+		return loadResult{}, fmt.Errorf("h2load: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	res, err := parseH2load(out)
+	if err != nil {
+		return res, err
+	}
+	return res, requireH2(res)
 }

@@ -3,9 +3,12 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/config"
 )
 
 // The files in testdata are h2load's (nghttp2 1.52) standard output of
@@ -123,5 +126,151 @@ func TestParseH2loadBad(t *testing.T) {
 		if res, err := parseH2load([]byte(out)); err == nil {
 			t.Errorf("%s: parseH2load = %+v, want an error", name, res)
 		}
+	}
+}
+
+// HTTP/2 is a group of its own: neither the default run nor the TLS set
+// needs h2load.
+func TestH2Scenarios(t *testing.T) {
+	if got := expandScenarios([]string{"h2"}); !slices.Equal(got, []string{"h2-small"}) {
+		t.Errorf("h2 = %q, want [h2-small]", got)
+	}
+	if got := expandScenarios([]string{"tls"}); slices.Contains(got, "h2-small") {
+		t.Errorf("tls = %q, want no HTTP/2 scenario", got)
+	}
+	if got := expandScenarios([]string{"all"}); !slices.Contains(got, "h2-small") {
+		t.Errorf("all = %q, want h2-small in it", got)
+	}
+	sc, ok := scenarioByName("h2-small")
+	if !ok || !sc.h2 || !sc.tls || sc.path != "/small" || sc.handshakes || sc.idle {
+		t.Errorf("h2-small = %+v, want h2 over TLS on /small", sc)
+	}
+	o, err := parseFlags([]string{"-scenarios", "h2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(o.scenarios, []string{"h2-small"}) || o.h2Conns != 16 || o.h2Streams != 10 {
+		t.Errorf("-scenarios h2: scenarios %q, h2load -c %d -m %d; want [h2-small], -c 16 -m 10", o.scenarios, o.h2Conns, o.h2Streams)
+	}
+	o, _ = parseFlags(nil)
+	if slices.ContainsFunc(o.scenarios, func(n string) bool { sc, _ := scenarioByName(n); return sc.h2 }) {
+		t.Errorf("default scenarios %q include an HTTP/2 one", o.scenarios)
+	}
+	for _, args := range [][]string{{"-h2-conns", "0"}, {"-h2-streams", "0"}} {
+		if _, err := parseFlags(args); err == nil {
+			t.Errorf("%q: no error", args)
+		}
+	}
+}
+
+// go-relay speaks HTTP/1.1 alone and sits out the HTTP/2 scenario with the
+// reason in its row; direct (plain HTTP) sits it out too; the others are in.
+func TestH2SitsOut(t *testing.T) {
+	sc, _ := scenarioByName("h2-small")
+	for _, name := range []string{"sluice", "nginx", "haproxy", "caddy"} {
+		p, _ := proxyByName(name)
+		if why := p.sitsOutWhy(sc); why != "" {
+			t.Errorf("%s sits out h2-small: %s", name, why)
+		}
+	}
+	relay, _ := proxyByName("go-relay")
+	if why := relay.sitsOutWhy(sc); !strings.Contains(why, "HTTP/1.1 only") {
+		t.Errorf("go-relay in h2-small: %q, want it to sit out, saying why", why)
+	}
+	if tlsSmall, _ := scenarioByName("tls-small"); relay.sitsOut(tlsSmall) {
+		t.Error("go-relay sits out tls-small")
+	}
+	if !direct.sitsOut(sc) {
+		t.Error("direct does not sit out h2-small")
+	}
+}
+
+// In the HTTP/2 scenario every proxy offers h2 on its TLS listener: nginx
+// and HAProxy because they are told to, Caddy and sluice by default, which
+// sluice's config writes out. The TLS scenarios' configs stay as they were.
+func TestH2Configs(t *testing.T) {
+	f := &tlsFiles{cert: "/t/cert.pem", key: "/t/key.pem", pem: "/t/cert-and-key.pem"}
+	tests := []struct {
+		name      string
+		configure func(site) ([]string, []string, error)
+		file      string
+		h2, tls   []string // in the config with h2, and with TLS but not h2
+	}{
+		{"nginx", nginxConfig, "nginx.conf",
+			[]string{"listen 127.0.0.1:8443 ssl http2 backlog=4096;"},
+			[]string{"listen 127.0.0.1:8443 ssl backlog=4096;"}},
+		{"haproxy", haproxyConfig, "haproxy.cfg",
+			[]string{"bind 127.0.0.1:8443 ssl crt /t/cert-and-key.pem alpn h2,http/1.1\n"},
+			[]string{"bind 127.0.0.1:8443 ssl crt /t/cert-and-key.pem\n"}},
+		{"caddy", caddyConfig, "Caddyfile",
+			[]string{"protocols h1 h2\n"},
+			[]string{"protocols h1 h2\n"}},
+		{"sluice", sluiceConfig, "sluice.yaml",
+			[]string{"    protocols: [h2, http/1.1]\n"},
+			[]string{"tls: {min_version: 1.3"}},
+	}
+	for _, tt := range tests {
+		for _, h2 := range []bool{false, true} {
+			dir := t.TempDir()
+			s := site{dir: dir, port: 8443, upstream: "127.0.0.1:9000", noFile: 20000, idleConns: 10000, binary: "/bin/" + tt.name, tls: f, h2: h2}
+			if _, _, err := tt.configure(s); err != nil {
+				t.Fatalf("%s: %v", tt.name, err)
+			}
+			b, err := os.ReadFile(filepath.Join(dir, tt.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, notWant := tt.tls, []string{"http2", "alpn", "protocols: ["}
+			if h2 {
+				want, notWant = tt.h2, nil
+			}
+			for _, line := range want {
+				if !strings.Contains(string(b), line) {
+					t.Errorf("%s, h2 %v: no %q in the config:\n%s", tt.name, h2, line, b)
+				}
+			}
+			for _, word := range notWant {
+				if strings.Contains(string(b), word) {
+					t.Errorf("%s, h2 %v: %q in the config:\n%s", tt.name, h2, word, b)
+				}
+			}
+		}
+	}
+}
+
+// sluice's HTTP/2 config is one sluice's own config package loads and
+// builds, with h2 first in its listener's ALPN list.
+func TestSluiceH2Config(t *testing.T) {
+	dir := t.TempDir()
+	f, err := makeTLSFiles(filepath.Join(dir, "tls"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := site{dir: dir, port: 8443, upstream: "127.0.0.1:9000", binary: "/bin/sluice", tls: f, h2: true}
+	if _, _, err := sluiceConfig(s); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(filepath.Join(dir, "sluice.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Listen) != 1 || cfg.Listen[0].TLS == nil || !slices.Equal(cfg.Listen[0].Protocols, []string{"h2", "http/1.1"}) {
+		t.Fatalf("listeners %+v, want one with tls and protocols [h2 http/1.1]", cfg.Listen)
+	}
+	if _, err := config.Build(cfg); err != nil {
+		t.Errorf("Build: %v", err)
+	}
+}
+
+// h2load rounds that negotiated different protocols do not add up.
+func TestSumHandshakesALPN(t *testing.T) {
+	at := func(alpn string) sample {
+		return sample{tls: negotiated{protocol: "TLSv1.3", cipher: "A", group: "X25519", alpn: alpn}}
+	}
+	if n, errText := sumHandshakes([]sample{at("h2"), at("h2")}); errText != "" || n.alpn != "h2" {
+		t.Errorf("sumHandshakes = %+v, %q; want ALPN h2", n, errText)
+	}
+	if _, errText := sumHandshakes([]sample{at("h2"), at("http/1.1")}); errText == "" {
+		t.Error("rounds of h2 and http/1.1: no error")
 	}
 }

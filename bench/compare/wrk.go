@@ -61,11 +61,14 @@ type loadResult struct {
 	h2  h2Result
 }
 
-// runLoad runs the scenario's load against 127.0.0.1:port for d: wrk, or
-// bench/tlsload for a scenario of TLS handshakes.
+// runLoad runs the scenario's load against 127.0.0.1:port for d: wrk,
+// bench/tlsload for a scenario of TLS handshakes, or h2load for HTTP/2.
 func (b *bench) runLoad(ctx context.Context, sc scenario, port int, d time.Duration) (loadResult, error) {
-	if sc.handshakes {
+	switch {
+	case sc.handshakes:
 		return b.runTLSLoad(ctx, sc, port, d)
+	case sc.h2:
+		return b.runH2load(ctx, sc, port, d)
 	}
 	res, err := b.runWrk(ctx, sc, port, d)
 	return loadResult{wrkResult: res}, err
