@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,8 +13,12 @@ import (
 )
 
 // The files in testdata are h2load's (nghttp2 1.52) standard output of
-// real runs, -c 16 -m 10 --npn-list=h2 against nginx 1.22 over TLS 1.3 unless
-// named otherwise:
+// real runs, -c 16 -m 10 --npn-list=h2 over TLS 1.3:
+//
+//   - h2load-sluice.txt: a measured round of h2-small against sluice,
+//     printed by bench/compare -v;
+//
+// and against nginx 1.22 on its own:
 //
 //   - h2load-nginx.txt: GET /small, answered 200 by nginx itself;
 //   - h2load-302.txt: a location that answers 302;
@@ -32,6 +37,13 @@ func TestParseH2load(t *testing.T) {
 		// notH2 is what requireH2 must say of the run; "" for nothing.
 		notH2 string
 	}{
+		{file: "h2load-sluice.txt", want: loadResult{
+			wrkResult: wrkResult{duration: 2 * time.Second, requests: 22707, bytes: 1069421, p50: -1, p99: -1},
+			tls:       tls13,
+			h2: h2Result{done: 22707, succeeded: 22707, codes: [4]int64{22707, 0, 0, 0},
+				reqMin: 621 * time.Microsecond, reqMax: 183050 * time.Microsecond, reqMean: 13530 * time.Microsecond, reqSD: 16250 * time.Microsecond,
+				withinSDPct: 94.71},
+		}},
 		{file: "h2load-nginx.txt", want: loadResult{
 			wrkResult: wrkResult{duration: 2 * time.Second, requests: 127851, bytes: 11635225, p50: -1, p99: -1},
 			tls:       tls13,
@@ -272,5 +284,68 @@ func TestSumHandshakesALPN(t *testing.T) {
 	}
 	if _, errText := sumHandshakes([]sample{at("h2"), at("http/1.1")}); errText == "" {
 		t.Error("rounds of h2 and http/1.1: no error")
+	}
+}
+
+// The HTTP/2 target holds sluice to HAProxy, not nginx.
+func TestVerdictsH2(t *testing.T) {
+	sc, _ := scenarioByName("h2-small")
+	at := func(round int, cpu float64) sample {
+		return sample{wrkResult: wrkResult{requests: 1000, duration: time.Second, p50: -1, p99: -1}, cpu: cpu, round: round}
+	}
+	loads := []loadRow{
+		{sc: sc, name: "sluice", samples: []sample{at(0, 0.9), at(1, 1.8)}},
+		{sc: sc, name: "nginx", samples: []sample{at(0, 0.5), at(1, 1)}},
+		{sc: sc, name: "haproxy", samples: []sample{at(0, 1), at(1, 2)}},
+	}
+	vs := verdicts(loads, nil)
+	if len(vs) != 1 || vs[0].what != "HTTP/2 small GET: CPU per request ÷ HAProxy" || math.Abs(vs[0].got-0.9) > 1e-9 || vs[0].missBy != 0 {
+		t.Fatalf("verdicts = %+v, want one, 0.9 of HAProxy's, met", vs)
+	}
+	// Without HAProxy the target is not checked, whatever nginx did.
+	if vs := verdicts(loads[:2], nil); len(vs) != 0 {
+		t.Errorf("without haproxy: verdicts = %+v, want none", vs)
+	}
+}
+
+// The HTTP/2 table: counts summed over the rounds, the least and most
+// time for a request over them, CPU per request ÷ HAProxy; a row that sits
+// out says why; every line has as many cells as the header.
+func TestH2Table(t *testing.T) {
+	sc, _ := scenarioByName("h2-small")
+	at := func(round int, cpu float64, mean time.Duration) sample {
+		return sample{
+			wrkResult: wrkResult{requests: 1000, duration: time.Second, p50: -1, p99: -1}, cpu: cpu, round: round,
+			h2: h2Result{done: 1000, codes: [4]int64{998, 0, 2, 0}, errored: 1,
+				reqMin: mean / 10, reqMax: mean * 10, reqMean: mean, reqSD: mean / 2, withinSDPct: 90},
+		}
+	}
+	rows := []loadRow{
+		{sc: sc, name: "sluice", samples: []sample{at(0, 0.8, time.Millisecond), at(1, 1.6, 2*time.Millisecond), at(2, 2.4, 3*time.Millisecond)}},
+		{sc: sc, name: "haproxy", samples: []sample{at(0, 1, time.Millisecond), at(1, 2, time.Millisecond), at(2, 3, time.Millisecond)}},
+		{sc: sc, name: "go-relay", failure: "sits out: go-relay speaks HTTP/1.1 only (crypto/tls with no ALPN)"},
+		{sc: sc, name: direct.name, failure: "sits out this scenario"},
+	}
+	var out strings.Builder
+	(&bench{}).h2Table(&out, rows)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 7 { // title, blank, header, rule, sluice, haproxy, go-relay; no direct
+		t.Fatalf("%d lines, want 7:\n%s", len(lines), out.String())
+	}
+	cells := strings.Count(lines[2], "|")
+	for _, line := range lines[3:] {
+		if n := strings.Count(line, "|"); n != cells {
+			t.Errorf("%d cells, want %d: %s", n-1, cells-1, line)
+		}
+	}
+	for _, want := range []string{
+		"| HTTP/2 small GET (h2load) | sluice | 3000 | 2994 | 0 | 6 | 0 | 3 | 0.10 ms | 2.00 ms | 1.00 ms | 30.0 ms | 90.0% | 0.80 |",
+		"| haproxy | 3000 |",
+		"| go-relay | — |",
+		"HTTP/1.1 only",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q in:\n%s", want, out.String())
+		}
 	}
 }
