@@ -52,6 +52,8 @@ type options struct {
 	conns     int
 	threads   int
 	idleConns int
+	h2Conns   int
+	h2Streams int
 	settle    time.Duration
 	sluice    string
 	sluiceB   string
@@ -71,6 +73,8 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.conns, "connections", 64, "wrk connections")
 	fs.IntVar(&o.threads, "threads", 1, "wrk threads (all on CPU 1)")
 	fs.IntVar(&o.idleConns, "idle-conns", 10000, "connections opened in the idle scenarios")
+	fs.IntVar(&o.h2Conns, "h2-conns", 16, "h2load connections (-c) in the HTTP/2 scenarios")
+	fs.IntVar(&o.h2Streams, "h2-streams", 10, "h2load concurrent streams per connection (-m) in the HTTP/2 scenarios")
 	fs.DurationVar(&o.settle, "idle-settle", 2*time.Second, "how long after the idle connections opened their RSS is read (Go forces a collection every 2 minutes: 130s leaves no handshake garbage in the Go proxies' heaps)")
 	fs.StringVar(&o.sluice, "sluice", "", "sluice `binary` to test (default: build ./cmd/sluice into the temp dir)")
 	fs.StringVar(&o.sluiceB, "sluice-b", "", "a second sluice `binary`, run as proxy sluice-b beside sluice: an A/B comparison of two builds")
@@ -110,7 +114,7 @@ func parseFlags(args []string) (options, error) {
 			for _, sc := range scenarios {
 				known = append(known, sc.name)
 			}
-			return o, fmt.Errorf("-scenarios: unknown scenario %q (known: %s; groups: plain, tls, all)", name, strings.Join(known, ", "))
+			return o, fmt.Errorf("-scenarios: unknown scenario %q (known: %s; groups: plain, tls, h2, all)", name, strings.Join(known, ", "))
 		}
 		o.scenarios = append(o.scenarios, name)
 	}
@@ -129,6 +133,8 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("-connections and -threads must be at least 1, threads <= connections")
 	case o.idleConns < 1:
 		return o, errors.New("-idle-conns must be at least 1")
+	case o.h2Conns < 1 || o.h2Streams < 1:
+		return o, errors.New("-h2-conns and -h2-streams must be at least 1")
 	case o.settle < 0:
 		return o, errors.New("-idle-settle must not be negative")
 	case (o.sluiceB != "") != slices.Contains(o.proxies, "sluice-b"):
@@ -262,8 +268,11 @@ func (b *bench) findTools() bool {
 	if slices.ContainsFunc(b.opt.proxies, builtHere) || b.wants(func(sc scenario) bool { return sc.handshakes }) {
 		needs = append(needs, need{"go", "golang-go"})
 	}
-	if b.wants(func(sc scenario) bool { return sc.tls && !sc.handshakes }) {
+	if b.wants(func(sc scenario) bool { return sc.tls && !sc.handshakes && !sc.h2 }) {
 		needs = append(needs, need{"openssl", "openssl"})
+	}
+	if b.wants(func(sc scenario) bool { return sc.h2 }) {
+		needs = append(needs, need{"h2load", "nghttp2-client"})
 	}
 	var missing, pkgs []string
 	fatal := false
@@ -282,6 +291,8 @@ func (b *bench) findTools() bool {
 			b.note("sluice (unless -sluice is given), go-relay and bench/tlsload (the load of tls-close and tls-resume) skipped: no `go` to build them with")
 		case "openssl":
 			b.note("what each proxy negotiates with wrk's OpenSSL is not checked: no `openssl`")
+		case "h2load":
+			b.note("the HTTP/2 scenarios are not measured: no `h2load`")
 		default:
 			b.note(n.tool + " skipped: not installed")
 		}
@@ -339,7 +350,7 @@ func (b *bench) setup() error {
 		b.note(fmt.Sprintf("idle scenario lowered to %d connections to fit RLIMIT_NOFILE %d", b.opt.idleConns, b.noFile))
 	}
 	for _, sc := range scenarios {
-		if sc.idle || sc.handshakes {
+		if sc.idle || sc.handshakes || sc.h2 {
 			continue
 		}
 		if b.scripts[sc.name], err = writeWrkScript(b.dir, sc); err != nil {
@@ -500,6 +511,7 @@ func (b *bench) startProxy(p proxy, sc scenario, tag string) (*child, int, error
 	if sc.tls {
 		s.tls, check = b.tls, b.tls.clientTLS()
 	}
+	s.h2 = sc.h2
 	if sc.idle {
 		s.idleTimeout = keepIdle(b.opt.settle)
 	}

@@ -29,6 +29,11 @@ type site struct {
 	// tls is the certificate to serve TLS 1.3 with, on the proxy's one
 	// listener; nil for plain HTTP.
 	tls *tlsFiles
+	// h2 makes the TLS listener offer HTTP/2 by ALPN, h2 before
+	// http/1.1. Caddy and sluice do in every TLS scenario, by default;
+	// nginx and HAProxy only when asked, so only in the HTTP/2 scenarios,
+	// which leaves the TLS scenarios' configs as they were.
+	h2 bool
 	// idleTimeout is how long a client keep-alive connection may idle
 	// before the proxy closes it; 0 for the proxy's own (60 s for sluice
 	// and as HAProxy is set, 75 s for nginx, 5 minutes for Caddy).
@@ -64,6 +69,9 @@ type proxy struct {
 	notIn []string
 	// noTLS makes the proxy sit out the TLS scenarios.
 	noTLS bool
+	// noH2 says why the proxy sits out the HTTP/2 scenarios; "" when it
+	// does not.
+	noH2 string
 }
 
 var proxies = []proxy{
@@ -89,14 +97,24 @@ var proxies = []proxy{
 	// connections, nothing else (over TLS, crypto/tls as it comes). It
 	// shows what the runtime costs apart from sluice's own work. It holds
 	// 68 KiB of buffers per connection, so it sits out the idle
-	// scenarios, and it writes no access log.
-	{name: "go-relay", configure: relayConfig, notIn: []string{"idle", "tls-idle", "logged"}},
+	// scenarios, and it writes no access log. It speaks HTTP/1.1 alone.
+	{name: "go-relay", configure: relayConfig, notIn: []string{"idle", "tls-idle", "logged"},
+		noH2: "go-relay speaks HTTP/1.1 only (crypto/tls with no ALPN)"},
+}
+
+// sitsOutWhy says why p is left out of scenario sc; "" when it is not.
+func (p proxy) sitsOutWhy(sc scenario) string {
+	switch {
+	case sc.h2 && p.noH2 != "":
+		return "sits out: " + p.noH2
+	case slices.Contains(p.notIn, sc.name) || sc.tls && p.noTLS:
+		return "sits out this scenario"
+	}
+	return ""
 }
 
 // sitsOut reports whether p is left out of scenario sc.
-func (p proxy) sitsOut(sc scenario) bool {
-	return slices.Contains(p.notIn, sc.name) || sc.tls && p.noTLS
-}
+func (p proxy) sitsOut(sc scenario) bool { return p.sitsOutWhy(sc) != "" }
 
 // isSluice reports whether a proxy is sluice, in any configuration or build.
 func isSluice(name string) bool { return strings.HasPrefix(name, "sluice") }
@@ -146,6 +164,11 @@ func sluiceWith(s site, pool string) ([]string, []string, error) {
 	tlsConf := ""
 	if s.tls != nil {
 		tlsConf = fmt.Sprintf("    tls: {min_version: 1.3, certificates: [{cert: %q, key: %q}]}\n", s.tls.cert, s.tls.key)
+	}
+	// h2 first is sluice's default on a TLS listener; the HTTP/2
+	// scenarios write it out, so that the config says what is measured.
+	if s.tls != nil && s.h2 {
+		tlsConf += "    protocols: [h2, http/1.1]\n"
 	}
 	timeouts := ""
 	if s.idleTimeout > 0 {
@@ -221,6 +244,10 @@ func nginxConfig(s site) ([]string, []string, error) {
 	listen, tlsConf := "", ""
 	if s.tls != nil {
 		listen = " ssl"
+		if s.h2 {
+			// nginx 1.22's way; "http2 on;" came in 1.25.1.
+			listen += " http2"
+		}
 		tlsConf = fmt.Sprintf(`        ssl_certificate %s;
         ssl_certificate_key %s;
         ssl_protocols TLSv1.3;
@@ -271,6 +298,9 @@ func haproxyConfig(s site) ([]string, []string, error) {
 	if s.tls != nil {
 		globalTLS = "    ssl-default-bind-ciphersuites TLS_AES_128_GCM_SHA256\n    ssl-default-bind-options ssl-min-ver TLSv1.3\n"
 		bindTLS = " ssl crt " + s.tls.pem
+		if s.h2 {
+			bindTLS += " alpn h2,http/1.1"
+		}
 	}
 	idle := "60s"
 	if s.idleTimeout > 0 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -58,6 +59,10 @@ func (b *bench) environment() environment {
 	}
 	add("nginx", b.tools["nginx"], "-v")
 	add("wrk", b.tools["wrk"], "-v")
+	if b.tools["h2load"] != "" {
+		add("h2load", b.tools["h2load"], "--version")
+		e.versions[len(e.versions)-1][2] = "the load of the HTTP/2 scenarios"
+	}
 	if b.tls != nil && b.tools["openssl"] != "" {
 		add("openssl", b.tools["openssl"], "version")
 		e.versions[len(e.versions)-1][2] = "wrk's TLS library, and the check of what each proxy negotiates"
@@ -225,7 +230,7 @@ func (b *bench) report(w io.Writer, e environment, loads []loadRow, idles []idle
 		"RLIMIT_NOFILE %d. Run took %s.\n",
 		proxyCPU, b.opt.threads, b.opt.conns, loadCPU, b.opt.rounds, b.opt.duration, b.opt.warmup, min(b.opt.rounds, idleRounds),
 		b.noFile, e.elapsed.Round(time.Second))
-	if b.tls != nil {
+	if b.wants(func(sc scenario) bool { return sc.tls && !sc.h2 }) {
 		fmt.Fprintf(w, "\nTLS scenarios: every proxy serves the same certificate, made for the run (ECDSA P-256, signed by a CA made for the run), "+
 			"TLS 1.3 only, with the cipher suite Go's servers choose, TLS_AES_128_GCM_SHA256 (nginx and HAProxy are set to it), "+
 			"and session tickets as each issues them by default; the upstream stays plain HTTP. "+
@@ -236,6 +241,16 @@ func (b *bench) report(w io.Writer, e environment, loads []loadRow, idles []idle
 			"tls-idle's connections are this program's (crypto/tls). All the clients offer X25519 alone, as OpenSSL 3.0's client does, and no ALPN.\n",
 			b.opt.conns, loadCPU)
 	}
+	if b.wants(func(sc scenario) bool { return sc.h2 }) {
+		fmt.Fprintf(w, "\nHTTP/2 scenarios: h2load (one thread on CPU %s, %d connections × %d concurrent streams) offers ALPN h2 alone, over TLS 1.3 "+
+			"with the TLS scenarios' certificate (made for the run, ECDSA P-256) and cipher suite (TLS_AES_128_GCM_SHA256; nginx and HAProxy are set to it); "+
+			"the TLS table shows what its first connection negotiated in every round. Every proxy serves h2 and HTTP/1.1 on its TLS listener "+
+			"(nginx `listen … ssl http2`, HAProxy `alpn h2,http/1.1`, Caddy and sluice by default), the upstream stays HTTP/1.1. "+
+			"A round whose handshake did not settle on h2 fails the row. h2load reports no latency percentiles: "+
+			"its rows have no p50 or p99, and the HTTP/2 table gives what it does report of the time for a request. "+
+			"Errors are every request that got no 2xx: h2load's failed (non-2xx/3xx statuses, and the errored: resets, connection errors, timeouts) and its 3xx.\n",
+			loadCPU, b.opt.h2Conns, b.opt.h2Streams)
+	}
 	if len(b.notes) > 0 {
 		fmt.Fprintln(w)
 		for _, n := range b.notes {
@@ -245,6 +260,7 @@ func (b *bench) report(w io.Writer, e environment, loads []loadRow, idles []idle
 	if len(loads) > 0 {
 		b.loadTable(w, loads)
 		b.tlsTable(w, loads)
+		b.h2Table(w, loads)
 	}
 	for _, name := range b.opt.scenarios {
 		var rows []idleRow
@@ -313,24 +329,81 @@ func (b *bench) tlsTable(w io.Writer, rows []loadRow) {
 		return
 	}
 	fmt.Fprintf(w, "\n### TLS negotiated\n\n")
-	fmt.Fprintln(w, "| scenario | proxy | seen by | protocol | cipher suite | key exchange | handshakes measured |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|--:|")
+	fmt.Fprintln(w, "| scenario | proxy | seen by | protocol | cipher suite | key exchange | ALPN | handshakes measured |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|--:|")
 	for _, r := range rows {
 		if !r.sc.tls || r.name == direct.name || len(r.samples) == 0 && r.failure != "" {
 			continue
 		}
-		by, hs := "openssl s_client, once before the rounds", "—"
-		if r.sc.handshakes {
+		by, hs, alpn := "openssl s_client, once before the rounds", "—", cmp.Or(r.tls.alpn, "—")
+		switch {
+		case r.sc.h2:
+			by = "h2load, its first connection in every round"
+		case r.sc.handshakes:
 			by = "bench/tlsload, every handshake of the rounds"
 			if total := r.tls.full + r.tls.resumed; total > 0 {
 				hs = fmt.Sprintf("%d full, %d resumed (%.1f%%)", r.tls.full, r.tls.resumed, 100*float64(r.tls.resumed)/float64(total))
 			}
 		}
 		if r.tlsErr != "" {
-			fmt.Fprintf(w, "| %s | %s | %s | %s | | | %s |\n", r.sc.title, r.name, by, r.tlsErr, hs)
+			fmt.Fprintf(w, "| %s | %s | %s | %s | | | | %s |\n", r.sc.title, r.name, by, r.tlsErr, hs)
 			continue
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", r.sc.title, r.name, by, r.tls.protocol, r.tls.cipher, r.tls.group, hs)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.sc.title, r.name, by, r.tls.protocol, r.tls.cipher, r.tls.group, alpn, hs)
+	}
+}
+
+// h2Table gives what h2load reports beyond the load table: the requests
+// by outcome, summed over the rounds, and the time for a request as h2load
+// sums it up (no percentiles): the least and the most over the rounds,
+// the mean, the deviation and the share within mean ± sd as medians. CPU
+// per request is divided by HAProxy's too, the proxy sluice is held to
+// over HTTP/2.
+func (b *bench) h2Table(w io.Writer, rows []loadRow) {
+	if !slices.ContainsFunc(rows, func(r loadRow) bool { return r.sc.h2 }) {
+		return
+	}
+	fmt.Fprintf(w, "\n### HTTP/2 (h2load)\n\n")
+	fmt.Fprintln(w, "| scenario | proxy | requests done | 2xx | 3xx | 4xx | 5xx | errored | time for request: min | mean | sd | max | within mean ± sd | CPU/req ÷ HAProxy |")
+	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	ref := map[string]loadRow{}
+	for _, r := range rows {
+		if r.sc.h2 && r.name == "haproxy" && len(r.samples) > 0 {
+			ref[r.sc.name] = r
+		}
+	}
+	for _, r := range rows {
+		if !r.sc.h2 || r.name == direct.name {
+			continue
+		}
+		if len(r.samples) == 0 {
+			fmt.Fprintf(w, "| %s | %s | — | | | | | | | | | | | %s |\n", r.sc.title, r.name, r.failure)
+			continue
+		}
+		var h h2Result
+		h.reqMin = time.Duration(math.MaxInt64)
+		for _, s := range r.samples {
+			h.done += s.h2.done
+			for i := range h.codes {
+				h.codes[i] += s.h2.codes[i]
+			}
+			h.errored += s.h2.errored
+			h.reqMin, h.reqMax = min(h.reqMin, s.h2.reqMin), max(h.reqMax, s.h2.reqMax)
+		}
+		mean := medianOf(r.samples, func(s sample) float64 { return float64(s.h2.reqMean) })
+		sd := medianOf(r.samples, func(s sample) float64 { return float64(s.h2.reqSD) })
+		within := medianOf(r.samples, func(s sample) float64 { return s.h2.withinSDPct })
+		ratio := "—"
+		if n, ok := ref[r.sc.name]; ok && r.samples[0].cpu >= 0 {
+			ratio = fmtFloat(pairedRatio(r.samples, n.samples, cpuPerRequest), "%.2f")
+		}
+		note := ""
+		if r.failure != "" {
+			note = " (" + r.failure + ")"
+		}
+		fmt.Fprintf(w, "| %s | %s | %d%s | %d | %d | %d | %d | %d | %s | %s | %s | %s | %.1f%% | %s |\n",
+			r.sc.title, r.name, h.done, note, h.codes[0], h.codes[1], h.codes[2], h.codes[3], h.errored,
+			fmtLatency(h.reqMin), fmtLatency(time.Duration(mean)), fmtLatency(time.Duration(sd)), fmtLatency(h.reqMax), within, ratio)
 	}
 }
 
@@ -381,9 +454,13 @@ func (b *bench) idleTable(w io.Writer, rows []idleRow) {
 	}
 }
 
+// fmtLatency formats a latency in milliseconds; a negative one is one the
+// load generator does not report (h2load's percentiles).
 func fmtLatency(d time.Duration) string {
 	ms := float64(d) / float64(time.Millisecond)
 	switch {
+	case d < 0:
+		return "—"
 	case ms < 10:
 		return fmt.Sprintf("%.2f ms", ms)
 	case ms < 100:

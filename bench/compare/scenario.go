@@ -27,6 +27,9 @@ type scenario struct {
 	// connection per request, each with a full handshake, or with resume
 	// each after a client's first resuming the session its last one got.
 	handshakes, resume bool
+	// h2 makes the load h2load, HTTP/2 over TLS: the proxies offer h2 by
+	// ALPN beside HTTP/1.1, and the upstream stays HTTP/1.1.
+	h2 bool
 }
 
 var scenarios = []scenario{
@@ -42,13 +45,17 @@ var scenarios = []scenario{
 	{name: "tls-resume", title: "TLS conn per request, resumed", path: "/small", tls: true, handshakes: true, resume: true},
 	{name: "tls-1m", title: "TLS 1 MiB GET", path: "/1m", tls: true},
 	{name: "tls-idle", title: "idle TLS connections", idle: true, tls: true},
+	{name: "h2-small", title: "HTTP/2 small GET (h2load)", path: "/small", tls: true, h2: true},
 }
 
-// scenarioGroups are names -scenarios takes for several scenarios.
+// scenarioGroups are names -scenarios takes for several scenarios. The
+// HTTP/2 ones are a group of their own, so that the TLS set still needs
+// no more than wrk and openssl.
 var scenarioGroups = map[string]func(scenario) bool{
 	"all":   func(scenario) bool { return true },
 	"plain": func(sc scenario) bool { return !sc.tls },
-	"tls":   func(sc scenario) bool { return sc.tls },
+	"tls":   func(sc scenario) bool { return sc.tls && !sc.h2 },
+	"h2":    func(sc scenario) bool { return sc.h2 },
 }
 
 // expandScenarios replaces each group name in names by its scenarios, in
@@ -89,7 +96,8 @@ type sample struct {
 	cpu0, cpu1 float64       // share of the window each CPU was busy, all processes
 	upConns    int64         // connections the upstream accepted during the run; -1 if not known
 	round      int           // which round it was measured in
-	tls        negotiated    // the handshakes of the run, as bench/tlsload counted them
+	tls        negotiated    // the handshakes of the run, as bench/tlsload counted them; h2load's first
+	h2         h2Result      // the rest of h2load's summary
 }
 
 // upstreamPer1k is the upstream connections opened per 1000 requests
@@ -142,8 +150,8 @@ func (b *bench) loadScenario(sc scenario) []loadRow {
 	rows := make([]loadRow, len(b.targets))
 	for i, p := range b.targets {
 		rows[i] = loadRow{sc: sc, name: p.name}
-		if p.sitsOut(sc) {
-			rows[i].failure = "sits out this scenario"
+		if why := p.sitsOutWhy(sc); why != "" {
+			rows[i].failure = why
 			continue
 		}
 		l := &live{row: &rows[i], p: p}
@@ -158,7 +166,8 @@ func (b *bench) loadScenario(sc scenario) []loadRow {
 			}
 			defer c.stop()
 			l.c, l.port = c, port
-			if sc.tls && !sc.handshakes {
+			// h2load says what it negotiated itself, in every run.
+			if sc.tls && !sc.handshakes && !sc.h2 {
 				b.checkTLS(ctx, sc, l)
 			}
 		}
@@ -185,6 +194,12 @@ func (b *bench) loadScenario(sc scenario) []loadRow {
 			}
 			s.round = r
 			l.row.samples = append(l.row.samples, s)
+			if sc.h2 {
+				fmt.Fprintf(os.Stderr, "compare: [%s] round %d/%d %-7s %8.0f req/s  %s  time for request mean %s max %s  errors %d (failed %d, errored %d, 3xx %d)  proxy CPU %s  others on CPU0 %s  CPU1 busy %s\n",
+					sc.name, r+1, b.opt.rounds, l.p.name, rate(s.requests, s.duration), s.tls, fmtLatency(s.h2.reqMean), fmtLatency(s.h2.reqMax),
+					s.sockErrs+s.status, s.h2.failed, s.h2.errored, s.h2.codes[1], fmtPct(s.cpu/s.wall.Seconds()), fmtPct(s.others0()), fmtPct(s.cpu1))
+				continue
+			}
 			fmt.Fprintf(os.Stderr, "compare: [%s] round %d/%d %-7s %8.0f req/s  p99 %-9s errors %d  proxy CPU %s  others on CPU0 %s  CPU1 busy %s  upstream conns / 1k req %s\n",
 				sc.name, r+1, b.opt.rounds, l.p.name, rate(s.requests, s.duration), fmtLatency(s.p99),
 				s.sockErrs+s.status, fmtPct(s.cpu/s.wall.Seconds()), fmtPct(s.others0()), fmtPct(s.cpu1), fmtPer1k(s.upstreamPer1k()))
@@ -198,7 +213,7 @@ func (b *bench) loadScenario(sc scenario) []loadRow {
 		if l.c != nil {
 			l.row.peakKB = groupUsage(l.c.pid()).hwmKB
 		}
-		if sc.handshakes && len(l.row.samples) > 0 {
+		if (sc.handshakes || sc.h2) && len(l.row.samples) > 0 {
 			l.row.tls, l.row.tlsErr = sumHandshakes(l.row.samples)
 		}
 	}
@@ -223,12 +238,13 @@ func (b *bench) checkTLS(ctx context.Context, sc scenario, l *live) {
 }
 
 // sumHandshakes adds up the handshakes bench/tlsload counted in each
-// round. Rounds that negotiated differently make it an error.
+// round; for h2load, it checks that every round negotiated the same.
+// Rounds that negotiated differently make it an error.
 func sumHandshakes(ss []sample) (negotiated, string) {
 	var n negotiated
 	for _, s := range ss {
 		if n.protocol == "" {
-			n.protocol, n.cipher, n.group = s.tls.protocol, s.tls.cipher, s.tls.group
+			n.protocol, n.cipher, n.group, n.alpn = s.tls.protocol, s.tls.cipher, s.tls.group, s.tls.alpn
 		} else if n.String() != s.tls.String() {
 			return n, fmt.Sprintf("rounds negotiated both %s and %s", n, s.tls)
 		}
@@ -257,7 +273,7 @@ func (b *bench) measure(ctx context.Context, sc scenario, l *live) (sample, erro
 	if err != nil {
 		return sample{}, err
 	}
-	s := sample{wrkResult: res.wrkResult, tls: res.tls, wall: wall, cpu: -1, cpu0: t1.busySince(t0, 0), cpu1: t1.busySince(t0, 1), upConns: -1}
+	s := sample{wrkResult: res.wrkResult, tls: res.tls, h2: res.h2, wall: wall, cpu: -1, cpu0: t1.busySince(t0, 0), cpu1: t1.busySince(t0, 1), upConns: -1}
 	if l.c != nil {
 		if !l.c.alive() {
 			return sample{}, fmt.Errorf("%s exited during the run (%v): %s", l.p.name, l.c.err, l.c.logTail())

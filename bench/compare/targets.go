@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -14,10 +15,11 @@ type goal struct {
 	what     string  // the figure, as the table names it
 	limit    float64 // the bound
 	atLeast  bool    // the figure must be ≥ limit (else ≤ limit)
-	// figure is what sluice's samples are divided by nginx's, round by
+	// figure is what sluice's samples are divided by ref's, round by
 	// round; nil for the idle scenarios, whose figure is bytes of RSS per
 	// connection.
 	figure func(sample) float64
+	ref    string // the proxy sluice is held to; "" for nginx
 }
 
 var goals = []goal{
@@ -33,6 +35,7 @@ var goals = []goal{
 	{scenario: "tls-resume", what: "TLS resumed handshake per request: CPU per request ÷ nginx", limit: 1, figure: cpuPerRequest},
 	{scenario: "tls-1m", what: "TLS 1 MiB GET: MB/s ÷ nginx", limit: 1, atLeast: true, figure: bytesPerSecond},
 	{scenario: "tls-idle", what: "idle TLS keep-alive connection: RSS each", limit: 8192},
+	{scenario: "h2-small", what: "HTTP/2 small GET: CPU per request ÷ HAProxy", limit: 1, figure: cpuPerRequest, ref: "haproxy"},
 }
 
 func p99(s sample) float64            { return float64(s.p99) }
@@ -59,8 +62,8 @@ func check(g goal, got float64) verdict {
 	return v
 }
 
-// verdicts checks every goal whose scenario ran with both sluice and
-// nginx (idle scenarios: with sluice).
+// verdicts checks every goal whose scenario ran with both sluice and the
+// proxy it is held to, nginx or another (idle scenarios: with sluice).
 func verdicts(loads []loadRow, idles []idleRow) []verdict {
 	var out []verdict
 	for _, g := range goals {
@@ -78,7 +81,7 @@ func verdicts(loads []loadRow, idles []idleRow) []verdict {
 			case r.sc.name != g.scenario:
 			case r.name == "sluice":
 				s = r
-			case r.name == "nginx":
+			case r.name == cmp.Or(g.ref, "nginx"):
 				n = r
 			}
 		}

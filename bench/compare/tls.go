@@ -112,11 +112,16 @@ func (f *tlsFiles) clientTLS() *tls.Config {
 // negotiated is what a TLS handshake settled on, as a client saw it.
 type negotiated struct {
 	protocol, cipher, group string
-	full, resumed           int64 // handshakes of each kind; both 0 for a single check
+	alpn                    string // the application protocol, for h2load; "" for none or not known
+	full, resumed           int64  // handshakes of each kind; both 0 for a single check
 }
 
 func (n negotiated) String() string {
-	return fmt.Sprintf("%s %s %s", n.protocol, n.cipher, n.group)
+	s := fmt.Sprintf("%s %s %s", n.protocol, n.cipher, n.group)
+	if n.alpn != "" {
+		s += " ALPN " + n.alpn
+	}
+	return s
 }
 
 // sslCheck asks openssl s_client, the OpenSSL that wrk links, what a

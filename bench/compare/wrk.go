@@ -52,18 +52,23 @@ func writeWrkScript(dir string, sc scenario) (string, error) {
 	return path, os.WriteFile(path, []byte("-- written by bench/compare\n"+sc.lua+wrkDone), 0o644)
 }
 
-// loadResult is one run of the load: wrk's figures, and for bench/tlsload
-// what its handshakes negotiated.
+// loadResult is one run of the load: wrk's figures; for bench/tlsload
+// what its handshakes negotiated, for h2load what its first connection
+// did, and the rest of h2load's summary.
 type loadResult struct {
 	wrkResult
 	tls negotiated
+	h2  h2Result
 }
 
-// runLoad runs the scenario's load against 127.0.0.1:port for d: wrk, or
-// bench/tlsload for a scenario of TLS handshakes.
+// runLoad runs the scenario's load against 127.0.0.1:port for d: wrk,
+// bench/tlsload for a scenario of TLS handshakes, or h2load for HTTP/2.
 func (b *bench) runLoad(ctx context.Context, sc scenario, port int, d time.Duration) (loadResult, error) {
-	if sc.handshakes {
+	switch {
+	case sc.handshakes:
 		return b.runTLSLoad(ctx, sc, port, d)
+	case sc.h2:
+		return b.runH2load(ctx, sc, port, d)
 	}
 	res, err := b.runWrk(ctx, sc, port, d)
 	return loadResult{wrkResult: res}, err
