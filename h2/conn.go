@@ -226,7 +226,7 @@ func NewConn(nc net.Conn, prefix []byte, s *Settings, h Handler) *Conn {
 	c := &Conn{nc: nc, s: s.withDefaults(), h: h}
 	c.lim = defaultLimits(&c.s)
 	c.log = c.s.ErrorLog
-	c.rd = connReader{c: c, prefix: prefix}
+	c.rd = connReader{nc: nc, k: c, prefix: prefix}
 	c.peerWindow = defaultWindow
 	c.peerMaxFrame = defaultMaxFrame
 	c.sendWin = defaultWindow
@@ -484,8 +484,14 @@ func (c *Conn) readErr() error {
 
 // frameErr converts what the Framer says about a frame it would not parse.
 func (c *Conn) frameErr(err error, fh http2.FrameHeader) error {
+	return frameError(c.fr, err, fh)
+}
+
+// frameError converts what fr says about a frame it would not parse into a
+// connErr or a streamErr.
+func frameError(fr *http2.Framer, err error, fh http2.FrameHeader) error {
 	reason := "malformed " + fh.Type.String() + " frame"
-	if d := c.fr.ErrorDetail(); d != nil {
+	if d := fr.ErrorDetail(); d != nil {
 		reason = d.Error()
 	}
 	var ce http2.ConnectionError

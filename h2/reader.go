@@ -1,6 +1,9 @@
 package h2
 
-import "sync"
+import (
+	"net"
+	"sync"
+)
 
 // connReader is the Framer's input: first the prefix the caller had already
 // read, then the connection. It buffers, but holds a buffer only while
@@ -10,13 +13,18 @@ import "sync"
 // idle connection holds no read buffer. Only when that read brought
 // something does it borrow a buffer to take in what follows in one read.
 type connReader struct {
-	c      *Conn
+	nc     net.Conn
+	k      kicker // told before each wait for input
 	prefix []byte
 	buf    *[]byte // borrowed from readBufs, nil when empty
 	r, w   int
 	hot    bool  // the last read from the connection returned data
 	err    error // the first error reading the connection, kept
 }
+
+// kicker is the side of a connection that writes what it owes the peer;
+// kick starts that writing without waiting for it.
+type kicker interface{ kick() }
 
 const readBufSize = 16 << 10
 
@@ -46,9 +54,9 @@ func (cr *connReader) Read(p []byte) (int, error) {
 		return 0, nil
 	}
 	// About to wait for the client: let what we owe it go first.
-	cr.c.kick()
+	cr.k.kick()
 	if !cr.hot || len(p) >= readBufSize {
-		n, err := cr.c.nc.Read(p)
+		n, err := cr.nc.Read(p)
 		cr.hot = n > 0
 		if err != nil {
 			cr.err = err
@@ -60,7 +68,7 @@ func (cr *connReader) Read(p []byte) (int, error) {
 	}
 	cr.hot = false
 	cr.buf = readBufs.Get().(*[]byte)
-	n, err := cr.c.nc.Read(*cr.buf)
+	n, err := cr.nc.Read(*cr.buf)
 	cr.r, cr.w = 0, n
 	if err != nil {
 		cr.err = err
