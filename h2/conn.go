@@ -484,8 +484,14 @@ func (c *Conn) readErr() error {
 
 // frameErr converts what the Framer says about a frame it would not parse.
 func (c *Conn) frameErr(err error, fh http2.FrameHeader) error {
+	return frameError(c.fr, err, fh)
+}
+
+// frameError converts what fr says about a frame it would not parse into a
+// connErr or a streamErr.
+func frameError(fr *http2.Framer, err error, fh http2.FrameHeader) error {
 	reason := "malformed " + fh.Type.String() + " frame"
-	if d := c.fr.ErrorDetail(); d != nil {
+	if d := fr.ErrorDetail(); d != nil {
 		reason = d.Error()
 	}
 	var ce http2.ConnectionError

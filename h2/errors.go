@@ -17,22 +17,26 @@ var ErrConnClosed = errors.New("h2: connection closed")
 // final header block has been sent.
 var ErrStreamDone = errors.New("h2: response already ended")
 
-// ResetError says that a stream was reset with RST_STREAM: by the client when
-// Remote is set, by this side (Stream.Reset, or the engine on a stream error)
-// otherwise. A REFUSED_STREAM from this side means the request was not
-// processed (RFC 9113 §8.7).
+// ResetError says that a stream was reset with RST_STREAM: by the peer (the
+// client of a Stream, the server of a ClientStream) when Remote is set, by
+// this side (Reset, or the engine on a stream error) otherwise. Reason, when
+// set, says why this side reset it. A REFUSED_STREAM from the server means
+// the request was not processed (RFC 9113 §8.7); see NotProcessed.
 type ResetError struct {
 	StreamID uint32
 	Code     http2.ErrCode
 	Remote   bool
+	Reason   string
 }
 
 func (e *ResetError) Error() string {
-	by := "server"
 	if e.Remote {
-		by = "client"
+		return fmt.Sprintf("h2: stream %d reset by the peer: %v", e.StreamID, e.Code)
 	}
-	return fmt.Sprintf("h2: stream %d reset by %s: %v", e.StreamID, by, e.Code)
+	if e.Reason != "" {
+		return fmt.Sprintf("h2: stream %d reset: %v: %s", e.StreamID, e.Code, e.Reason)
+	}
+	return fmt.Sprintf("h2: stream %d reset: %v", e.StreamID, e.Code)
 }
 
 // ConnError is what Serve returns when the connection ended on a connection

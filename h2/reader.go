@@ -21,7 +21,8 @@ import (
 //     next frame of an idle connection does, blocks in the small buffer
 //     unless the client stopped exactly at a buffer's end.
 type connReader struct {
-	c      *Conn
+	nc     net.Conn
+	k      kicker // told before each wait for input
 	prefix []byte
 	direct bool // nc buffers what it reads (TLS)
 	small  [smallReadSize]byte
@@ -39,9 +40,13 @@ const (
 
 var readBufs = sync.Pool{New: func() any { b := make([]byte, readBufSize); return &b }}
 
-func newConnReader(c *Conn, nc net.Conn, prefix []byte) connReader {
+// kicker is the side of a connection that writes what it owes the peer;
+// kick starts that writing without waiting for it.
+type kicker interface{ kick() }
+
+func newConnReader(k kicker, nc net.Conn, prefix []byte) connReader {
 	_, direct := nc.(*tls.Conn)
-	return connReader{c: c, prefix: prefix, direct: direct}
+	return connReader{nc: nc, k: k, prefix: prefix, direct: direct}
 }
 
 func (cr *connReader) Read(p []byte) (int, error) {
@@ -67,10 +72,10 @@ func (cr *connReader) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	// About to wait for the client: let what we owe it go first.
-	cr.c.kick()
+	// About to wait for the peer: let what we owe it go first.
+	cr.k.kick()
 	if cr.direct || len(p) >= readBufSize {
-		n, err := cr.c.nc.Read(p)
+		n, err := cr.nc.Read(p)
 		if err != nil {
 			cr.err = err
 			if n > 0 {
@@ -85,7 +90,7 @@ func (cr *connReader) Read(p []byte) (int, error) {
 	} else {
 		cr.buf = cr.small[:]
 	}
-	n, err := cr.c.nc.Read(cr.buf)
+	n, err := cr.nc.Read(cr.buf)
 	cr.r, cr.w = 0, n
 	cr.full = n == len(cr.buf)
 	if err != nil {

@@ -1,0 +1,346 @@
+package h2
+
+import (
+	"errors"
+	"io"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// ClientStream is one request sent upstream and its response. Its methods
+// may be called from any goroutine; ReadHeader and Read are for one reader
+// at a time, the write methods for one writer at a time, as for a net.Conn.
+//
+// Every error its methods return can be given to NotProcessed to learn
+// whether the request may be sent again on another connection.
+type ClientStream struct {
+	cc   *ClientConn
+	id   uint32
+	head bool // a HEAD request: the response has no content
+
+	done         chan struct{}
+	rwake, wwake chan struct{} // poked when what a blocked reader or writer waits for may have changed
+
+	// Guarded by cc.mu.
+	blocks      [][]hpack.HeaderField // response header blocks not yet returned by ReadHeader
+	interim     int                   // informational blocks received
+	final       bool                  // final header block received
+	finalRead   bool                  // and returned by ReadHeader
+	noContent   bool                  // HEAD, 204, 304: no DATA payload allowed
+	length      int64                 // the response's content-length, -1 when absent
+	received    int64
+	trailers    []hpack.HeaderField
+	buf         []byte // response body received, not yet read
+	off         int
+	recvWin     int64 // what the server may still send on this stream
+	unacked     int64 // read, not yet given back
+	sendWin     int64
+	wantCredit  bool
+	remoteEnded bool // END_STREAM received: half-closed (remote)
+	ended       bool // END_STREAM sent: half-closed (local)
+	closed      bool
+	err         error // why it closed, when not normally
+	rdl, wdl    time.Time
+}
+
+var errHeadersRead = errors.New("h2: final response header block already read")
+
+// ID returns the stream identifier.
+func (cs *ClientStream) ID() uint32 { return cs.id }
+
+// Done returns a channel closed when the stream has ended either way: both
+// sides ended, reset by either side, or the connection gone.
+func (cs *ClientStream) Done() <-chan struct{} { return cs.done }
+
+// ReadHeader returns the next response header block, waiting for it until
+// the read deadline: informational (1xx) blocks first, each returned by its
+// own call, then the final one; after that it fails. Blocks are checked as
+// they arrive (:status present and valid, 101 excluded; lowercase names; no
+// connection-specific field; content-length well-formed): a malformed one
+// resets the stream with PROTOCOL_ERROR and ReadHeader returns a
+// *ResetError saying why. The slice must not be modified.
+func (cs *ClientStream) ReadHeader() ([]hpack.HeaderField, error) {
+	cc := cs.cc
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	for {
+		if len(cs.blocks) > 0 {
+			h := cs.blocks[0]
+			cs.blocks[0] = nil
+			cs.blocks = cs.blocks[1:]
+			if len(cs.blocks) == 0 && cs.final {
+				cs.finalRead = true
+			}
+			return h, nil
+		}
+		if cs.finalRead {
+			return nil, errHeadersRead
+		}
+		if cs.err != nil {
+			return nil, cs.err
+		}
+		dl := cs.rdl
+		if !dl.IsZero() && !time.Now().Before(dl) {
+			return nil, &deadlineError{"read", cs.id}
+		}
+		cc.mu.Unlock()
+		wait(cs.rwake, dl)
+		cc.mu.Lock()
+	}
+}
+
+// Read reads the response body (DATA payloads, padding removed), waiting
+// until the read deadline. It returns io.EOF after END_STREAM, and the
+// stream's error once it failed: a *ResetError, a *GoAwayError, or an error
+// matching ErrConnClosed. A response that ended before the stream was reset
+// (an early response, §8.1) reads to io.EOF. Credit goes back to the server
+// as the body is read, a WINDOW_UPDATE once half a window is read, so a
+// reader that stops stalls only its stream. The DATA total is checked
+// against the response's content-length (§8.1.1), which resets the stream
+// with PROTOCOL_ERROR when they differ.
+func (cs *ClientStream) Read(p []byte) (int, error) {
+	cc := cs.cc
+	cc.mu.Lock()
+	for {
+		if cs.off < len(cs.buf) {
+			n := copy(p, cs.buf[cs.off:])
+			cs.off += n
+			if cs.off == len(cs.buf) {
+				cs.buf, cs.off = cs.buf[:0], 0
+				if cap(cs.buf) > 64<<10 {
+					cs.buf = nil
+				}
+			}
+			cc.consumed(cs, int64(n))
+			cc.mu.Unlock()
+			cc.kick()
+			return n, nil
+		}
+		if cs.remoteEnded {
+			cc.mu.Unlock()
+			return 0, io.EOF
+		}
+		if cs.err != nil {
+			err := cs.err
+			cc.mu.Unlock()
+			return 0, err
+		}
+		if len(p) == 0 {
+			cc.mu.Unlock()
+			return 0, nil
+		}
+		dl := cs.rdl
+		if !dl.IsZero() && !time.Now().Before(dl) {
+			cc.mu.Unlock()
+			return 0, &deadlineError{"read", cs.id}
+		}
+		cc.mu.Unlock()
+		wait(cs.rwake, dl)
+		cc.mu.Lock()
+	}
+}
+
+// Trailers returns the response's trailer fields, checked as the header
+// block's (and without pseudo-header fields). It is valid once Read has
+// returned io.EOF.
+func (cs *ClientStream) Trailers() []hpack.HeaderField {
+	cs.cc.mu.Lock()
+	defer cs.cc.mu.Unlock()
+	return cs.trailers
+}
+
+// SetReadDeadline sets the time after which ReadHeader and Read waiting
+// for the server return an error for which errors.Is(err,
+// os.ErrDeadlineExceeded) is true. The zero time means none. It applies to
+// calls already waiting. The stream is not reset: call Reset to give up.
+func (cs *ClientStream) SetReadDeadline(t time.Time) error {
+	cs.cc.mu.Lock()
+	cs.rdl = t
+	cs.cc.mu.Unlock()
+	poke(cs.rwake)
+	return nil
+}
+
+// SetWriteDeadline sets the time after which a write waiting for
+// flow-control credit returns a deadline error as SetReadDeadline's. A
+// frame being written to the connection is bounded by
+// ClientSettings.WriteTimeout instead: cutting it would break the
+// connection for every stream.
+func (cs *ClientStream) SetWriteDeadline(t time.Time) error {
+	cs.cc.mu.Lock()
+	cs.wdl = t
+	cs.cc.mu.Unlock()
+	poke(cs.wwake)
+	return nil
+}
+
+// writeErr says why cs cannot be written, if it cannot. cc.mu is held.
+func (cs *ClientStream) writeErr() error {
+	switch {
+	case cs.err != nil:
+		return cs.err
+	case cs.ended:
+		return ErrStreamDone
+	case cs.closed:
+		return ErrStreamDone
+	}
+	return nil
+}
+
+// Write sends p as request DATA (without END_STREAM), in frames within the
+// server's SETTINGS_MAX_FRAME_SIZE, blocking on the stream's and the
+// connection's send windows until the write deadline. It fails once the
+// request ended (ErrStreamDone), and with the stream's error once it
+// failed; a *ResetError with NO_ERROR after a complete response means the
+// server needs no more of the body (§8.1).
+func (cs *ClientStream) Write(p []byte) (int, error) {
+	written := 0
+	for len(p) > 0 {
+		n, err := cs.reserve(len(p))
+		if err != nil {
+			return written, err
+		}
+		cc := cs.cc
+		wb, err := cc.lockWrite()
+		if err != nil {
+			cs.unreserve(n)
+			return written, err
+		}
+		err = cc.writeData(wb, cs, p[:n], false, n)
+		if uerr := cc.unlockWrite(false); err == nil {
+			err = uerr
+		}
+		if err != nil {
+			return written, err
+		}
+		written += n
+		p = p[n:]
+	}
+	return written, nil
+}
+
+// CloseSend ends the request with an empty DATA frame with END_STREAM
+// (allowed with any window, §6.9.1), unless it already ended.
+func (cs *ClientStream) CloseSend() error {
+	cc := cs.cc
+	cc.mu.Lock()
+	done := cs.ended
+	cc.mu.Unlock()
+	if done {
+		return nil
+	}
+	wb, err := cc.lockWrite()
+	if err != nil {
+		return err
+	}
+	cc.mu.Lock()
+	err = cs.writeErr()
+	cc.mu.Unlock()
+	if err == ErrStreamDone {
+		err = nil
+	} else if err == nil {
+		err = cc.writeData(wb, cs, nil, true, 0)
+	}
+	if uerr := cc.unlockWrite(false); err == nil {
+		err = uerr
+	}
+	return err
+}
+
+// WriteTrailers ends the request with trailer fields (no pseudo-header
+// field, lowercase names, no connection-specific field) in a header block
+// with END_STREAM. Invalid fields, or more than the server's
+// SETTINGS_MAX_HEADER_LIST_SIZE, fail with ErrInvalidRequest before
+// anything is sent.
+func (cs *ClientStream) WriteTrailers(fields []hpack.HeaderField) error {
+	var fc fieldCheck
+	fc.reset(true)
+	var size uint64
+	for _, f := range fields {
+		fc.field(f)
+		size += uint64(f.Size())
+	}
+	if bad := fc.finish(); bad != "" {
+		return errors.Join(ErrInvalidRequest, errors.New("h2: trailer fields: "+bad))
+	}
+	cc := cs.cc
+	wb, err := cc.lockWrite()
+	if err != nil {
+		return err
+	}
+	cc.mu.Lock()
+	err = cs.writeErr()
+	if err == nil && cc.peerMaxList != 0 && size > uint64(cc.peerMaxList) {
+		err = errors.Join(ErrInvalidRequest, errors.New("h2: trailers over the server's header list limit"))
+	}
+	cc.mu.Unlock()
+	if err == nil {
+		err = cc.writeBlock(wb, cs.id, fields, true)
+		if err == nil {
+			cc.mu.Lock()
+			cc.endLocal(cs)
+			cc.mu.Unlock()
+		}
+	}
+	if uerr := cc.unlockWrite(false); err == nil {
+		err = uerr
+	}
+	return err
+}
+
+// Reset sends RST_STREAM with code (CANCEL when the client went away),
+// once, unless the stream already closed; later calls fail with a
+// *ResetError. On a closed stream it only drops what was left unread.
+func (cs *ClientStream) Reset(code http2.ErrCode) {
+	cc := cs.cc
+	cc.mu.Lock()
+	if cs.closed {
+		cs.buf, cs.off, cs.blocks = nil, 0, nil
+		cc.mu.Unlock()
+		return
+	}
+	cc.queue = append(cc.queue, ctrl{kind: cRST, id: cs.id, val: uint32(code)})
+	cc.closeStream(cs, &ResetError{StreamID: cs.id, Code: code})
+	cs.buf, cs.off = nil, 0
+	cc.mu.Unlock()
+	cc.kick()
+}
+
+// reserve takes up to want bytes of send credit, no more than a frame, from
+// the stream's and the connection's windows, waiting for it until the
+// write deadline.
+func (cs *ClientStream) reserve(want int) (int, error) {
+	cc := cs.cc
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	for {
+		if err := cs.writeErr(); err != nil {
+			return 0, err
+		}
+		n := min(int64(want), cs.sendWin, cc.sendWin, int64(cc.peerMaxFrame))
+		if n > 0 {
+			cs.sendWin -= n
+			cc.sendWin -= n
+			return int(n), nil
+		}
+		dl := cs.wdl
+		if !dl.IsZero() && !time.Now().Before(dl) {
+			return 0, &deadlineError{"write", cs.id}
+		}
+		cs.wantCredit = true
+		cc.mu.Unlock()
+		wait(cs.wwake, dl)
+		cc.mu.Lock()
+		cs.wantCredit = false
+	}
+}
+
+// unreserve gives back credit taken for a frame not written.
+func (cs *ClientStream) unreserve(n int) {
+	cs.cc.mu.Lock()
+	cs.sendWin += int64(n)
+	cs.cc.sendWin += int64(n)
+	cs.cc.mu.Unlock()
+}
