@@ -1,6 +1,7 @@
 package h2
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -427,7 +428,7 @@ func TestClientUpstreamErrors(t *testing.T) {
 			for range 5 {
 				rc.fr.WriteData(1, false, make([]byte, 16384))
 			}
-		}, http2.ErrCodeFlowControl, true, false, false},
+		}, http2.ErrCodeFlowControl, true, true, false},
 		{"PUSH_PROMISE", nil, func(rc *rawClient) {
 			rc.fr.WritePushPromise(http2.PushPromiseParam{StreamID: 1, PromiseID: 2, BlockFragment: rc.block(getReq...), EndHeaders: true})
 		}, http2.ErrCodeProtocol, true, false, false},
@@ -454,7 +455,7 @@ func TestClientUpstreamErrors(t *testing.T) {
 			rc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: []byte{0xff, 0xff, 0xff, 0xff}, EndHeaders: true})
 		}, http2.ErrCodeCompression, true, false, false},
 		{"PING flood", nil, func(rc *rawClient) {
-			for i := range 6000 {
+			for i := range 12000 {
 				if rc.fr.WritePing(false, [8]byte{byte(i)}) != nil {
 					return
 				}
@@ -468,14 +469,20 @@ func TestClientUpstreamErrors(t *testing.T) {
 			rc.wantHeaders(1)
 			tt.server(rc)
 			var rst *http2.RSTStreamFrame
+			var ga *http2.GoAwayFrame
 			if tt.settle {
 				rc.fr.WritePing(false, [8]byte{'s', 'e', 't', 't', 'l', 'e'})
-				rc.until("PING ack", func(f http2.Frame) bool {
-					if r, ok := f.(*http2.RSTStreamFrame); ok {
-						rst = r
+				rc.until("PING ack or GOAWAY", func(f http2.Frame) bool {
+					switch f := f.(type) {
+					case *http2.RSTStreamFrame:
+						rst = f
+					case *http2.GoAwayFrame:
+						ga = f
+						return true
+					case *http2.PingFrame:
+						return f.IsAck()
 					}
-					p, ok := f.(*http2.PingFrame)
-					return ok && p.IsAck()
+					return false
 				})
 			}
 			_, err := readResponse(cs)
@@ -494,7 +501,11 @@ func TestClientUpstreamErrors(t *testing.T) {
 				if !errors.As(err, &ce) || ce.Code != tt.code || !errors.Is(err, ErrConnClosed) {
 					t.Fatalf("stream error %v, want a connection error %v", err, tt.code)
 				}
-				rc.wantGoAway(tt.code)
+				if ga == nil {
+					rc.wantGoAway(tt.code)
+				} else if ga.ErrCode != tt.code {
+					t.Fatalf("GOAWAY %v", ga.ErrCode)
+				}
 				rc.nc.Close() // ends the client's linger
 				<-cc.Done()
 				return
@@ -581,5 +592,60 @@ func TestClientResetSends(t *testing.T) {
 	rc.respond(3, "after reset")
 	if r, err := readResponse(cs2); err != nil || string(r.body) != "after reset" {
 		t.Fatalf("%v", err)
+	}
+}
+
+// TestClientPeerSettings: the server's HEADER_TABLE_SIZE binds our encoder,
+// its MAX_FRAME_SIZE our header frames, and its MAX_HEADER_LIST_SIZE what we
+// send: a request over it fails before anything is sent.
+func TestClientPeerSettings(t *testing.T) {
+	cc, rc := rawUpstream(t, nil, true,
+		http2.Setting{ID: http2.SettingHeaderTableSize, Val: 0},
+		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: 40000})
+	rc.fr.ReadMetaHeaders = hpack.NewDecoder(0, nil) // a dynamic table reference is a decoding error
+	rc.fr.SetMaxReadFrameSize(16384)
+	rc.sync()
+	long := string(bytes.Repeat([]byte("a"), 30000))
+	for i := range 2 {
+		cs, err := cc.OpenStream(request("GET", "/", "x-custom", "same value", "x-long", long), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := rc.wantHeaders(cs.ID())
+		if v := h.PseudoValue("path"); v != "/" || len(h.Fields) != 6 {
+			t.Fatalf("request %d decoded as %v", i, h.Fields[:4])
+		}
+		rc.respond(cs.ID(), "")
+		if _, err := readResponse(cs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := cc.OpenStream(request("GET", "/", "x-long", long+long), true)
+	if !errors.Is(err, ErrInvalidRequest) || !NotProcessed(err) {
+		t.Fatalf("request over the server's header list limit: %v", err)
+	}
+	if cc.Active() != 0 {
+		t.Fatal("a refused request left a stream")
+	}
+}
+
+// TestClientEarlyResponse: a complete response, then RST_STREAM(NO_ERROR)
+// while the request body is still being sent (RFC 9113 §8.1): the response
+// stands, and the body's writer learns to stop.
+func TestClientEarlyResponse(t *testing.T) {
+	cc, rc := rawUpstream(t, nil, true)
+	cs := open(t, cc, false)
+	rc.wantHeaders(1)
+	rc.respond(1, "early")
+	rc.fr.WriteRSTStream(1, http2.ErrCodeNo)
+	r, err := readResponse(cs)
+	if err != nil || string(r.body) != "early" {
+		t.Fatalf("early response: %v", err)
+	}
+	<-cs.Done()
+	_, err = cs.Write([]byte("more"))
+	var re *ResetError
+	if !errors.As(err, &re) || !re.Remote || re.Code != http2.ErrCodeNo || NotProcessed(err) {
+		t.Fatalf("Write after the early response: %v", err)
 	}
 }
