@@ -754,7 +754,7 @@ func (cc *ClientConn) onReset(f *http2.RSTStreamFrame) error {
 		return connErr{http2.ErrCodeProtocol, "RST_STREAM on an idle stream"} // §6.4
 	}
 	if cs := cc.streams[f.StreamID]; cs != nil {
-		cc.closeStream(cs, &ResetError{StreamID: cs.id, Code: f.ErrCode, Remote: true})
+		cc.closeStream(cs, &ResetError{StreamID: cs.id, Code: f.ErrCode, Remote: true, answered: cs.answered()})
 	}
 	return nil
 }
@@ -780,7 +780,7 @@ func (cc *ClientConn) onGoAway(f *http2.GoAwayFrame) error {
 		if id > last {
 			// §6.8: never processed and never will be; no RST_STREAM
 			// needed, the server ignores the stream.
-			cc.closeStream(cs, &GoAwayError{StreamID: id, LastStreamID: last, Code: f.ErrCode, Debug: string(debug)})
+			cc.closeStream(cs, &GoAwayError{StreamID: id, LastStreamID: last, Code: f.ErrCode, Debug: string(debug), answered: cs.answered()})
 		}
 	}
 	if len(cc.streams) == 0 {

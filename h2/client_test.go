@@ -642,6 +642,8 @@ func TestNotProcessedTable(t *testing.T) {
 		{"other reset by the server", &ResetError{Code: http2.ErrCodeInternal, Remote: true}, false},
 		{"NO_ERROR reset by the server", &ResetError{Code: http2.ErrCodeNo, Remote: true}, false},
 		{"GOAWAY below the stream", &GoAwayError{StreamID: 5, LastStreamID: 3}, true},
+		{"GOAWAY below an answered stream", &GoAwayError{StreamID: 5, LastStreamID: 3, answered: true}, false},
+		{"refused after an answer", &ResetError{Code: http2.ErrCodeRefusedStream, Remote: true, answered: true}, false},
 		{"GOAWAY at the stream, then closed", &GoAwayError{StreamID: 3, LastStreamID: 3}, false},
 		{"GOAWAY as the connection's state", &GoAwayError{LastStreamID: 3}, false},
 		{"OpenStream: going away", &notSentError{ErrGoingAway}, true},

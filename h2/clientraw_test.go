@@ -125,6 +125,14 @@ func TestClientNotProcessed(t *testing.T) {
 					t.Fatalf("%v", err)
 				}
 			}},
+		{"REFUSED_STREAM after HEADERS", func(rc *rawClient) {
+			rc.headers(1, false, ":status", "200")
+			rc.fr.WriteRSTStream(1, http2.ErrCodeRefusedStream)
+		}, false, nil},
+		{"GOAWAY below after HEADERS", func(rc *rawClient) {
+			rc.headers(1, false, ":status", "200")
+			rc.fr.WriteGoAway(0, http2.ErrCodeNo, nil)
+		}, false, nil},
 		{"CANCEL", func(rc *rawClient) { rc.fr.WriteRSTStream(1, http2.ErrCodeCancel) }, false, nil},
 		{"PROTOCOL_ERROR", func(rc *rawClient) { rc.fr.WriteRSTStream(1, http2.ErrCodeProtocol) }, false, nil},
 		{"reset after HEADERS", func(rc *rawClient) {
