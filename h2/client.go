@@ -422,10 +422,18 @@ func (cc *ClientConn) finishLocked() {
 // socket closes (which ends the reading goroutine). It may be called more
 // than once; the first cause stays.
 func (cc *ClientConn) closeConn(cause error) {
+	if cc.failStreams(cause) {
+		cc.nc.Close()
+	}
+}
+
+// failStreams marks the connection closed for cause and fails every open
+// stream; it reports whether it did, the first time.
+func (cc *ClientConn) failStreams(cause error) bool {
 	cc.mu.Lock()
+	defer cc.mu.Unlock()
 	if cc.closed {
-		cc.mu.Unlock()
-		return
+		return false
 	}
 	cc.closed = true
 	if cc.userClosed || cause == ErrConnClosed {
@@ -436,8 +444,27 @@ func (cc *ClientConn) closeConn(cause error) {
 	for _, cs := range cc.streams {
 		cc.closeStream(cs, cc.lostErr(cs))
 	}
-	cc.mu.Unlock()
-	cc.nc.Close()
+	return true
+}
+
+// linger half-closes the connection and reads what the server still sends,
+// for goAwayLinger at most, so that closing with unread input does not
+// reset the connection before the server has read our GOAWAY.
+func (cc *ClientConn) linger() {
+	cw, ok := cc.nc.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	cc.nc.SetReadDeadline(time.Now().Add(goAwayLinger))
+	cc.rd.release()
+	var b [512]byte
+	for n := 0; n < 1<<20; {
+		k, err := cc.nc.Read(b[:])
+		n += k
+		if err != nil {
+			break
+		}
+	}
 }
 
 // lostErr is the error of cs when the connection ends before it did.
@@ -462,7 +489,13 @@ func (cc *ClientConn) readLoop() {
 		err = cc.writeFailed
 	}
 	cc.mu.Unlock()
+	var ce *ConnError
+	if errors.As(err, &ce) && cc.failStreams(err) {
+		// Streams fail first: the linger is for the server's sake.
+		cc.linger()
+	}
 	cc.closeConn(err)
+	cc.nc.Close()
 	cc.rd.release()
 }
 
@@ -721,7 +754,7 @@ func (cc *ClientConn) onReset(f *http2.RSTStreamFrame) error {
 		return connErr{http2.ErrCodeProtocol, "RST_STREAM on an idle stream"} // §6.4
 	}
 	if cs := cc.streams[f.StreamID]; cs != nil {
-		cc.closeStream(cs, &ResetError{StreamID: cs.id, Code: f.ErrCode, Remote: true})
+		cc.closeStream(cs, &ResetError{StreamID: cs.id, Code: f.ErrCode, Remote: true, answered: cs.answered()})
 	}
 	return nil
 }
@@ -747,7 +780,7 @@ func (cc *ClientConn) onGoAway(f *http2.GoAwayFrame) error {
 		if id > last {
 			// §6.8: never processed and never will be; no RST_STREAM
 			// needed, the server ignores the stream.
-			cc.closeStream(cs, &GoAwayError{StreamID: id, LastStreamID: last, Code: f.ErrCode, Debug: string(debug)})
+			cc.closeStream(cs, &GoAwayError{StreamID: id, LastStreamID: last, Code: f.ErrCode, Debug: string(debug), answered: cs.answered()})
 		}
 	}
 	if len(cc.streams) == 0 {

@@ -625,3 +625,46 @@ func TestClientInvalidRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestNotProcessedTable: the retry fact for each error a ClientStream or
+// OpenStream can return, wrapped or not.
+func TestNotProcessedTable(t *testing.T) {
+	refused := &ResetError{StreamID: 1, Code: http2.ErrCodeRefusedStream, Remote: true}
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"refused by the server", refused, true},
+		{"refused, wrapped", fmt.Errorf("upstream: %w", refused), true},
+		{"refused by this side", &ResetError{Code: http2.ErrCodeRefusedStream}, false},
+		{"other reset by the server", &ResetError{Code: http2.ErrCodeInternal, Remote: true}, false},
+		{"NO_ERROR reset by the server", &ResetError{Code: http2.ErrCodeNo, Remote: true}, false},
+		{"GOAWAY below the stream", &GoAwayError{StreamID: 5, LastStreamID: 3}, true},
+		{"GOAWAY below an answered stream", &GoAwayError{StreamID: 5, LastStreamID: 3, answered: true}, false},
+		{"refused after an answer", &ResetError{Code: http2.ErrCodeRefusedStream, Remote: true, answered: true}, false},
+		{"GOAWAY at the stream, then closed", &GoAwayError{StreamID: 3, LastStreamID: 3}, false},
+		{"GOAWAY as the connection's state", &GoAwayError{LastStreamID: 3}, false},
+		{"OpenStream: going away", &notSentError{ErrGoingAway}, true},
+		{"OpenStream: no capacity", &notSentError{ErrNoCapacity}, true},
+		{"OpenStream: closed", &notSentError{ErrConnClosed}, true},
+		{"ErrGoingAway", ErrGoingAway, true},
+		{"ErrNoCapacity", ErrNoCapacity, true},
+		{"connection closed", ErrConnClosed, false},
+		{"connection lost", &closedError{io.EOF}, false},
+		{"connection error", &closedError{&ConnError{Code: http2.ErrCodeProtocol}}, false},
+		{"timeout", &deadlineError{"read", 1}, false},
+		{"other", errors.New("x"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := NotProcessed(tt.err); got != tt.want {
+				t.Fatalf("NotProcessed(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
+	}
+	if !errors.Is(&GoAwayError{StreamID: 3, LastStreamID: 3}, ErrConnClosed) || errors.Is(&GoAwayError{StreamID: 5, LastStreamID: 3}, ErrConnClosed) {
+		t.Fatal("GoAwayError matches ErrConnClosed exactly when the stream was covered")
+	}
+}

@@ -40,6 +40,8 @@ type GoAwayError struct {
 	LastStreamID uint32
 	Code         http2.ErrCode
 	Debug        string
+
+	answered bool // a response header block had arrived: processed, whatever the ids
 }
 
 func (e *GoAwayError) Error() string {
@@ -91,7 +93,12 @@ func (e *closedError) Unwrap() []error { return []error{ErrConnClosed, e.cause} 
 //   - an error from OpenStream (nothing was sent; ErrGoingAway, ErrNoCapacity,
 //     ErrInvalidRequest, ErrConnClosed);
 //   - a *ResetError from the server (Remote) with REFUSED_STREAM;
-//   - a *GoAwayError whose StreamID is above its LastStreamID.
+//   - a *GoAwayError whose StreamID is above its LastStreamID;
+//
+// except, for the last two, when the server had already sent a response
+// header block on the stream: it did process it, whatever it says after
+// (RFC 9113 §8.7 forbids both signals then; a server that breaks the rule
+// is not believed).
 //
 // Everything else — another reset code, the connection lost after the
 // request's first frame went out, a GOAWAY that covered the stream followed
@@ -104,11 +111,11 @@ func NotProcessed(err error) bool {
 	}
 	var re *ResetError
 	if errors.As(err, &re) {
-		return re.Remote && re.Code == http2.ErrCodeRefusedStream
+		return re.Remote && re.Code == http2.ErrCodeRefusedStream && !re.answered
 	}
 	var ge *GoAwayError
 	if errors.As(err, &ge) {
-		return ge.StreamID > ge.LastStreamID
+		return ge.StreamID > ge.LastStreamID && !ge.answered
 	}
 	return false // conservatively
 }

@@ -47,6 +47,9 @@ type ClientStream struct {
 
 var errHeadersRead = errors.New("h2: final response header block already read")
 
+// answered reports whether a response header block arrived. cc.mu is held.
+func (cs *ClientStream) answered() bool { return cs.final || cs.interim > 0 }
+
 // ID returns the stream identifier.
 func (cs *ClientStream) ID() uint32 { return cs.id }
 

@@ -1,7 +1,9 @@
-// Package h2 serves HTTP/2 (RFC 9113) on a net.Conn: the connection and
+// Package h2 speaks HTTP/2 (RFC 9113) on a net.Conn, both sides: the server
+// (Conn, Stream) for sluice's clients, and the client (ClientConn,
+// ClientStream, client.go) for its upstreams. Each has the connection and
 // stream state machines, flow control in both directions, HPACK, and the
-// bounds that keep a hostile client from spending the server's memory or
-// time. It reads and writes frames with golang.org/x/net/http2's Framer and
+// bounds that keep a hostile peer from spending sluice's memory or time.
+// It reads and writes frames with golang.org/x/net/http2's Framer and
 // hpack, and uses nothing of net/http.
 //
 // A Conn reads frames on the goroutine that calls Serve, and starts one

@@ -27,6 +27,8 @@ type ResetError struct {
 	Code     http2.ErrCode
 	Remote   bool
 	Reason   string
+
+	answered bool // a response header block had arrived: processed, whatever the code
 }
 
 func (e *ResetError) Error() string {
