@@ -67,6 +67,13 @@ const (
 	// TLSCertificate: the upstream's certificate did not verify (an
 	// unknown authority, a name it is not valid for, expired).
 	TLSCertificate
+	// Refused: an HTTP/2 upstream refused the request's stream before
+	// processing any of it (RST_STREAM REFUSED_STREAM, or a GOAWAY whose
+	// last stream id is below it: RFC 9113 §8.7). Like a refused
+	// connection, it is safe to send again whatever the method, and it is
+	// not the server's failure: a graceful GOAWAY is a deploy, a refused
+	// stream is load shed.
+	Refused
 )
 
 var kindNames = [...]string{
@@ -95,6 +102,7 @@ var kindNames = [...]string{
 	TLSHandshake:       "tls_handshake_error",
 	TLSAlert:           "tls_alert_received",
 	TLSCertificate:     "tls_certificate_error",
+	Refused:            "refused_stream",
 }
 
 func (k Kind) String() string {
@@ -213,7 +221,7 @@ func (e *Error) Answer() int {
 		return 408
 	case e.Kind.Timeout():
 		return 504
-	case e.Kind == NoUpstream, e.Kind == Exhausted, e.Kind == Drained:
+	case e.Kind == NoUpstream, e.Kind == Exhausted, e.Kind == Drained, e.Kind == Refused:
 		return 503
 	case e.Kind == NoRoute:
 		return 404
@@ -262,6 +270,8 @@ func (e *Error) ProxyStatus() string {
 		return "tls_alert_received"
 	case TLSCertificate:
 		return "tls_certificate_error"
+	case Refused:
+		return "destination_unavailable"
 	}
 	return "proxy_internal_error"
 }

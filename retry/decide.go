@@ -93,12 +93,17 @@ func Excludes(wrote int64, e *fault.Error) bool {
 // with an alert (fault.TLSAlert) that the client reads first, on a new
 // connection, before any response byte. A server sends such an alert only
 // to refuse a handshake, and never hands the application data behind a
-// refused handshake to its application.
+// refused handshake to its application. An HTTP/2 upstream says so
+// itself (fault.Refused: REFUSED_STREAM, or a GOAWAY that left the stream
+// out).
 func (f *Facts) Unsent() bool {
 	if f.Wrote == 0 {
 		return true
 	}
 	e := f.Err
+	if e != nil && e.Source == fault.Upstream && e.Kind == fault.Refused {
+		return true // HTTP/2's own word that nothing was processed
+	}
 	return e != nil && e.Source == fault.Upstream && e.Kind == fault.TLSAlert && !f.Reused && f.Read == 0
 }
 
@@ -225,7 +230,7 @@ func condition(e *fault.Error) Condition {
 	switch e.Kind {
 	case fault.ConnectRefused, fault.ConnectUnreachable, fault.DNS,
 		fault.TLSHandshake, fault.TLSAlert, fault.TLSCertificate,
-		fault.ConnectionClosed, fault.ConnectionReset, fault.WriteError:
+		fault.ConnectionClosed, fault.ConnectionReset, fault.WriteError, fault.Refused:
 		return OnError
 	case fault.ConnectTimeout, fault.ResponseTimeout, fault.WriteTimeout:
 		return OnTimeout

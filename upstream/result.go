@@ -10,7 +10,7 @@ import (
 // pooled connection (Attempt.Stale) is the keep-alive race, not the
 // server's failure; a failure on the client's side is nobody's. A failed
 // TLS handshake, a certificate that does not verify included, is a connect
-// failure. A timeout after the connection was made is balance.Slow: it
+// failure; an HTTP/2 stream the server refused is none. A timeout after the connection was made is balance.Slow: it
 // counts toward consecutive failures, not max_fails, so that one slow
 // endpoint does not take a server that answers everything else out.
 func Result(a *proxy.Attempt) balance.Result {
@@ -20,7 +20,9 @@ func Result(a *proxy.Attempt) balance.Result {
 		return r
 	}
 	switch {
-	case e.Source != fault.Upstream:
+	case e.Source != fault.Upstream, e.Kind == fault.Refused:
+		// A refused HTTP/2 stream is load shed or a deploy's GOAWAY, not
+		// a failure of the server.
 		r.Failure = balance.Canceled
 	case e.Kind == fault.ConnectTimeout:
 		r.Failure = balance.Timeout
