@@ -53,6 +53,16 @@ func (cs *ClientStream) answered() bool { return cs.final || cs.interim > 0 }
 // ID returns the stream identifier.
 func (cs *ClientStream) ID() uint32 { return cs.id }
 
+// Empty reports, once ReadHeader returned the final header block, whether
+// the response ended with it: END_STREAM came with no body and no
+// trailers, as in a gRPC "trailers-only" response, whose status is in that
+// block.
+func (cs *ClientStream) Empty() bool {
+	cs.cc.mu.Lock()
+	defer cs.cc.mu.Unlock()
+	return cs.finalRead && cs.remoteEnded && cs.received == 0 && cs.trailers == nil && cs.err == nil
+}
+
 // Done returns a channel closed when the stream has ended either way: both
 // sides ended, reset by either side, or the connection gone.
 func (cs *ClientStream) Done() <-chan struct{} { return cs.done }
