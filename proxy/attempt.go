@@ -87,6 +87,9 @@ func (s *Session) countWrote(a *Attempt) {
 // connection is handshaken within the connect timeout.
 func (s *Session) connect(peer *Peer, pol *retry.Policy, a *Attempt) bool {
 	opts := peer.Options
+	if p := opts.protocol(); multiplexed(p) {
+		return s.connectH2(peer, a, p)
+	}
 	now := a.Start
 	limits := opts.limits()
 	key := peer.Addr

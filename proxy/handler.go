@@ -168,6 +168,20 @@ type PeerOptions struct {
 	// TLS, when set, makes the connections to the peers TLS (see TLS);
 	// nil means plain TCP.
 	TLS *TLS
+	// Protocol is what the peers are spoken to with: ProtocolHTTP11 (""
+	// too), ProtocolH2 and ProtocolAuto (both need TLS), or ProtocolH2C.
+	// Over HTTP/2, requests from many clients share few connections: a
+	// new one is opened only when the open ones are at their server's
+	// SETTINGS_MAX_CONCURRENT_STREAMS; Pool's MaxIdle counts connections
+	// and its IdleTimeout applies to one with no open stream.
+	Protocol string
+}
+
+func (o *PeerOptions) protocol() string {
+	if o == nil || o.Protocol == "" {
+		return ProtocolHTTP11
+	}
+	return o.Protocol
 }
 
 // Defaults of a zero PeerOptions. The response-header timeout is nginx's

@@ -69,6 +69,9 @@ type Server struct {
 	// windows, header lists); its zero fields take h2's defaults. Its
 	// IdleTimeout is IdleTimeout's, and a nil ErrorLog is ErrorLog.
 	H2 h2.Settings
+	// H2Upstream bounds what an HTTP/2 upstream may do on a connection
+	// (PeerOptions.Protocol); its zero fields take h2's defaults.
+	H2Upstream h2.ClientSettings
 
 	// Pool holds idle upstream connections; nil means a pool of at most
 	// 1024 idle connections, created by the first Serve and closed by
@@ -87,6 +90,7 @@ type Server struct {
 	// and about every client fault when it is a ClientFaultObserver.
 	Observer Observer
 
+	mux        muxSet // HTTP/2 connections to upstreams
 	hooks      atomic.Pointer[hooks]
 	faultLines logSampler // client-fault lines at info level
 
@@ -360,6 +364,7 @@ func (srv *Server) Shutdown(ctx context.Context) error {
 		err = ctx.Err()
 		srv.expireDrain(done)
 	}
+	srv.mux.close()
 	if srv.ownPool {
 		srv.Pool.Close()
 	}

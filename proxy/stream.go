@@ -99,13 +99,7 @@ func (sc *streamConn) Read(p []byte) (int, error) {
 	}
 	n, err := sc.st.Read(p[line : len(p)-2])
 	if n > 0 {
-		size := strconv.AppendInt(make([]byte, 0, line), int64(n), 16)
-		size = append(size, "\r\n"...)
-		at := line - len(size)
-		copy(p[at:], size)
-		p[line+n], p[line+n+1] = '\r', '\n'
-		copy(p, p[at:line+n+2])
-		return len(size) + n + 2, nil
+		return frameChunk(p, n), nil
 	}
 	if err == io.EOF {
 		sc.eof = true
@@ -405,13 +399,17 @@ const (
 
 var errBadChunk = errors.New("proxy: malformed chunked response body")
 
-// decode consumes b, returning what is left after the body's end.
-func (d *chunkDec) decode(b []byte, sc *streamConn) ([]byte, error) {
+// payloader takes the data a chunkDec decodes.
+type payloader interface{ payload(p []byte) }
+
+// decode consumes b, handing the data to sink, and returns what is left
+// after the body's end.
+func (d *chunkDec) decode(b []byte, sink payloader) ([]byte, error) {
 	for len(b) > 0 && !d.done {
 		switch d.state {
 		case chunkData:
 			take := b[:min(int64(len(b)), d.size)]
-			sc.payload(take)
+			sink.payload(take)
 			d.size -= int64(len(take))
 			b = b[len(take):]
 			if d.size == 0 {

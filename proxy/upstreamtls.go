@@ -23,7 +23,7 @@ import (
 // Config has none, is the peer's own, so that a new connection to the
 // server resumes a TLS session instead of paying for a full handshake (and
 // never offers one server the session of another); its NextProtos is
-// http/1.1, the protocol sluice speaks upstream. Everything else is
+// what PeerOptions.Protocol speaks (http/1.1; h2; or both, for auto). Everything else is
 // Config's: RootCAs (nil: the system's roots), Certificates (the client
 // certificate of mutual TLS), InsecureSkipVerify, versions and ciphers.
 //
@@ -94,8 +94,13 @@ func (p *Peer) tlsState(t *TLS) *peerTLS {
 		// One server, one name: its latest session is all a peer needs.
 		cfg.ClientSessionCache = tls.NewLRUClientSessionCache(1)
 	}
-	cfg.NextProtos = []string{"http/1.1"}
-	st := &peerTLS{key: p.Addr + "|" + cfg.ServerName + "|" + t.key(), config: cfg}
+	proto := p.Options.protocol()
+	cfg.NextProtos = alpnFor(proto)
+	key := p.Addr + "|" + cfg.ServerName + "|" + t.key()
+	if proto != ProtocolHTTP11 {
+		key += "|" + proto
+	}
+	st := &peerTLS{key: key, config: cfg}
 	if !p.tls.CompareAndSwap(nil, st) {
 		return p.tls.Load()
 	}

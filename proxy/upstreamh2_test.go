@@ -1,0 +1,291 @@
+package proxy
+
+import (
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/sluice-proxy/sluice/h2"
+	"github.com/sluice-proxy/sluice/internal/tlstest"
+)
+
+// h2Upstream is an HTTP/2 upstream made of sluice's own h2 server: each
+// stream is answered by handle, and it counts the connections it accepted.
+type h2Upstream struct {
+	ln    net.Listener
+	conns atomic.Int32
+	mu    sync.Mutex
+	live  []*h2.Conn
+}
+
+func startH2Upstream(t *testing.T, cfg *tls.Config, settings *h2.Settings, handle func(c *h2.Conn, st *h2.Stream)) *h2Upstream {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg != nil {
+		ln = tls.NewListener(ln, cfg)
+	}
+	u := &h2Upstream{ln: ln}
+	var wg sync.WaitGroup
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u.conns.Add(1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if tc, ok := nc.(*tls.Conn); ok {
+					if tc.Handshake() != nil || tc.ConnectionState().NegotiatedProtocol != "h2" {
+						// An HTTP/1.1 client: answer it so.
+						io.WriteString(nc, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhttp1")
+						nc.Close()
+						return
+					}
+				}
+				var c *h2.Conn
+				c = h2.NewConn(nc, nil, settings, func(st *h2.Stream) { handle(c, st) })
+				u.mu.Lock()
+				u.live = append(u.live, c)
+				u.mu.Unlock()
+				c.Serve()
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		u.mu.Lock()
+		for _, c := range u.live {
+			c.Close()
+		}
+		u.mu.Unlock()
+		wg.Wait()
+	})
+	return u
+}
+
+func (u *h2Upstream) addr() string { return u.ln.Addr().String() }
+
+// echoH2 answers with the request's method, path and body, and a trailer.
+func echoH2(_ *h2.Conn, st *h2.Stream) {
+	var method, path string
+	for _, f := range st.Header() {
+		switch f.Name {
+		case ":method":
+			method = f.Value
+		case ":path":
+			path = f.Value
+		}
+	}
+	body, err := io.ReadAll(st)
+	if err != nil {
+		return
+	}
+	st.WriteHeaders([]hpack.HeaderField{{Name: ":status", Value: "200"}, {Name: "content-type", Value: "text/plain"}}, false)
+	io.WriteString(st, method+" "+path+" "+string(body))
+	st.WriteTrailers([]hpack.HeaderField{{Name: "grpc-status", Value: "0"}})
+}
+
+func h2Options(proto string, t *TLS) *PeerOptions {
+	o := testOptions()
+	o.Protocol = proto
+	o.TLS = t
+	return o
+}
+
+// TestH2UpstreamRequests proxies HTTP/1.1 and HTTP/2 clients' requests to
+// an HTTP/2 upstream, in the clear and over TLS: bodies with and without
+// a length both ways, trailers relayed, and every request of a burst on
+// one upstream connection.
+func TestH2UpstreamRequests(t *testing.T) {
+	ca := tlstest.NewCA(t, "upstream CA")
+	srvTLS := &tls.Config{Certificates: []tls.Certificate{*ca.Server(t, "127.0.0.1").TLS}, NextProtos: []string{"h2", "http/1.1"}}
+	for _, tt := range []struct {
+		proto string
+		cfg   *tls.Config
+		tls   *TLS
+	}{
+		{ProtocolH2C, nil, nil},
+		{ProtocolH2, srvTLS, &TLS{Config: &tls.Config{RootCAs: ca.Pool()}}},
+		{ProtocolAuto, srvTLS, &TLS{Config: &tls.Config{RootCAs: ca.Pool()}}},
+	} {
+		t.Run(tt.proto, func(t *testing.T) {
+			up := startH2Upstream(t, tt.cfg, nil, echoH2)
+			hs, client := startH2(t, peers(h2Options(tt.proto, tt.tls), up.addr()), h2c())
+			// HTTP/1.1 client, chunked body, trailers come back chunked.
+			resp, body := hs.do(t, "POST /a?b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
+			if resp.StatusCode != 200 || body != "POST /a?b abc" || resp.Trailer.Get("Grpc-Status") != "0" {
+				t.Fatalf("HTTP/1.1 client: %d %q, trailers %v", resp.StatusCode, body, resp.Trailer)
+			}
+			// HTTP/2 clients, a burst with bodies of known length.
+			var wg sync.WaitGroup
+			errs := make(chan error, 40)
+			for i := 0; i < 40; i++ {
+				wg.Add(1)
+				go func(i int) {
+					defer wg.Done()
+					want := strings.Repeat("x", 100*i)
+					resp, err := client.Post(fmt.Sprintf("http://%s/p%d", hs.addr, i), "text/plain", strings.NewReader(want))
+					if err != nil {
+						errs <- err
+						return
+					}
+					got, err := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if err != nil || string(got) != fmt.Sprintf("POST /p%d %s", i, want) || resp.Trailer.Get("Grpc-Status") != "0" {
+						errs <- fmt.Errorf("stream %d: %d bytes, %v, trailers %v", i, len(got), err, resp.Trailer)
+					}
+				}(i)
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			if n := up.conns.Load(); n != 1 {
+				t.Errorf("%d upstream connections for 41 requests, want 1 (the server allows 250 streams)", n)
+			}
+		})
+	}
+}
+
+// TestH2UpstreamAutoFallsBack: an auto peer whose server chooses
+// http/1.1 is spoken to in HTTP/1.1; an h2 peer's try on it fails in the
+// handshake, a connect failure: nothing sent.
+func TestH2UpstreamAutoFallsBack(t *testing.T) {
+	ca := tlstest.NewCA(t, "upstream CA")
+	srvTLS := &tls.Config{Certificates: []tls.Certificate{*ca.Server(t, "127.0.0.1").TLS}, NextProtos: []string{"http/1.1"}}
+	up := startH2Upstream(t, srvTLS, nil, echoH2)
+	trust := &TLS{Config: &tls.Config{RootCAs: ca.Pool()}}
+	hs := start(t, peers(h2Options(ProtocolAuto, trust), up.addr()))
+	if code, body := hs.get(t, "/"); code != 200 || body != "http1" {
+		t.Errorf("auto: %d %q, want the HTTP/1.1 answer", code, body)
+	}
+	hs2 := start(t, peers(h2Options(ProtocolH2, trust), up.addr()))
+	resp, _ := hs2.do(t, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx")
+	// Go's server refuses a client that offers only h2 with an alert
+	// (no_application_protocol); one that ignores ALPN settles on none.
+	if ps := resp.Header.Get("Proxy-Status"); resp.StatusCode != 502 ||
+		!strings.Contains(ps, "tls_alert_received") && !strings.Contains(ps, "tls_protocol_error") {
+		t.Errorf("h2 to a server without h2: %d %q", resp.StatusCode, resp.Header.Get("Proxy-Status"))
+	}
+}
+
+// TestH2UpstreamRetryFacts: a POST the upstream refused (REFUSED_STREAM)
+// is retried and processed once; a POST reset after it was read is not
+// retried: 502 with Proxy-Status, sent once.
+func TestH2UpstreamRetryFacts(t *testing.T) {
+	var tries, processed atomic.Int32
+	up := startH2Upstream(t, nil, nil, func(c *h2.Conn, st *h2.Stream) {
+		n := tries.Add(1)
+		var path string
+		for _, f := range st.Header() {
+			if f.Name == ":path" {
+				path = f.Value
+			}
+		}
+		switch {
+		case path == "/refused" && n == 1:
+			st.Reset(http2.ErrCodeRefusedStream)
+		case path == "/reset":
+			io.ReadAll(st)
+			processed.Add(1)
+			st.Reset(http2.ErrCodeInternal)
+		default:
+			io.ReadAll(st)
+			processed.Add(1)
+			st.WriteResponse([]hpack.HeaderField{{Name: ":status", Value: "200"}, {Name: "content-length", Value: "2"}}, []byte("ok"), true)
+		}
+	})
+	hs := start(t, peers(h2Options(ProtocolH2C, nil), up.addr()))
+	resp, body := hs.do(t, "POST /refused HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+	if resp.StatusCode != 200 || body != "ok" || tries.Load() != 2 || processed.Load() != 1 {
+		t.Errorf("refused stream: %d %q after %d tries, processed %d times; want 200, 2 tries, processed once",
+			resp.StatusCode, body, tries.Load(), processed.Load())
+	}
+	tries.Store(0)
+	processed.Store(0)
+	resp, _ = hs.do(t, "POST /reset HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+	if resp.StatusCode != 502 || resp.Header.Get("Proxy-Status") == "" || tries.Load() != 1 {
+		t.Errorf("reset after the request was read: %d %q after %d tries; want 502 with Proxy-Status, sent once",
+			resp.StatusCode, resp.Header.Get("Proxy-Status"), tries.Load())
+	}
+}
+
+// TestH2UpstreamGoAwayBurst: the upstream shuts its connection down
+// gracefully (GOAWAY) in the middle of a burst of 100 POSTs: every POST is
+// answered 200, none is processed twice, and the streams the GOAWAY left
+// out go on a new connection.
+func TestH2UpstreamGoAwayBurst(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var started atomic.Int32
+	up := startH2Upstream(t, nil, nil, func(c *h2.Conn, st *h2.Stream) {
+		var path string
+		for _, f := range st.Header() {
+			if f.Name == ":path" {
+				path = f.Value
+			}
+		}
+		io.ReadAll(st)
+		mu.Lock()
+		seen[path]++
+		mu.Unlock()
+		if started.Add(1) == 20 {
+			go c.Shutdown() // a deploy
+		}
+		time.Sleep(time.Millisecond)
+		st.WriteResponse([]hpack.HeaderField{{Name: ":status", Value: "200"}, {Name: "content-length", Value: "2"}}, []byte("ok"), true)
+	})
+	hs, client := startH2(t, peers(h2Options(ProtocolH2C, nil), up.addr()), h2c())
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	base := "http://" + hs.addr
+	for i := 0; i < 100; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			resp, err := client.Post(fmt.Sprintf("%s/order/%d", base, i), "text/plain", strings.NewReader("item"))
+			if err != nil {
+				errs <- err
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				errs <- fmt.Errorf("order %d: %d %s", i, resp.StatusCode, resp.Header.Get("Proxy-Status"))
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for path, n := range seen {
+		if n != 1 {
+			t.Errorf("%s processed %d times", path, n)
+		}
+	}
+	if len(seen) != 100 {
+		t.Errorf("%d orders processed, want 100", len(seen))
+	}
+	// Whether the GOAWAY left streams out, to go on a new connection,
+	// depends on how many were open when it came.
+	t.Logf("%d upstream connections", up.conns.Load())
+}
