@@ -222,7 +222,8 @@ func buildUpstream(cfg *Config, u *Upstream, log *slog.Logger) (*upstream.Group,
 			MaxAge:      u.Pool.MaxAge,
 			Once:        pool.Once{Mode: once, MaxIdle: u.Pool.NonIdempotentMaxIdle},
 		},
-		Retry: pol,
+		Retry:    pol,
+		Protocol: u.Protocol,
 	}
 	if u.TLS != nil {
 		t, err := clientTLS(u.TLS)

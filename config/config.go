@@ -330,6 +330,16 @@ type Upstream struct {
 	// TLS (key "tls", default nil: plain TCP) makes the connections to the
 	// servers TLS. The key given, even empty ("tls: {}"), turns it on.
 	TLS *UpstreamTLS
+	// Protocol (key "protocol", default "http/1.1") is what the servers
+	// are spoken to with: "http/1.1"; "h2", HTTP/2 over TLS (needs tls; a
+	// server whose handshake does not choose h2 is a connect failure);
+	// "h2c", HTTP/2 in the clear (gRPC servers, most often); or "auto",
+	// TLS offering both, the server choosing. Over HTTP/2 the requests of
+	// many clients share few connections: another is opened only when the
+	// open ones are at their server's SETTINGS_MAX_CONCURRENT_STREAMS;
+	// pool.max_idle counts connections, and pool.idle_timeout applies to
+	// one with no open stream.
+	Protocol string
 	// Balance (key "balance", default "p2c") is the selection policy:
 	// round_robin, least_request, p2c, random, first or hash.
 	Balance string
@@ -621,6 +631,7 @@ func defaultUpstream(name string, line int) *Upstream {
 		Timeouts: DefaultUpstreamTimeouts(),
 		Pool:     DefaultPool(),
 		Retry:    DefaultRetry(),
+		Protocol: "http/1.1",
 		Balance:  "p2c",
 		HashKey:  "client_ip",
 		Health:   DefaultHealth(),

@@ -55,12 +55,13 @@ func TestParseMinimalGetsDefaults(t *testing.T) {
 		Metrics:   Metrics{Address: ""},
 		Routes:    []Route{{Upstream: "web", Line: 4}},
 		Upstreams: []*Upstream{{
-			Name:    "web",
-			Line:    6,
-			Servers: []Server{{Address: "127.0.0.1:9001", Weight: 1, Line: 8, Resolve: 10 * time.Second}},
-			Balance: "p2c",
-			HashKey: "client_ip",
-			Health:  DefaultHealth(),
+			Name:     "web",
+			Line:     6,
+			Servers:  []Server{{Address: "127.0.0.1:9001", Weight: 1, Line: 8, Resolve: 10 * time.Second}},
+			Protocol: "http/1.1",
+			Balance:  "p2c",
+			HashKey:  "client_ip",
+			Health:   DefaultHealth(),
 			Timeouts: UpstreamTimeouts{
 				Connect:        2 * time.Second,
 				ResponseHeader: 60 * time.Second,
@@ -152,6 +153,7 @@ upstreams:
     servers: [{address: "127.0.0.1:9001"}]
     retry: {tries: 5, on: []}
     tls:
+    protocol: h2
 `
 	got, err := Parse("every.yaml", []byte(file))
 	if err != nil {
@@ -187,8 +189,9 @@ upstreams:
 				{Address: "backend.internal:1", Weight: 1000, Line: 29, Resolve: 30 * time.Second},
 				{Address: "[2001:db8::1]:65535", Weight: 1, Line: 32, Backup: true, Resolve: 10 * time.Second},
 			},
-			Balance: "hash",
-			HashKey: "header:X-User",
+			Protocol: "http/1.1",
+			Balance:  "hash",
+			HashKey:  "header:X-User",
 			Health: balance.Options{
 				// max_fails: 0 and consecutive_failures: 0 turn the rules
 				// off, which is -1 to balance.
@@ -222,6 +225,7 @@ upstreams:
 			Line:     51,
 			Servers:  []Server{{Address: "127.0.0.1:9001", Weight: 1, Line: 52, Resolve: 10 * time.Second}},
 			TLS:      &UpstreamTLS{Line: 54}, // "tls:" with no value: TLS with the defaults
+			Protocol: "h2",
 			Balance:  "p2c",
 			HashKey:  "client_ip",
 			Health:   DefaultHealth(),

@@ -568,7 +568,7 @@ func (d *decoder) upstreams(n *yaml.Node, path string, c *Config) {
 // walkUpstream walks one upstream; key is its name's node, which
 // missing servers are reported at.
 func (d *decoder) walkUpstream(key, n *yaml.Node, path string, u *Upstream) {
-	var hashKeyNode *yaml.Node
+	var hashKeyNode, protocolNode *yaml.Node
 	present := d.mapping(n, path, []field{
 		{"servers", func(n *yaml.Node, path string) {
 			count := d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
@@ -615,6 +615,10 @@ func (d *decoder) walkUpstream(key, n *yaml.Node, path string, u *Upstream) {
 		}},
 		{"retry", func(n *yaml.Node, path string) { d.retry(n, path, &u.Retry) }},
 		{"tls", func(n *yaml.Node, path string) { u.TLS = d.tls(n, path) }},
+		{"protocol", func(n *yaml.Node, path string) {
+			protocolNode = n
+			d.enum(&u.Protocol, "http/1.1", "h2", "h2c", "auto")(n, path)
+		}},
 		{"balance", d.enum(&u.Balance, balance.PolicyNames()...)},
 		{"hash_key", func(n *yaml.Node, path string) {
 			hashKeyNode = n
@@ -624,6 +628,13 @@ func (d *decoder) walkUpstream(key, n *yaml.Node, path string, u *Upstream) {
 	})
 	if !present["servers"] {
 		d.addf(key, join(path, "servers"), "missing; an upstream needs at least one server")
+	}
+	switch {
+	case protocolNode == nil:
+	case (u.Protocol == "h2" || u.Protocol == "auto") && u.TLS == nil:
+		d.addf(protocolNode, join(path, "protocol"), "%s is HTTP/2 over TLS and this upstream has no tls; use h2c for cleartext HTTP/2, or add tls: {}", u.Protocol)
+	case u.Protocol == "h2c" && u.TLS != nil:
+		d.addf(protocolNode, join(path, "protocol"), "h2c is cleartext HTTP/2 and this upstream has tls; use h2 (or auto)")
 	}
 	if hashKeyNode != nil && u.Balance != "hash" {
 		d.addf(hashKeyNode, join(path, "hash_key"), "only used with balance: hash (balance is %s)", u.Balance)

@@ -81,6 +81,8 @@ func TestParseTLSProblems(t *testing.T) {
 		{"an unknown protocol", listen("    protocols: [h3]"), 3, 17, "listen[0].protocols[0]", `unknown value "h3"`},
 		{"no protocol", listen("    protocols: []"), 3, 16, "listen[0].protocols", "at least one protocol"},
 		{"h2 limits", listen() + "limits: {h2: {initial_window: 1KiB}}\n", 8, 31, "limits.h2.initial_window", "between 64KiB and 16MiB"},
+		{"h2 upstream without tls", listen() + "    protocol: h2\n", 8, 15, "upstreams.web.protocol", "use h2c for cleartext HTTP/2"},
+		{"h2c upstream with tls", listen() + "    protocol: h2c\n    tls: {}\n", 8, 15, "upstreams.web.protocol", "has tls; use h2"},
 		{"https_port out of range", listen("    redirect_https: true", "    https_port: 70000"), 4, 17, "listen[0].https_port", "between 1 and 65535"},
 		{"trusted not a list", listen() + "forwarded: {trusted: 10.0.0.0/8}\n", 8, 22, "forwarded.trusted", "must be a list"},
 		{"trusted garbage", listen() + "forwarded: {trusted: [10.0.0.300/8]}\n", 8, 23, "forwarded.trusted[0]", "not an address or an address prefix"},
