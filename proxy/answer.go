@@ -124,12 +124,73 @@ func (s *Session) errorResponse(e *fault.Error) *Response {
 		ps.WriteString(upstreamList(s.Attempts, attemptStatus))
 		ps.WriteString(`"`)
 	}
+	if isGRPC(&s.Request.Header) {
+		// A gRPC client reads its call's outcome from grpc-status, not
+		// from the HTTP status (as Envoy answers them): 200, and the
+		// status the HTTP one maps to, in a trailers-only answer.
+		r.Status = 200
+		r.Header.Add("Content-Type", "application/grpc")
+		r.Header.Add("Grpc-Status", strconv.Itoa(grpcCode(status)))
+		r.Header.Add("Grpc-Message", grpcMessage(ps.String()))
+		r.Header.Add("Proxy-Status", ps.String())
+		return r
+	}
 	r.Header.Add("Content-Type", "text/plain; charset=utf-8")
 	r.Header.Add("Cache-Control", "no-store")
 	r.Header.Add("Proxy-Status", ps.String())
 	body := strconv.Itoa(status) + " " + h1.StatusText(status) + " (" + e.ProxyStatus() + ")\n"
 	r.Body = []byte(body)
 	return r
+}
+
+// isGRPC reports whether a request is a gRPC call (its Content-Type is
+// application/grpc, or application/grpc+proto and the like).
+func isGRPC(h *h1.Header) bool {
+	ct := h.Get("Content-Type")
+	const grpc = "application/grpc"
+	return len(ct) >= len(grpc) && h1.EqualFold(ct[:len(grpc)], grpc) && (len(ct) == len(grpc) || ct[len(grpc)] == '+' || ct[len(grpc)] == ';')
+}
+
+// grpcCode maps the HTTP status of an answer sluice makes to the gRPC
+// status a client gets (gRPC's own table: doc/http-grpc-status-mapping).
+func grpcCode(status int) int {
+	switch status {
+	case 400:
+		return 13 // INTERNAL
+	case 401:
+		return 16 // UNAUTHENTICATED
+	case 403:
+		return 7 // PERMISSION_DENIED
+	case 404:
+		return 12 // UNIMPLEMENTED
+	case 429, 502, 503, 504:
+		return 14 // UNAVAILABLE
+	}
+	return 2 // UNKNOWN
+}
+
+// grpcMessage percent-encodes s as grpc-message wants (bytes outside
+// printable ASCII, and '%').
+func grpcMessage(s string) string {
+	const hex = "0123456789ABCDEF"
+	var b []byte
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c > 0x7e || c == '%' {
+			if b == nil {
+				b = append(b, s[:i]...)
+			}
+			b = append(b, '%', hex[c>>4], hex[c&15])
+			continue
+		}
+		if b != nil {
+			b = append(b, c)
+		}
+	}
+	if b == nil {
+		return s
+	}
+	return string(b)
 }
 
 // logTry writes the line for a failed try: a warning when another try

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 )
 
 // TestGRPCThroughProxy: gRPC calls from a gRPC client, over h2c to sluice
@@ -61,5 +64,36 @@ func TestGRPCThroughProxy(t *testing.T) {
 	next, err := watch.Recv()
 	if err != nil || next.Status != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Fatalf("second streamed message: %v %v", next, err)
+	}
+}
+
+// TestGRPCProxyErrors: an answer sluice makes itself reaches a gRPC client
+// as a gRPC status (UNAVAILABLE, with the Proxy-Status text as its
+// message), not as an HTTP status the client would report as a protocol
+// error.
+func TestGRPCProxyErrors(t *testing.T) {
+	hs, _ := startH2(t, peers(h2Options(ProtocolH2C, nil), upstreamtest.Dead(t)), h2c())
+	cc, err := grpc.NewClient(hs.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+	st := status.Convert(err)
+	if st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "sluice; error=connection_refused") {
+		t.Errorf("a call to a dead server: %v, want UNAVAILABLE with the Proxy-Status text", err)
+	}
+}
+
+func TestGRPCMessageEncoding(t *testing.T) {
+	for in, want := range map[string]string{
+		`sluice; error=connection_refused; details="1 try: -"`: `sluice; error=connection_refused; details="1 try: -"`,
+		"100% \n é": "100%25 %0A %C3%A9",
+	} {
+		if got := grpcMessage(in); got != want {
+			t.Errorf("grpcMessage(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
