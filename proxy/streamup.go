@@ -290,6 +290,13 @@ func upstreamErr(err error) error {
 	if err == nil {
 		return nil
 	}
+	if errors.Is(err, h2.ErrInvalidRequest) {
+		// Nothing was sent, and nothing would be elsewhere: the request
+		// cannot go over HTTP/2 as it is (a field HTTP/2 forbids, a
+		// header list over the server's limit).
+		return &fault.Error{Kind: fault.Internal, Source: fault.Internally,
+			Context: "the request cannot be sent over HTTP/2", Cause: err}
+	}
 	if h2.NotProcessed(err) {
 		return &fault.Error{Kind: fault.Refused, Source: fault.Upstream,
 			Context: "the upstream refused the stream before processing it", Cause: err}
