@@ -213,11 +213,14 @@ type Conn struct {
 
 	// Write side; see write.go.
 	waiting atomic.Int32
-	wmu     sync.Mutex
-	wb      *writeBuf
-	enc     *hpack.Encoder
-	hbuf    []byte
-	werr    error
+	// uncorking is set while an uncork goroutine is on its way to flush
+	// what writers left buffered (unlockWrite).
+	uncorking atomic.Bool
+	wmu       sync.Mutex
+	wb        *writeBuf
+	enc       *hpack.Encoder
+	hbuf      []byte
+	werr      error
 }
 
 // NewConn prepares to serve HTTP/2 on nc with settings s (nil: defaults) and

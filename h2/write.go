@@ -2,6 +2,7 @@ package h2
 
 import (
 	"bufio"
+	"runtime"
 	"sync"
 	"time"
 
@@ -86,10 +87,23 @@ func (c *Conn) lockWrite() (*writeBuf, error) {
 // unlockWrite writes what was queued meanwhile and, unless another writer is
 // about to take the lock (which will then flush for both) and force is not
 // set, flushes; then it releases the lock.
+//
+// While other streams' handlers run, their frames are likely to come in
+// the same round of the scheduler (answers that arrived from upstreams
+// together): the flush is then left to a goroutine that runs after them
+// (uncork), so that one write carries them all instead of a write each.
+// Frames wait no longer than that round, or than half a buffer.
 func (c *Conn) unlockWrite(force bool) error {
 	err := c.werr
 	if err == nil {
 		err = c.drain()
+	}
+	if err == nil && !force && c.waiting.Load() == 0 && c.wb.bw.Buffered() < writeBufSize/2 && c.busy() {
+		if c.uncorking.CompareAndSwap(false, true) {
+			go c.uncork()
+		}
+		c.wmu.Unlock()
+		return nil
 	}
 	if err == nil && (force || c.waiting.Load() == 0 || c.wb.bw.Buffered() >= writeBufSize/2) {
 		err = c.wb.bw.Flush()
@@ -104,6 +118,23 @@ func (c *Conn) unlockWrite(force bool) error {
 	}
 	c.wmu.Unlock()
 	return err
+}
+
+// busy reports whether more than one stream's handler is running.
+func (c *Conn) busy() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.handlers > 1
+}
+
+// uncork flushes what writers left buffered for it, once the goroutines
+// runnable now (other handlers, about to write) have had their turn.
+func (c *Conn) uncork() {
+	runtime.Gosched()
+	c.uncorking.Store(false) // a writer from now on starts another
+	if _, err := c.lockWrite(); err == nil {
+		c.unlockWrite(true)
+	}
 }
 
 // failWrite ends the connection after a failed write: what was being written
