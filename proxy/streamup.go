@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -42,14 +43,29 @@ type streamUp struct {
 	sent    bool   // the request ended (END_STREAM)
 
 	// The response: what is ready to be read, and how the body goes on.
-	out      []byte
-	final    bool // the final response head was read
-	raw      bool // the body goes as it comes (content-length, or none)
-	ended    bool // the body and its framing were all read
+	out   []byte
+	final bool // the final response head was read
+	raw   bool // the body goes as it comes (content-length, or none)
+	ended bool // the body and its framing were all read
+	// mu guards cs, rdl and wdl, which the drain timeout and a client's
+	// reset set from other goroutines (SetDeadline).
+	mu       sync.Mutex
 	rdl, wdl time.Time
+	// limit bounds every deadline: the call's grpc-timeout (zero: none).
+	limit time.Time
 }
 
-func newStreamUp(mc *muxConn, tls bool) *streamUp { return &streamUp{mc: mc, tls: tls} }
+func newStreamUp(mc *muxConn, tls bool, limit time.Time) *streamUp {
+	return &streamUp{mc: mc, tls: tls, limit: limit}
+}
+
+// bounded returns deadline t within the call's limit.
+func (u *streamUp) bounded(t time.Time) time.Time {
+	if !u.limit.IsZero() && (t.IsZero() || t.After(u.limit)) {
+		return u.limit
+	}
+	return t
+}
 
 var _ net.Conn = (*streamUp)(nil)
 
@@ -101,12 +117,15 @@ func (u *streamUp) open(head []byte) error {
 		fields = append(fields, hpack.HeaderField{Name: name, Value: string(h.Value(i))})
 	}
 	end := f.Empty()
-	u.cs, err = u.mc.cc.OpenStream(fields, end)
+	cs, err := u.mc.cc.OpenStream(fields, end)
 	if err != nil {
 		return upstreamErr(err)
 	}
-	u.cs.SetReadDeadline(u.rdl)
-	u.cs.SetWriteDeadline(u.wdl)
+	u.mu.Lock()
+	u.cs = cs
+	cs.SetReadDeadline(u.rdl)
+	cs.SetWriteDeadline(u.wdl)
+	u.mu.Unlock()
 	u.sent = end
 	switch f.Kind {
 	case h1.Length:
@@ -327,17 +346,21 @@ func (u *streamUp) SetDeadline(t time.Time) error {
 }
 
 func (u *streamUp) SetReadDeadline(t time.Time) error {
-	u.rdl = t
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.rdl = u.bounded(t)
 	if u.cs != nil {
-		return u.cs.SetReadDeadline(t)
+		return u.cs.SetReadDeadline(u.rdl)
 	}
 	return nil
 }
 
 func (u *streamUp) SetWriteDeadline(t time.Time) error {
-	u.wdl = t
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.wdl = u.bounded(t)
 	if u.cs != nil {
-		return u.cs.SetWriteDeadline(t)
+		return u.cs.SetWriteDeadline(u.wdl)
 	}
 	return nil
 }
