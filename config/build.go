@@ -345,13 +345,14 @@ func Policy(r Retry) (*retry.Policy, error) {
 // which Resources.Close closes after the server's Shutdown.
 func NewServer(cfg *Config, g *Generation, errorLog *slog.Logger) (*proxy.Server, *Resources, error) {
 	srv := &proxy.Server{
-		Handler:        g.Table,
-		HeaderTimeout:  cfg.Timeouts.Header,
-		IdleTimeout:    cfg.Timeouts.Idle,
-		BodyTimeout:    cfg.Timeouts.Body,
-		SendTimeout:    cfg.Timeouts.Send,
-		MaxHeaderBytes: int(cfg.Limits.MaxHeaderBytes),
-		MaxHeaders:     cfg.Limits.MaxHeaders,
+		Handler:           g.Table,
+		HeaderTimeout:     cfg.Timeouts.Header,
+		IdleTimeout:       cfg.Timeouts.Idle,
+		BodyTimeout:       cfg.Timeouts.Body,
+		SendTimeout:       cfg.Timeouts.Send,
+		StreamIdleTimeout: cfg.Timeouts.StreamIdle,
+		MaxHeaderBytes:    int(cfg.Limits.MaxHeaderBytes),
+		MaxHeaders:        cfg.Limits.MaxHeaders,
 		H2: h2.Settings{
 			MaxConcurrentStreams: uint32(cfg.Limits.H2.MaxConcurrentStreams),
 			InitialWindow:        uint32(cfg.Limits.H2.InitialWindow),

@@ -193,6 +193,10 @@ type Timeouts struct {
 	// Send (key "send", default 60s, > 0) bounds each write to a client
 	// (within a sixteenth of it, at most a second, late; never early).
 	Send time.Duration
+	// StreamIdle (key "stream_idle", default 5m, > 0) replaces body and
+	// the upstream's read timeout for a gRPC call once its response head
+	// has come: a stream with no bytes either way for this long is cut.
+	StreamIdle time.Duration
 }
 
 // Limits bounds request heads and the upstream connection pool.
@@ -605,6 +609,8 @@ func defaults() *Config {
 			Drain:  30 * time.Second,
 			Body:   60 * time.Second,
 			Send:   60 * time.Second,
+
+			StreamIdle: 5 * time.Minute,
 		},
 		Limits: Limits{
 			MaxHeaderBytes:       64 << 10,

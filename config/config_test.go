@@ -42,6 +42,8 @@ func TestParseMinimalGetsDefaults(t *testing.T) {
 			Drain:  30 * time.Second,
 			Body:   60 * time.Second,
 			Send:   60 * time.Second,
+
+			StreamIdle: 5 * time.Minute,
 		},
 		Limits: Limits{
 			MaxHeaderBytes:       64 << 10,
@@ -112,7 +114,7 @@ func TestParseEveryValue(t *testing.T) {
     redirect_https: true
     https_port: 8443
   - {address: "[::1]:0", protocols: [h2c, http/1.1]}
-timeouts: {header: 5s, idle: 2m, drain: 0, body: 3s, send: 4s}
+timeouts: {header: 5s, idle: 2m, drain: 0, body: 3s, send: 4s, stream_idle: 1h}
 limits: {max_header_bytes: 1MiB, max_headers: 10000, max_idle_upstream_conns: 0, h2: {max_concurrent_streams: 10000, initial_window: 64KiB, max_header_list: 1MiB}}
 access_log: {enabled: false, format: JSON, path: /var/log/sluice.log, buffer: 0, flush: 250ms}
 log: {level: debug, format: json}
@@ -170,7 +172,7 @@ upstreams:
 			{Address: "[::1]:0", Line: 10, RedirectHTTPS: true, HTTPSPort: 8443},
 			{Address: "[::1]:0", Line: 13, Protocols: []string{"h2c", "http/1.1"}},
 		},
-		Timeouts: Timeouts{Header: 5 * time.Second, Idle: 2 * time.Minute, Drain: 0, Body: 3 * time.Second, Send: 4 * time.Second},
+		Timeouts: Timeouts{Header: 5 * time.Second, Idle: 2 * time.Minute, Drain: 0, Body: 3 * time.Second, Send: 4 * time.Second, StreamIdle: time.Hour},
 		Limits: Limits{MaxHeaderBytes: 1 << 20, MaxHeaders: 10000, MaxIdleUpstreamConns: 0,
 			H2: H2Limits{MaxConcurrentStreams: 10000, InitialWindow: 64 << 10, MaxHeaderList: 1 << 20}},
 		AccessLog: AccessLog{Enabled: false, Format: "json", Path: "/var/log/sluice.log", Buffer: 0, Flush: 250 * time.Millisecond},

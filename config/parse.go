@@ -419,6 +419,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 				{"drain", d.duration(&c.Timeouts.Drain, false)},
 				{"body", d.duration(&c.Timeouts.Body, true)},
 				{"send", d.duration(&c.Timeouts.Send, true)},
+				{"stream_idle", d.duration(&c.Timeouts.StreamIdle, true)},
 			})
 		}},
 		{"limits", func(n *yaml.Node, path string) {

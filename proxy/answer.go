@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -130,7 +131,11 @@ func (s *Session) errorResponse(e *fault.Error) *Response {
 		// status the HTTP one maps to, in a trailers-only answer.
 		r.Status = 200
 		r.Header.Add("Content-Type", "application/grpc")
-		r.Header.Add("Grpc-Status", strconv.Itoa(grpcCode(status)))
+		code := grpcCode(status)
+		if e.Kind.Timeout() && !s.deadline.IsZero() && !clock.Now().Before(s.deadline) {
+			code = 4 // DEADLINE_EXCEEDED: the call's own grpc-timeout passed
+		}
+		r.Header.Add("Grpc-Status", strconv.Itoa(code))
 		r.Header.Add("Grpc-Message", grpcMessage(ps.String()))
 		r.Header.Add("Proxy-Status", ps.String())
 		return r
@@ -141,6 +146,39 @@ func (s *Session) errorResponse(e *fault.Error) *Response {
 	body := strconv.Itoa(status) + " " + h1.StatusText(status) + " (" + e.ProxyStatus() + ")\n"
 	r.Body = []byte(body)
 	return r
+}
+
+// parseGRPCTimeout reads a grpc-timeout value: at most 8 digits and a
+// unit, H, M, S, m (milliseconds), u or n.
+func parseGRPCTimeout(v []byte) (time.Duration, bool) {
+	if len(v) < 2 || len(v) > 9 {
+		return 0, false
+	}
+	n, ok := h1.ParseDecimal(v[:len(v)-1])
+	if !ok {
+		return 0, false
+	}
+	var u time.Duration
+	switch v[len(v)-1] {
+	case 'H':
+		u = time.Hour
+	case 'M':
+		u = time.Minute
+	case 'S':
+		u = time.Second
+	case 'm':
+		u = time.Millisecond
+	case 'u':
+		u = time.Microsecond
+	case 'n':
+		u = time.Nanosecond
+	default:
+		return 0, false
+	}
+	if n > int64(math.MaxInt64/u) {
+		return 0, false // longer than any call: no deadline
+	}
+	return time.Duration(n) * u, true
 }
 
 // isGRPC reports whether a request is a gRPC call (its Content-Type is

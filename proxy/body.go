@@ -140,6 +140,9 @@ func (rb *reqBody) pump(up *pool.Conn, writeTimeout, headerTimeout time.Duration
 	defer func() { rb.done <- struct{}{} }()
 	client := rb.s.c.nc
 	bodyTimeout := rb.s.srv.bodyTimeout()
+	if rb.s.grpc {
+		bodyTimeout = rb.s.srv.streamIdle() // a client stream's messages come when they come
+	}
 	for {
 		rb.mu.Lock()
 		if rb.stopped {

@@ -100,7 +100,42 @@ func (c *conn) serveStream(st *h2.Stream) {
 		s.answerBadRequest(err)
 		return
 	}
+	if isGRPC(&s.Request.Header) {
+		// A gRPC stream may wait minutes for its next message
+		// (timeouts.stream_idle): when the client cancels it, the wait
+		// for the upstream is cut at once, as the drain timeout cuts it.
+		served, watched := make(chan struct{}), make(chan struct{})
+		defer func() {
+			close(served)
+			<-watched // done with sub before it is reused
+		}()
+		go func() {
+			defer close(watched)
+			select {
+			case <-st.Done():
+				if up := sub.upstream.Load(); up != nil {
+					up.SetDeadline(time.Now())
+				}
+			case <-served:
+			}
+		}()
+	}
 	s.serve()
+}
+
+// gone reports whether c is an HTTP/2 stream its client has reset (or
+// whose connection ended) while its response was under way.
+func (c *conn) gone() bool {
+	sc, ok := c.raw.(*streamConn)
+	if !ok || sc.out == outDone {
+		return false
+	}
+	select {
+	case <-sc.st.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 // streamServe is what serving a stream takes besides its Session (which

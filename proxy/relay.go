@@ -55,7 +55,11 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 	s.keepAlive = down
 
 	var body h1.Body
-	up.Reader.SetReadTimeout(peer.Options.readTimeout())
+	if s.grpc {
+		up.Reader.SetReadTimeout(s.srv.streamIdle())
+	} else {
+		up.Reader.SetReadTimeout(peer.Options.readTimeout())
+	}
 	full := up.Reader.Full()
 	switch {
 	case frame.Kind == h1.UntilClose || frame.Kind == h1.Chunked:
@@ -212,6 +216,10 @@ func (s *Session) failBody(peer *Peer, a *Attempt, pending []byte, err error) {
 		e = be
 	}
 	e.Context = "reading the response body from " + peer.Addr
+	if s.c.gone() {
+		e = &fault.Error{Kind: fault.ClientClosed, Source: fault.Downstream,
+			Context: "the client reset the stream while " + peer.Addr + " was answering", Cause: e}
+	}
 	s.countWrote(a)
 	a.Err = e
 	s.Err = e

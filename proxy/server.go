@@ -54,6 +54,12 @@ type Server struct {
 	IdleTimeout time.Duration
 	// BodyTimeout bounds each wait for request body bytes; 0 means 60s.
 	BodyTimeout time.Duration
+	// StreamIdleTimeout replaces BodyTimeout and the peers' ReadTimeout for
+	// a gRPC call (a request whose Content-Type is application/grpc) once
+	// its response head has come: a stream with no bytes either way for
+	// this long is cut. Long-lived gRPC streams are quiet for minutes; 0
+	// means 5m.
+	StreamIdleTimeout time.Duration
 	// SendTimeout bounds each write to the client; 0 means 60s. It is
 	// enforced lazily: a write may run up to a sixteenth of it (at most a
 	// second) longer, never shorter.
@@ -219,6 +225,7 @@ func (srv *Server) init() {
 func (srv *Server) headerTimeout() time.Duration { return orDefault(srv.HeaderTimeout, 10*time.Second) }
 func (srv *Server) idleTimeout() time.Duration   { return orDefault(srv.IdleTimeout, 60*time.Second) }
 func (srv *Server) bodyTimeout() time.Duration   { return orDefault(srv.BodyTimeout, 60*time.Second) }
+func (srv *Server) streamIdle() time.Duration    { return orDefault(srv.StreamIdleTimeout, 5*time.Minute) }
 func (srv *Server) sendTimeout() time.Duration   { return orDefault(srv.SendTimeout, 60*time.Second) }
 
 func (srv *Server) maxHeaderBytes() int {

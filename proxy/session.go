@@ -55,6 +55,8 @@ type Session struct {
 
 	srv       *Server
 	c         *conn
+	grpc      bool      // a gRPC call (Content-Type application/grpc)
+	deadline  time.Time // the call's grpc-timeout, as a time; zero: none
 	hooks     *hooks
 	framing   h1.Framing // of the request body, or frameErr: invalid
 	frameErr  error
@@ -157,6 +159,11 @@ func (s *Session) serve() bool {
 	// taken: the request is served as HTTP/1.1, and Upgrade, a hop-by-hop
 	// field, is not forwarded.
 	s.body.init(s, f)
+	if s.grpc = isGRPC(&req.Header); s.grpc {
+		if d, ok := parseGRPCTimeout(req.Header.Get("Grpc-Timeout")); ok {
+			s.deadline = s.Start.Add(d)
+		}
+	}
 
 	if resp := s.filter(); resp != nil {
 		s.answer(resp, s.keepAlive && s.framing.Empty())
@@ -255,6 +262,10 @@ func (s *Session) proxy() {
 			s.giveUp("the drain timeout passed")
 			return
 		}
+		if len(s.Attempts) > 0 && !s.deadline.IsZero() && !clock.Now().Before(s.deadline) {
+			s.giveUp("the call's grpc-timeout passed")
+			return
+		}
 		peer, err := s.hooks.h.UpstreamPeer(s)
 		if err != nil || peer == nil {
 			if len(s.Attempts) > 0 {
@@ -289,6 +300,12 @@ func (s *Session) proxy() {
 		if done {
 			s.tryDone(a)
 			return
+		}
+		if a.Err.Source == fault.Upstream && s.c.gone() {
+			// The HTTP/2 client reset its stream, and the wait for the
+			// upstream was cut for it: nobody's failure but the client's.
+			a.Err = &fault.Error{Kind: fault.ClientClosed, Source: fault.Downstream,
+				Context: "the client reset the stream while " + peer.Addr + " was answering", Cause: a.Err}
 		}
 		if s.srv.expired.Load() && a.Err.Source == fault.Upstream {
 			// Shutdown cut the wait short: the drain is over, and the

@@ -166,7 +166,7 @@ func (s *Session) connectH2(peer *Peer, a *Attempt, proto string) bool {
 	for {
 		mc, wait, dial := s.srv.mux.take(key, now)
 		if mc != nil {
-			s.setUp(pool.NewConn(newStreamUp(mc, proto != ProtocolH2C), key, &noPooling, now))
+			s.setUp(pool.NewConn(newStreamUp(mc, proto != ProtocolH2C, s.deadline), key, &noPooling, now))
 			return true
 		}
 		if dial {
@@ -226,7 +226,7 @@ func (s *Session) connectH2(peer *Peer, a *Attempt, proto string) bool {
 		a.Err = &fault.Error{Kind: fault.Drained, Source: fault.Internally, Context: "sluice is shutting down"}
 		return false
 	}
-	s.setUp(pool.NewConn(newStreamUp(mc, proto != ProtocolH2C), key, &noPooling, now))
+	s.setUp(pool.NewConn(newStreamUp(mc, proto != ProtocolH2C, s.deadline), key, &noPooling, now))
 	return true
 }
 
