@@ -431,6 +431,7 @@ func (p *Pool) Put(c *Conn) bool {
 	now := p.now()
 	l := c.Limits
 	if l == nil || l.MaxIdle <= 0 || c.Reader.Buffered() > 0 {
+		c.Reader.Release() // its buffer back to the pool, when it holds nothing unread
 		c.Close()
 		return false
 	}
@@ -438,6 +439,7 @@ func (p *Pool) Put(c *Conn) bool {
 		(c.MaxServed > 0 && c.Served >= c.MaxServed) ||
 		(l.MaxAge > 0 && now.Sub(c.Created) >= l.MaxAge) {
 		p.retired.Add(1)
+		c.Reader.Release()
 		c.discard()
 		return false
 	}

@@ -230,6 +230,7 @@ func (s *Session) dropUpstream() {
 		return
 	}
 	s.body.stop(s.up)
+	s.up.Reader.Release() // the read buffer back to the pool, unless bytes were left unread
 	s.up.Close()
 	s.setUp(nil)
 	s.held = false

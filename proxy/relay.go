@@ -203,6 +203,7 @@ func (s *Session) releaseUpstream(a *Attempt, upKeep bool) {
 	if upKeep {
 		s.srv.Pool.Put(up)
 	} else {
+		up.Reader.Release()
 		up.Close()
 	}
 }
