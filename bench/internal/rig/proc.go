@@ -56,3 +56,33 @@ func RaiseNoFile(want uint64, flags string) error {
 	lim.Cur = want
 	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
 }
+
+// CPUSeconds returns the CPU time process pid has used, user and system
+// (utime and stime of /proc/PID/stat, in clock ticks of 1/100 s).
+func CPUSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	return cpuSeconds(string(b))
+}
+
+// cpuSeconds reads utime and stime from stat, the text of /proc/PID/stat,
+// whose second field (the command, in parentheses) may hold spaces.
+func cpuSeconds(stat string) (float64, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, errors.New("rig: /proc/PID/stat without a command")
+	}
+	f := strings.Fields(stat[i+1:])
+	// f[0] is field 3 (state); utime is field 14, stime 15.
+	if len(f) < 13 {
+		return 0, errors.New("rig: /proc/PID/stat too short")
+	}
+	u, err1 := strconv.ParseUint(f[11], 10, 64)
+	s, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, errors.New("rig: /proc/PID/stat: utime or stime not a number")
+	}
+	return float64(u+s) / 100, nil
+}

@@ -31,3 +31,17 @@ func TestRSSKB(t *testing.T) {
 		t.Errorf("RSSKB(-1) = %d, want 0", kb)
 	}
 }
+
+func TestCPUSeconds(t *testing.T) {
+	stat := "1234 (a (b) c) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0 100 1000 100"
+	got, err := cpuSeconds(stat)
+	if err != nil || got != 3 {
+		t.Errorf("cpuSeconds = %v, %v; want 3 (250 + 50 ticks)", got, err)
+	}
+	if _, err := cpuSeconds("1234 (x) S 1"); err == nil {
+		t.Error("a short stat line read without an error")
+	}
+	if s, err := CPUSeconds(os.Getpid()); err != nil || s < 0 {
+		t.Errorf("CPUSeconds(self) = %v, %v", s, err)
+	}
+}
