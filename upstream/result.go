@@ -10,9 +10,10 @@ import (
 // pooled connection (Attempt.Stale) is the keep-alive race, not the
 // server's failure; a failure on the client's side is nobody's. A failed
 // TLS handshake, a certificate that does not verify included, is a connect
-// failure; an HTTP/2 stream the server refused is none. A timeout after the connection was made is balance.Slow: it
-// counts toward consecutive failures, not max_fails, so that one slow
-// endpoint does not take a server that answers everything else out.
+// failure; an HTTP/2 stream the server refused is no failure at all. A
+// timeout after the connection was made is balance.Slow: it counts toward
+// consecutive failures, not max_fails, so that one slow endpoint does not
+// take a server that answers everything else out.
 func Result(a *proxy.Attempt) balance.Result {
 	r := balance.Result{Status: a.Status, Duration: a.Wait}
 	e := a.Err
