@@ -64,6 +64,15 @@ func (st *Stream) Header() []hpack.HeaderField { return st.header }
 // its header block, before the Handler started.
 func (st *Stream) NoBody() bool { return st.noBody }
 
+// Arrived reports how many request body bytes have arrived and not been
+// read, and whether the body ended with them (END_STREAM came, without
+// trailers): a body that arrived whole is read without waiting.
+func (st *Stream) Arrived() (n int, whole bool) {
+	st.c.mu.Lock()
+	defer st.c.mu.Unlock()
+	return len(st.buf) - st.off, st.remoteEnded && st.trailers == nil
+}
+
 // Trailers returns the request's trailer fields, checked as Header's
 // (without pseudo-header fields). It is valid once Read has returned io.EOF.
 func (st *Stream) Trailers() []hpack.HeaderField {

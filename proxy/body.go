@@ -70,8 +70,12 @@ func (rb *reqBody) preread() {
 	if need := int(rb.f.Length) + r.Buffered(); int64(r.Buffered()) < rb.f.Length {
 		// The reader's buffer may be smaller than head and body: read
 		// what the socket holds now into a larger one.
+		src := s.c.ready.reader()
+		if sc, ok := s.c.raw.(*streamConn); ok && sc.whole {
+			src = sc // an HTTP/2 body that arrived whole: reading it never waits
+		}
 		for int64(r.Buffered()) < rb.f.Length {
-			if _, err := r.FillWith(s.c.ready.reader(), need); err != nil {
+			if _, err := r.FillWith(src, need); err != nil {
 				break
 			}
 		}

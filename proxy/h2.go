@@ -95,7 +95,14 @@ func (c *conn) serveStream(st *h2.Stream) {
 	sub.borrow()
 	s.Stream = st.ID()
 	var err error
-	sc.method, sc.chunked, err = requestFromH2(&s.Request, st.Header(), st.NoBody())
+	known := int64(-1)
+	if n, whole := st.Arrived(); whole && n <= prereadMax {
+		// The body came whole with the head: it goes upstream with its
+		// length, in the head's write, read ahead (reqBody.preread)
+		// rather than pumped.
+		known, sc.whole = int64(n), true
+	}
+	sc.method, sc.chunked, err = requestFromH2(&s.Request, st.Header(), st.NoBody(), known)
 	if err != nil {
 		s.answerBadRequest(err)
 		return
@@ -151,12 +158,13 @@ var streamPool = sync.Pool{New: func() any { return new(streamServe) }}
 // requestFromH2 maps the header block of a request stream onto an
 // HTTP/1.1 request head (RFC 9113 §8.3.1): :authority becomes Host, first,
 // cookie fields are joined into one (§8.2.3), and a body of unknown length
-// goes upstream chunked. The engine has checked the block (pseudo fields,
+// goes upstream chunked, unless known, the length of a body that has
+// arrived whole, is not -1. The engine has checked the block (pseudo fields,
 // lowercase names, no connection-specific fields, no CR, LF or NUL); what
 // becomes HTTP/1.1 bytes is checked again here by HTTP/1.1's own rules, so
 // that no field can turn into another head upstream (request smuggling).
 // It returns the method and whether the body is to be chunked.
-func requestFromH2(req *h1.Request, fields []hpack.HeaderField, noBody bool) (method string, chunked bool, err error) {
+func requestFromH2(req *h1.Request, fields []hpack.HeaderField, noBody bool, known int64) (method string, chunked bool, err error) {
 	var path, authority, host string
 	cookies := 0
 	for _, f := range fields {
@@ -207,7 +215,11 @@ func requestFromH2(req *h1.Request, fields []hpack.HeaderField, noBody bool) (me
 		}
 		req.Header.Add(f.Name, f.Value)
 	}
-	if !hasLength && !noBody {
+	switch {
+	case hasLength || noBody:
+	case known >= 0:
+		req.Header.Add("Content-Length", strconv.FormatInt(known, 10))
+	default:
 		// A body of unknown length: HTTP/1.1 carries it chunked.
 		req.Header.Add("Transfer-Encoding", "chunked")
 		chunked = true

@@ -33,6 +33,7 @@ type streamConn struct {
 	chunked bool
 	pending []byte
 	eof     bool
+	whole   bool // the body had all arrived when the stream was served
 
 	out    outState
 	head   []byte      // a response head begun in an earlier Write
