@@ -159,8 +159,7 @@ type ClientConn struct {
 	waiting atomic.Int32
 	wmu     sync.Mutex
 	wb      *writeBuf
-	enc     *hpack.Encoder
-	hbuf    []byte
+	henc    headerEncoder // the write lock guards it
 	werr    error
 }
 

@@ -154,47 +154,7 @@ func (cc *ClientConn) writeBlock(wb *writeBuf, id uint32, fields []hpack.HeaderF
 	table, tableSet := cc.peerTable, cc.peerTableSet
 	cc.peerTableSet = false
 	cc.mu.Unlock()
-	if cc.enc == nil {
-		cc.enc = hpack.NewEncoder((*clientBlockWriter)(cc))
-	}
-	if tableSet {
-		cc.enc.SetMaxDynamicTableSizeLimit(table)
-	}
-	cc.hbuf = cc.hbuf[:0]
-	for _, f := range fields {
-		cc.enc.WriteField(f)
-	}
-	block := cc.hbuf
-	first := true
-	for first || len(block) > 0 {
-		n := min(len(block), maxFrame)
-		frag := block[:n]
-		block = block[n:]
-		var err error
-		if first {
-			err = wb.fr.WriteHeaders(http2.HeadersFrameParam{
-				StreamID: id, BlockFragment: frag, EndStream: end, EndHeaders: len(block) == 0,
-			})
-			first = false
-		} else {
-			err = wb.fr.WriteContinuation(id, len(block) == 0, frag)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	if cap(cc.hbuf) > 4096 {
-		cc.hbuf = nil
-	}
-	return nil
-}
-
-// clientBlockWriter is the encoder's output: cc.hbuf.
-type clientBlockWriter ClientConn
-
-func (w *clientBlockWriter) Write(p []byte) (int, error) {
-	w.hbuf = append(w.hbuf, p...)
-	return len(p), nil
+	return cc.henc.write(wb.fr, id, fields, end, maxFrame, table, tableSet)
 }
 
 // writeData writes one DATA frame of cs, for which credit bytes of send

@@ -218,8 +218,7 @@ type Conn struct {
 	uncorking atomic.Bool
 	wmu       sync.Mutex
 	wb        *writeBuf
-	enc       *hpack.Encoder
-	hbuf      []byte
+	henc      headerEncoder // the write lock guards it
 	werr      error
 }
 

@@ -227,17 +227,31 @@ func (c *Conn) writeBlock(wb *writeBuf, id uint32, fields []hpack.HeaderField, e
 	table, tableSet := c.peerTable, c.peerTableSet
 	c.peerTableSet = false
 	c.mu.Unlock()
-	if c.enc == nil {
-		c.enc = hpack.NewEncoder((*blockWriter)(c))
+	return c.henc.write(wb.fr, id, fields, end, maxFrame, table, tableSet)
+}
+
+// headerEncoder is one side's HPACK encoder and the buffer a block is
+// encoded into, for both sides' writeBlock. The write lock guards it.
+type headerEncoder struct {
+	enc  *hpack.Encoder
+	hbuf []byte
+}
+
+// write encodes fields (after the peer's SETTINGS_HEADER_TABLE_SIZE, when
+// tableSet) and writes the block as HEADERS and CONTINUATION frames of at
+// most maxFrame bytes.
+func (h *headerEncoder) write(fr *http2.Framer, id uint32, fields []hpack.HeaderField, end bool, maxFrame int, table uint32, tableSet bool) error {
+	if h.enc == nil {
+		h.enc = hpack.NewEncoder(h)
 	}
 	if tableSet {
-		c.enc.SetMaxDynamicTableSizeLimit(table)
+		h.enc.SetMaxDynamicTableSizeLimit(table)
 	}
-	c.hbuf = c.hbuf[:0]
+	h.hbuf = h.hbuf[:0]
 	for _, f := range fields {
-		c.enc.WriteField(f)
+		h.enc.WriteField(f)
 	}
-	block := c.hbuf
+	block := h.hbuf
 	first := true
 	for first || len(block) > 0 {
 		n := min(len(block), maxFrame)
@@ -245,28 +259,26 @@ func (c *Conn) writeBlock(wb *writeBuf, id uint32, fields []hpack.HeaderField, e
 		block = block[n:]
 		var err error
 		if first {
-			err = wb.fr.WriteHeaders(http2.HeadersFrameParam{
+			err = fr.WriteHeaders(http2.HeadersFrameParam{
 				StreamID: id, BlockFragment: frag, EndStream: end, EndHeaders: len(block) == 0,
 			})
 			first = false
 		} else {
-			err = wb.fr.WriteContinuation(id, len(block) == 0, frag)
+			err = fr.WriteContinuation(id, len(block) == 0, frag)
 		}
 		if err != nil {
 			return err
 		}
 	}
-	if cap(c.hbuf) > 4096 {
-		c.hbuf = nil
+	if cap(h.hbuf) > 4096 {
+		h.hbuf = nil
 	}
 	return nil
 }
 
-// blockWriter is the encoder's output: c.hbuf.
-type blockWriter Conn
-
-func (w *blockWriter) Write(p []byte) (int, error) {
-	w.hbuf = append(w.hbuf, p...)
+// Write is the encoder's output: h.hbuf.
+func (h *headerEncoder) Write(p []byte) (int, error) {
+	h.hbuf = append(h.hbuf, p...)
 	return len(p), nil
 }
 
