@@ -2,7 +2,6 @@ package h2
 
 import (
 	"io"
-	"time"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -12,14 +11,6 @@ import (
 // a pooled buffered writer held only while frames are pending, flushes
 // coalesced when another writer waits, and the frames the reader owes the
 // server queued for the next writer.
-
-// clientDeadlineWriter bounds each write to the connection by WriteTimeout.
-type clientDeadlineWriter struct{ cc *ClientConn }
-
-func (w clientDeadlineWriter) Write(p []byte) (int, error) {
-	w.cc.nc.SetWriteDeadline(time.Now().Add(w.cc.s.WriteTimeout))
-	return w.cc.nc.Write(p)
-}
 
 // lockWrite takes the write lock and writes the queued frames. Every
 // successful lockWrite must be followed by unlockWrite.
@@ -34,7 +25,7 @@ func (cc *ClientConn) lockWrite() (*writeBuf, error) {
 	}
 	if cc.wb == nil {
 		cc.wb = writeBufs.Get().(*writeBuf)
-		cc.wb.bw.Reset(clientDeadlineWriter{cc})
+		cc.wb.bw.Reset(deadlineWriter{cc.nc, cc.s.WriteTimeout})
 	}
 	if err := cc.drain(); err != nil {
 		cc.failWrite(err)

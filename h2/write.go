@@ -2,6 +2,7 @@ package h2
 
 import (
 	"bufio"
+	"net"
 	"runtime"
 	"sync"
 	"time"
@@ -51,14 +52,18 @@ var writeBufs = sync.Pool{New: func() any {
 	return wb
 }}
 
-// deadlineWriter bounds each write to the connection by WriteTimeout, so
-// that a client that stops reading ends the connection instead of holding a
-// writer, and through the write lock every other, forever.
-type deadlineWriter struct{ c *Conn }
+// deadlineWriter bounds each write to nc by timeout (WriteTimeout, on
+// either side), so that a peer that stops reading ends the connection
+// instead of holding a writer, and through the write lock every other,
+// forever.
+type deadlineWriter struct {
+	nc      net.Conn
+	timeout time.Duration
+}
 
 func (w deadlineWriter) Write(p []byte) (int, error) {
-	w.c.nc.SetWriteDeadline(time.Now().Add(w.c.s.WriteTimeout))
-	return w.c.nc.Write(p)
+	w.nc.SetWriteDeadline(time.Now().Add(w.timeout))
+	return w.nc.Write(p)
 }
 
 // lockWrite takes the write lock and writes the queued frames. Every
@@ -74,7 +79,7 @@ func (c *Conn) lockWrite() (*writeBuf, error) {
 	}
 	if c.wb == nil {
 		c.wb = writeBufs.Get().(*writeBuf)
-		c.wb.bw.Reset(deadlineWriter{c})
+		c.wb.bw.Reset(deadlineWriter{c.nc, c.s.WriteTimeout})
 	}
 	if err := c.drain(); err != nil {
 		c.failWrite(err)
