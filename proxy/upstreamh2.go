@@ -51,6 +51,7 @@ type muxSet struct {
 	conns   map[string][]*muxConn
 	dialing map[string]chan struct{} // closed when the dial under way for a key ends
 	closed  bool
+	swept   time.Time // when take last looked at every key
 }
 
 type muxConn struct {
@@ -67,6 +68,17 @@ type muxConn struct {
 func (m *muxSet) take(key string, now time.Time) (mc *muxConn, wait <-chan struct{}, dial bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if now.Sub(m.swept) >= time.Second {
+		// The idle connections of servers no try asks for any more (a
+		// reload removed them, traffic moved) close too, within a second
+		// of any try.
+		m.swept = now
+		for k := range m.conns {
+			if k != key && m.find(k, now) == nil && len(m.conns[k]) == 0 {
+				delete(m.conns, k)
+			}
+		}
+	}
 	if mc = m.find(key, now); mc != nil {
 		return mc, nil, false
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/h2"
 	"github.com/sluice-proxy/sluice/internal/tlstest"
+	"github.com/sluice-proxy/sluice/pool"
 )
 
 // h2Upstream is an HTTP/2 upstream made of sluice's own h2 server: each
@@ -288,4 +289,38 @@ func TestH2UpstreamGoAwayBurst(t *testing.T) {
 	// Whether the GOAWAY left streams out, to go on a new connection,
 	// depends on how many were open when it came.
 	t.Logf("%d upstream connections", up.conns.Load())
+}
+
+// TestMuxSetClosesIdle: an HTTP/2 connection to an upstream that no try
+// asks for any more is shut down once idle past its idle timeout, when a
+// try to any other server comes.
+func TestMuxSetClosesIdle(t *testing.T) {
+	up := startH2Upstream(t, nil, nil, echoH2)
+	nc, err := net.Dial("tcp", up.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m muxSet
+	mc := &muxConn{cc: h2.NewClientConn(nc, nil), nc: nc, limits: &pool.Limits{MaxIdle: 4, IdleTimeout: time.Minute}}
+	defer mc.cc.Close()
+	m.add("gone", mc)
+	now := time.Now()
+	if got, _, _ := m.take("gone", now); got != mc {
+		t.Fatal("a fresh connection was not taken")
+	}
+	m.take("other", now.Add(30*time.Second))
+	select {
+	case <-mc.cc.Done():
+		t.Fatal("closed before its idle timeout")
+	default:
+	}
+	m.take("other", now.Add(2*time.Minute))
+	select {
+	case <-mc.cc.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the idle connection of a server no try asks for stayed open")
+	}
+	if _, ok := m.conns["gone"]; ok {
+		t.Error("the key of a server with no connection left is kept")
+	}
 }
