@@ -359,5 +359,6 @@ func (s *Session) logAccess() {
 		// The name the client asked for, which may not be its Host.
 		r.AddAttrs(slog.String("tls", TLSVersion(st.Version)), slog.String("sni", st.ServerName))
 	}
+	r.AddAttrs(s.notes...)
 	l.Handler().Handle(ctx, r)
 }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"crypto/tls"
+	"log/slog"
 	"net/netip"
 	"time"
 
@@ -73,8 +74,9 @@ type Session struct {
 	continued bool // a 100 Continue went to the client
 	headFault bool // Err is the head's fault: timed out or malformed
 	scratch   []byte
-	readStart int64 // the upstream reader's count when this try began reading
-	headWrote int64 // bytes of this try's first write: the head, and a body sent with it
+	notes     []slog.Attr // what phases did, for the access log (Note)
+	readStart int64       // the upstream reader's count when this try began reading
+	headWrote int64       // bytes of this try's first write: the head, and a body sent with it
 }
 
 // reset prepares the session for the connection's next request, keeping
@@ -95,6 +97,7 @@ func (s *Session) reset() {
 		resp:     s.resp,
 		body:     reqBody{replay: s.body.replay[:0], replayp: s.body.replayp, done: done},
 		scratch:  s.scratch[:0],
+		notes:    s.notes[:0],
 	}
 	s.Request.Reset()
 	s.Client = s.c.client
@@ -113,6 +116,18 @@ func (s *Session) Scratch() []byte { return s.scratch[:0] }
 
 // KeepScratch hands back a grown scratch buffer for reuse.
 func (s *Session) KeepScratch(b []byte) { s.scratch = b[:0] }
+
+// Note records, for the access log line of the request, what a phase did
+// to it: the line ends with one key=value per note, in the order noted
+// (compressed=zstd, rate_limited=true). Keys should be lower-case words
+// joined by "_", and not those of the line's own fields.
+func (s *Session) Note(key, value string) {
+	s.notes = append(s.notes, slog.String(key, value))
+}
+
+// Notes returns the notes recorded so far, for a Logger; the slice is
+// reused by the connection's next request.
+func (s *Session) Notes() []slog.Attr { return s.notes }
 
 // Server returns the server the session belongs to.
 func (s *Session) Server() *Server { return s.srv }

@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sluice-proxy/sluice/h1"
@@ -24,6 +25,7 @@ type stripPrefix struct{ prefix string }
 func (p stripPrefix) RequestFilter(s *proxy.Session) *proxy.Response {
 	if rest, ok := strings.CutPrefix(string(s.Request.Target()), p.prefix); ok {
 		s.Request.SetTarget("/" + rest)
+		s.Note("stripped", p.prefix)
 	}
 	return nil
 }
@@ -56,7 +58,11 @@ func TestPhases(t *testing.T) {
 		Route{PathPrefix: "/none/", Name: "none"},
 		Route{Name: "default", Upstream: peer{&proxy.Peer{Addr: other.Addr()}}},
 	)
-	addr := proxytest.Serve(t, &proxy.Server{Handler: tbl, ErrorLog: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	var log lockedBuffer
+	addr := proxytest.Serve(t, &proxy.Server{Handler: tbl,
+		ErrorLog:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		AccessLog: slog.New(slog.NewTextHandler(&log, nil)),
+	})
 	tests := []struct {
 		path   string
 		status int
@@ -74,4 +80,28 @@ func TestPhases(t *testing.T) {
 			t.Errorf("GET %s: %d %q X-Phase %q, want %d %q %q", tt.path, resp.StatusCode, body, resp.Header.Get("X-Phase"), tt.status, tt.body, tt.phase)
 		}
 	}
+	// The phase's note ends the request's access log line, and only its.
+	proxytest.WaitFor(t, "four access log lines", func() bool { return strings.Count(log.String(), "\n") == 4 })
+	for i, line := range strings.Split(strings.TrimSpace(log.String()), "\n") {
+		if noted := strings.HasSuffix(line, " stripped=/api/"); noted != (i == 0) {
+			t.Errorf("access log line %d %q: noted %v", i, line, noted)
+		}
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
