@@ -37,6 +37,7 @@ type Stream struct {
 	closed      bool
 	err         error // why it closed, when not normally
 	rdl, wdl    time.Time
+	onAbort     func() // see OnAbort
 }
 
 func newStream(c *Conn, id uint32, header []hpack.HeaderField, length int64) *Stream {
@@ -84,6 +85,29 @@ func (st *Stream) Trailers() []hpack.HeaderField {
 // Done returns a channel closed when the stream has ended either way: both
 // sides ended, reset by either side, or the connection gone.
 func (st *Stream) Done() <-chan struct{} { return st.done }
+
+// OnAbort arranges for f to be called once if the stream ends abnormally:
+// reset by either side, or its connection gone. f runs on the goroutine
+// that ended the stream, with the connection's lock held: it must be quick
+// and must not call the Stream's or the Conn's methods. If the stream has
+// already ended abnormally, f is called at once. OnAbort(nil) cancels: once
+// it returns, f is not running and will not run. This lets a handler cut a
+// wait of its own (on an upstream, say) when the client gives up, without a
+// goroutine watching Done.
+func (st *Stream) OnAbort(f func()) {
+	c := st.c
+	c.mu.Lock()
+	if f != nil && st.closed {
+		aborted := st.err != nil
+		c.mu.Unlock()
+		if aborted {
+			f()
+		}
+		return
+	}
+	st.onAbort = f
+	c.mu.Unlock()
+}
 
 // Read reads the request body (DATA payloads, padding removed). It returns
 // io.EOF after END_STREAM, a *ResetError once the stream was reset, and

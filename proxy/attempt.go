@@ -141,6 +141,14 @@ func (s *Session) connect(peer *Peer, pol *retry.Policy, a *Attempt) bool {
 // Shutdown can find it.
 func (s *Session) setUp(pc *pool.Conn) {
 	s.up = pc
+	if s.Stream != 0 {
+		// The stream's abort may cut the connection at any time, from
+		// the HTTP/2 connection's goroutine (streamServe.cut).
+		s.c.upMu.Lock()
+		s.c.upstream.Store(pc)
+		s.c.upMu.Unlock()
+		return
+	}
 	s.c.upstream.Store(pc)
 }
 

@@ -55,6 +55,7 @@ type conn struct {
 	// upstream is the connection of the try in progress, if any, for
 	// Shutdown to cut its wait short when the drain timeout passes.
 	upstream atomic.Pointer[pool.Conn]
+	upMu     sync.Mutex // an HTTP/2 stream's: see setUp
 	// h2 is the HTTP/2 engine serving the connection, once it speaks
 	// HTTP/2, for Shutdown to send its GOAWAY.
 	h2 atomic.Pointer[h2.Conn]
