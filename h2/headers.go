@@ -163,6 +163,6 @@ func (c *Conn) endBlock() error {
 		st.remoteEnded, st.noBody = true, true
 	}
 	c.wg.Add(1)
-	go c.runHandler(st)
+	spawn(st)
 	return nil
 }
