@@ -28,7 +28,7 @@ type h2Upstream struct {
 	live  []*h2.Conn
 }
 
-func startH2Upstream(t *testing.T, cfg *tls.Config, settings *h2.Settings, handle func(c *h2.Conn, st *h2.Stream)) *h2Upstream {
+func startH2Upstream(t testing.TB, cfg *tls.Config, settings *h2.Settings, handle func(c *h2.Conn, st *h2.Stream)) *h2Upstream {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
