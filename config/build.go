@@ -224,6 +224,7 @@ func buildUpstream(cfg *Config, u *Upstream, log *slog.Logger) (*upstream.Group,
 		},
 		Retry:    pol,
 		Protocol: u.Protocol,
+		Host:     u.Host,
 	}
 	if u.TLS != nil {
 		t, err := clientTLS(u.TLS)

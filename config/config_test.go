@@ -464,6 +464,14 @@ func TestParseProblem(t *testing.T) {
 		{"tls empty ca", minimal + "    tls: {ca: \"\"}\n", 9, 15, "upstreams.web.tls.ca", "must not be empty"},
 		{"tls unknown key", minimal + "    tls: {sni: api.internal}\n", 9, 11, "upstreams.web.tls.sni", "unknown key"},
 		{"tls not a mapping", minimal + "    tls: true\n", 9, 10, "upstreams.web.tls", "must be a mapping"},
+		{"unix without a path", head + "    servers: [{address: \"unix:\"}]\n", 5, 25, "upstreams.web.servers[0].address", `"unix:" has no socket path`},
+		{"unix relative path", head + "    servers: [{address: \"unix:run/app.sock\"}]\n", 5, 25, "upstreams.web.servers[0].address", "must be absolute"},
+		{"unix path too long", head + "    servers: [{address: \"unix:/" + strings.Repeat("a", 107) + "\"}]\n", 5, 25,
+			"upstreams.web.servers[0].address", "is 108 bytes long; a Unix socket's may be at most 107"},
+		{"unix listener", "listen: [{address: \"unix:/run/s.sock\"}]\nroutes: [{upstream: web}]\n" + upstream, 1, 20, "listen[0].address", "sluice listens on TCP only"},
+		{"unix with tls", head + "    servers: [{address: \"127.0.0.1:1\"}, {address: \"unix:/run/app.sock\"}]\n    tls: {}\n", 6, 10,
+			"upstreams.web.tls", "TLS to a Unix socket (unix:/run/app.sock) is not supported"},
+		{"upstream host with a slash", minimal + "    host: a/b\n", 9, 11, "upstreams.web.host", "must be a host name"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

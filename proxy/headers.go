@@ -72,8 +72,9 @@ func (s *Session) buildUpstreamRequest(peer *Peer) {
 		r.Header.Set("Host", peer.Options.Host)
 	case !r.Header.Has("Host"):
 		// An HTTP/1.0 client may send none, but the request goes upstream
-		// as HTTP/1.1, which requires one (RFC 9112 §3.2).
-		r.Header.Add("Host", peer.Addr)
+		// as HTTP/1.1, which requires one (RFC 9112 §3.2). A Unix socket
+		// has no host: "localhost", as nginx sends.
+		r.Header.Add("Host", peer.host())
 	}
 	fw := &s.srv.Forwarding
 	trusted := s.c.trusted
