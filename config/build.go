@@ -363,6 +363,7 @@ func NewServer(cfg *Config, g *Generation, errorLog *slog.Logger) (*proxy.Server
 			NoXForwardedFor:   !cfg.Forwarded.XForwardedFor,
 			NoXForwardedProto: !cfg.Forwarded.XForwardedProto,
 			NoXForwardedHost:  !cfg.Forwarded.XForwardedHost,
+			NoRequestID:       !cfg.Forwarded.RequestID,
 			NoVia:             !cfg.Forwarded.Via,
 			Trusted:           cfg.Forwarded.Trusted,
 		},

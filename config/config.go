@@ -277,9 +277,14 @@ type Forwarded struct {
 	XForwardedHost bool
 	// Via (key "via", default true) appends sluice to the Via header.
 	Via bool
+	// RequestID (key "request_id", default true) gives every request an
+	// id in X-Request-Id: a trusted peer's kept, otherwise one sluice
+	// makes (32 hex digits). It is sent upstream, returned to the client
+	// on every answer, sluice's own included, and logged (request_id).
+	RequestID bool
 	// Trusted (key "trusted", default [] = none) lists the peers (load
 	// balancers, proxies in front of sluice) whose X-Forwarded-For,
-	// -Proto and -Host are kept, For extended with the peer's address;
+	// -Proto and -Host (and X-Request-Id) are kept, For extended with the peer's address;
 	// from every other client those fields are replaced. Each is an
 	// address prefix (10.0.0.0/8) or an address (127.0.0.1, held as
 	// 127.0.0.1/32), stored masked.
@@ -632,6 +637,7 @@ func defaults() *Config {
 			XForwardedFor:   true,
 			XForwardedProto: true,
 			XForwardedHost:  true,
+			RequestID:       true,
 			Via:             true,
 		},
 	}

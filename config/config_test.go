@@ -53,7 +53,7 @@ func TestParseMinimalGetsDefaults(t *testing.T) {
 		},
 		AccessLog: AccessLog{Enabled: true, Format: "text", Path: "", Buffer: 64 << 10, Flush: time.Second},
 		Log:       Log{Level: "info", Format: "text"},
-		Forwarded: Forwarded{XForwardedFor: true, XForwardedProto: true, XForwardedHost: true, Via: true},
+		Forwarded: Forwarded{XForwardedFor: true, XForwardedProto: true, XForwardedHost: true, Via: true, RequestID: true},
 		Metrics:   Metrics{Address: ""},
 		Routes:    []Route{{Upstream: "web", Line: 4}},
 		Upstreams: []*Upstream{{
@@ -118,7 +118,7 @@ timeouts: {header: 5s, idle: 2m, drain: 0, body: 3s, send: 4s, stream_idle: 1h}
 limits: {max_header_bytes: 1MiB, max_headers: 10000, max_idle_upstream_conns: 0, h2: {max_concurrent_streams: 10000, initial_window: 64KiB, max_header_list: 1MiB}}
 access_log: {enabled: false, format: JSON, path: /var/log/sluice.log, buffer: 0, flush: 250ms}
 log: {level: debug, format: json}
-forwarded: {x_forwarded_for: false, x_forwarded_proto: false, x_forwarded_host: false, via: false, trusted: [10.1.2.3/8, 127.0.0.1, "2001:db8::/32"]}
+forwarded: {x_forwarded_for: false, x_forwarded_proto: false, x_forwarded_host: false, via: false, request_id: false, trusted: [10.1.2.3/8, 127.0.0.1, "2001:db8::/32"]}
 metrics: {address: "localhost:9090"}
 routes:
   - host: API.Example.com.

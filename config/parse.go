@@ -458,6 +458,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 				{"x_forwarded_proto", d.boolean(&c.Forwarded.XForwardedProto)},
 				{"x_forwarded_host", d.boolean(&c.Forwarded.XForwardedHost)},
 				{"via", d.boolean(&c.Forwarded.Via)},
+				{"request_id", d.boolean(&c.Forwarded.RequestID)},
 				{"trusted", d.prefixes(&c.Forwarded.Trusted)},
 			})
 		}},

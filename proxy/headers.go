@@ -118,6 +118,13 @@ func (s *Session) buildUpstreamRequest(peer *Peer) {
 	if !fw.NoVia {
 		r.Header.Add("Via", "1.1 sluice")
 	}
+	if s.idOwn {
+		// Not the trusted peer's: any the client sent is replaced.
+		if r.Header.Has(RequestIDHeader) {
+			r.Header.Del(RequestIDHeader)
+		}
+		r.Header.AddBytes(requestIDName, s.reqID)
+	}
 	if f := s.hooks.upstreamRequestFilter; f != nil {
 		f.UpstreamRequestFilter(s, peer, r)
 	}

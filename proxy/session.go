@@ -73,8 +73,12 @@ type Session struct {
 	continued bool // a 100 Continue went to the client
 	headFault bool // Err is the head's fault: timed out or malformed
 	scratch   []byte
-	readStart int64 // the upstream reader's count when this try began reading
-	headWrote int64 // bytes of this try's first write: the head, and a body sent with it
+	reqID     []byte             // the request's id (RequestID): in idBuf, or the trusted peer's field
+	idBuf     [requestIDLen]byte // the id sluice made
+	idOwn     bool               // reqID is sluice's, in idBuf
+	route     string             // the route that took the request (SetRoute)
+	readStart int64              // the upstream reader's count when this try began reading
+	headWrote int64              // bytes of this try's first write: the head, and a body sent with it
 }
 
 // reset prepares the session for the connection's next request, keeping
@@ -114,6 +118,14 @@ func (s *Session) Scratch() []byte { return s.scratch[:0] }
 // KeepScratch hands back a grown scratch buffer for reuse.
 func (s *Session) KeepScratch(b []byte) { s.scratch = b[:0] }
 
+// SetRoute names the route that took the request, for the access log
+// (route); a Handler that routes calls it, with a name of its own rather
+// than one made per request.
+func (s *Session) SetRoute(name string) { s.route = name }
+
+// Route returns the name SetRoute gave the request's route, or "".
+func (s *Session) Route() string { return s.route }
+
 // Server returns the server the session belongs to.
 func (s *Session) Server() *Server { return s.srv }
 
@@ -127,6 +139,7 @@ func (s *Session) serve() bool {
 		s.answerBadRequest(err)
 		return false
 	}
+	s.assignRequestID(true)
 	s.keepAlive = h1.KeepAlive(req.Minor, &req.Header)
 	if s.srv.Draining() {
 		s.keepAlive = false

@@ -29,6 +29,25 @@ type Route struct {
 	// Upstream is where matching requests go; Name is for logs.
 	Name     string
 	Upstream Picker
+
+	label string // the route in the access log: host and path prefix
+}
+
+// Label names the route in the access log (route=): its host ("*" for
+// any) followed by its path prefix, such as "api.example.com/v1/",
+// "*.example.com" or "*".
+func (r *Route) Label() string {
+	if r.label != "" {
+		return r.label
+	}
+	return label(r.Host, r.PathPrefix)
+}
+
+func label(host, prefix string) string {
+	if host == "" {
+		host = "*"
+	}
+	return host + prefix
 }
 
 // Table is an ordered list of routes; the first match wins and a request
@@ -43,6 +62,7 @@ func New(routes ...Route) *Table {
 	t := &Table{routes: make([]Route, len(routes))}
 	for i, r := range routes {
 		r.Host = strings.ToLower(r.Host)
+		r.label = label(r.Host, r.PathPrefix)
 		t.routes[i] = r
 	}
 	return t
@@ -73,6 +93,7 @@ func (t *Table) UpstreamPeer(s *proxy.Session) (*proxy.Peer, error) {
 	if r == nil {
 		return nil, &fault.Error{Kind: fault.NoRoute, Source: fault.Internally, Context: "no route matches the request"}
 	}
+	s.SetRoute(r.label)
 	return r.Upstream.Pick(s)
 }
 
