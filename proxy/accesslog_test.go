@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"io"
 	"net/netip"
 	"regexp"
 	"strings"
@@ -165,4 +166,31 @@ type routed struct{ peer *Peer }
 func (h *routed) UpstreamPeer(s *Session) (*Peer, error) {
 	s.SetRoute("test-route")
 	return h.peer, nil
+}
+
+// TestRequestIDOverH2: an HTTP/2 client gets the id too, on an upstream's
+// answer and on sluice's own.
+func TestRequestIDOverH2(t *testing.T) {
+	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+		c.Respond(200, r.Get(RequestIDHeader))
+	})
+	for _, tt := range []struct {
+		addr   string
+		status int
+	}{{up.Addr(), 200}, {upstreamtest.Dead(t), 502}} {
+		hs, client := startH2(t, peers(withPolicy(&retry.Policy{Tries: 1}), tt.addr), h2c())
+		resp, err := client.Get("http://" + hs.addr + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		id := resp.Header.Get(RequestIDHeader)
+		if resp.StatusCode != tt.status || resp.ProtoMajor != 2 || !idPattern.MatchString(id) {
+			t.Errorf("HTTP/%d %d, id %q; want HTTP/2 %d with an id", resp.ProtoMajor, resp.StatusCode, id, tt.status)
+		}
+		if tt.status == 200 && string(body) != id {
+			t.Errorf("id %q upstream, %q to the client", body, id)
+		}
+	}
 }
