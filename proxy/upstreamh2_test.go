@@ -44,7 +44,11 @@ func startH2Upstream(t *testing.T, cfg *tls.Config, settings *h2.Settings, handl
 func serveH2Upstream(t *testing.T, ln net.Listener, settings *h2.Settings, handle func(c *h2.Conn, st *h2.Stream)) *h2Upstream {
 	u := &h2Upstream{ln: ln}
 	var wg sync.WaitGroup
+	// The accept loop counts too, so that its Adds never race with the
+	// cleanup's Wait (an Add while the count may be zero).
+	wg.Add(1)
 	go func() {
+		defer wg.Done()
 		for {
 			nc, err := ln.Accept()
 			if err != nil {
