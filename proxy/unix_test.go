@@ -1,6 +1,9 @@
 package proxy
 
 import (
+	"bufio"
+	"crypto/tls"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -8,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 	"github.com/sluice-proxy/sluice/retry"
 )
@@ -143,4 +147,55 @@ func TestUnixUpstreamH2C(t *testing.T) {
 	if n := up.conns.Load(); n != 1 {
 		t.Errorf("%d upstream connections, want 1", n)
 	}
+}
+
+// TestUnixUpstreamTLS: the library may put TLS over a Unix socket (the
+// config file refuses it). A socket has no host to verify a certificate
+// against: with a server name in the TLS config the handshake verifies it,
+// and without one the try fails at the handshake, saying why.
+func TestUnixUpstreamTLS(t *testing.T) {
+	ca := tlstest.NewCA(t, "unix CA")
+	ln, err := net.Listen("unix", filepath.Join(shortDir(t), "tls.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tln := tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{*ca.Server(t, "app.internal").TLS}})
+	go func() {
+		for {
+			nc, err := tln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer nc.Close()
+				br := bufio.NewReader(nc)
+				for {
+					line, err := br.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if line == "\r\n" {
+						io.WriteString(nc, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntls")
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() { tln.Close() })
+	addr := "unix:" + ln.Addr().String()
+
+	opts := withPolicy(&retry.Policy{Tries: 1})
+	opts.TLS = &TLS{Config: &tls.Config{RootCAs: ca.Pool(), ServerName: "app.internal"}}
+	hs := start(t, peers(opts, addr))
+	if status, body := hs.get(t, "/"); status != 200 || body != "tls" {
+		t.Fatalf("with a server name: %d %q", status, body)
+	}
+
+	noName := withPolicy(&retry.Policy{Tries: 1})
+	noName.TLS = &TLS{Config: &tls.Config{RootCAs: ca.Pool()}}
+	hs2 := start(t, peers(noName, addr))
+	if status, _ := hs2.get(t, "/"); status != 502 {
+		t.Fatalf("without a server name: status %d, want 502", status)
+	}
+	waitFor(t, "the try's error line", func() bool { return strings.Contains(hs2.errors.String(), "ServerName") })
 }
