@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/sock"
 )
 
 // ErrNoServer is the error Pick returns (as a *NoServerError) when the group
@@ -110,8 +112,8 @@ type entry struct {
 // configuration only).
 //
 // A server is an address to dial when the host of its Addr (its Name when
-// Addr is empty) is an IP literal, or has no host:port form (dialing will
-// say what is wrong). Otherwise it is a DNS name: the group
+// Addr is empty) is an IP literal, when it is a Unix socket's "unix:PATH",
+// or when it has no host:port form (dialing will say what is wrong). Otherwise it is a DNS name: the group
 // resolves it into one server per address, each with the name's Weight and
 // Backup, when Start or Resolve runs, and again every ResolveInterval; until
 // the first answer the name contributes no server. The policy's
@@ -136,7 +138,9 @@ func NewGroup(name string, servers []*Server, policy Policy, opts Options) *Grou
 		if s.Name == "" {
 			s.Name = s.Addr
 		}
-		if host, port, err := net.SplitHostPort(s.Addr); err == nil {
+		if _, unix := sock.UnixPath(s.Addr); unix {
+			// A Unix socket's path: nothing to resolve.
+		} else if host, port, err := net.SplitHostPort(s.Addr); err == nil {
 			if _, err := netip.ParseAddr(host); err != nil {
 				g.entries = append(g.entries, entry{name: &dnsName{proto: s, host: host, port: port}})
 				continue

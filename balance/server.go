@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/clock"
+	"github.com/sluice-proxy/sluice/internal/sock"
 )
 
 // Server is one upstream endpoint (an address) with its weight, role and
@@ -21,8 +22,9 @@ import (
 // server that already belongs to another group, and a config reload carries
 // health from one generation's servers to the next with Group.Carry.
 type Server struct {
-	// Addr is the address to dial, host:port. For a server the group
-	// resolved from a DNS name it is an IP:port.
+	// Addr is the address to dial, host:port, or "unix:PATH" for a Unix
+	// domain socket. For a server the group resolved from a DNS name it
+	// is an IP:port.
 	Addr string
 	// Name is the configured address the server came from (app.internal:8080
 	// for a resolved server); for an IP-literal server it equals Addr.
@@ -91,9 +93,12 @@ func (s *Server) weight() int {
 // differs.
 // Host returns the host of the server's configured address (Name): the
 // name its TLS certificate is verified against, a DNS name for a server
-// resolved from one. Name must not change, as the rest of the
-// configuration.
+// resolved from one; "" for a Unix socket, which has none. Name must not
+// change, as the rest of the configuration.
 func (s *Server) Host() string {
+	if _, unix := sock.UnixPath(s.Name); unix {
+		return ""
+	}
 	if host, _, err := net.SplitHostPort(s.Name); err == nil {
 		return host
 	}

@@ -224,6 +224,7 @@ func buildUpstream(cfg *Config, u *Upstream, log *slog.Logger) (*upstream.Group,
 		},
 		Retry:    pol,
 		Protocol: u.Protocol,
+		Host:     u.Host,
 	}
 	if u.TLS != nil {
 		t, err := clientTLS(u.TLS)
@@ -362,6 +363,7 @@ func NewServer(cfg *Config, g *Generation, errorLog *slog.Logger) (*proxy.Server
 			NoXForwardedFor:   !cfg.Forwarded.XForwardedFor,
 			NoXForwardedProto: !cfg.Forwarded.XForwardedProto,
 			NoXForwardedHost:  !cfg.Forwarded.XForwardedHost,
+			NoRequestID:       !cfg.Forwarded.RequestID,
 			NoVia:             !cfg.Forwarded.Via,
 			Trusted:           cfg.Forwarded.Trusted,
 		},

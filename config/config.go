@@ -277,9 +277,14 @@ type Forwarded struct {
 	XForwardedHost bool
 	// Via (key "via", default true) appends sluice to the Via header.
 	Via bool
+	// RequestID (key "request_id", default true) gives every request an
+	// id in X-Request-Id: a trusted peer's kept, otherwise one sluice
+	// makes (32 hex digits). It is sent upstream, returned to the client
+	// on every answer, sluice's own included, and logged (request_id).
+	RequestID bool
 	// Trusted (key "trusted", default [] = none) lists the peers (load
 	// balancers, proxies in front of sluice) whose X-Forwarded-For,
-	// -Proto and -Host are kept, For extended with the peer's address;
+	// -Proto and -Host (and X-Request-Id) are kept, For extended with the peer's address;
 	// from every other client those fields are replaced. Each is an
 	// address prefix (10.0.0.0/8) or an address (127.0.0.1, held as
 	// 127.0.0.1/32), stored masked.
@@ -333,7 +338,13 @@ type Upstream struct {
 	Retry Retry
 	// TLS (key "tls", default nil: plain TCP) makes the connections to the
 	// servers TLS. The key given, even empty ("tls: {}"), turns it on.
+	// Not with a server at a Unix socket: that is an error.
 	TLS *UpstreamTLS
+	// Host (key "host", default "": the client's Host) replaces the Host
+	// header of the requests sent to the servers; a host name, optionally
+	// with :port. A request that came without a Host (HTTP/1.0) is sent
+	// with the server's address, or "localhost" to a Unix socket.
+	Host string
 	// Protocol (key "protocol", default "http/1.1") is what the servers
 	// are spoken to with: "http/1.1"; "h2", HTTP/2 over TLS (needs tls; a
 	// server whose handshake does not choose h2 is a connect failure);
@@ -393,11 +404,13 @@ type Server struct {
 	Backup bool
 	// Resolve (key "resolve", default 10s, > 0) is how often a server
 	// named by a DNS name is looked up again; each address becomes an
-	// endpoint. Ignored for IP addresses.
+	// endpoint. Ignored for IP addresses and Unix sockets.
 	Resolve time.Duration
 	// Address (key "address", required) is the host:port to dial. The
 	// host may be a DNS name and may not be empty; the port is in
-	// 1..65535.
+	// 1..65535. Or "unix:" and the absolute path of a Unix domain socket
+	// (unix:/run/gunicorn.sock; at most 107 bytes), pooled, retried and
+	// health-checked as a TCP server is.
 	Address string
 	// Weight (key "weight", default 1, 1..1000) is the server's share of
 	// requests relative to the other servers of its upstream.
@@ -624,6 +637,7 @@ func defaults() *Config {
 			XForwardedFor:   true,
 			XForwardedProto: true,
 			XForwardedHost:  true,
+			RequestID:       true,
 			Via:             true,
 		},
 	}

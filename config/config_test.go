@@ -53,7 +53,7 @@ func TestParseMinimalGetsDefaults(t *testing.T) {
 		},
 		AccessLog: AccessLog{Enabled: true, Format: "text", Path: "", Buffer: 64 << 10, Flush: time.Second},
 		Log:       Log{Level: "info", Format: "text"},
-		Forwarded: Forwarded{XForwardedFor: true, XForwardedProto: true, XForwardedHost: true, Via: true},
+		Forwarded: Forwarded{XForwardedFor: true, XForwardedProto: true, XForwardedHost: true, Via: true, RequestID: true},
 		Metrics:   Metrics{Address: ""},
 		Routes:    []Route{{Upstream: "web", Line: 4}},
 		Upstreams: []*Upstream{{
@@ -118,7 +118,7 @@ timeouts: {header: 5s, idle: 2m, drain: 0, body: 3s, send: 4s, stream_idle: 1h}
 limits: {max_header_bytes: 1MiB, max_headers: 10000, max_idle_upstream_conns: 0, h2: {max_concurrent_streams: 10000, initial_window: 64KiB, max_header_list: 1MiB}}
 access_log: {enabled: false, format: JSON, path: /var/log/sluice.log, buffer: 0, flush: 250ms}
 log: {level: debug, format: json}
-forwarded: {x_forwarded_for: false, x_forwarded_proto: false, x_forwarded_host: false, via: false, trusted: [10.1.2.3/8, 127.0.0.1, "2001:db8::/32"]}
+forwarded: {x_forwarded_for: false, x_forwarded_proto: false, x_forwarded_host: false, via: false, request_id: false, trusted: [10.1.2.3/8, 127.0.0.1, "2001:db8::/32"]}
 metrics: {address: "localhost:9090"}
 routes:
   - host: API.Example.com.
@@ -464,6 +464,14 @@ func TestParseProblem(t *testing.T) {
 		{"tls empty ca", minimal + "    tls: {ca: \"\"}\n", 9, 15, "upstreams.web.tls.ca", "must not be empty"},
 		{"tls unknown key", minimal + "    tls: {sni: api.internal}\n", 9, 11, "upstreams.web.tls.sni", "unknown key"},
 		{"tls not a mapping", minimal + "    tls: true\n", 9, 10, "upstreams.web.tls", "must be a mapping"},
+		{"unix without a path", head + "    servers: [{address: \"unix:\"}]\n", 5, 25, "upstreams.web.servers[0].address", `"unix:" has no socket path`},
+		{"unix relative path", head + "    servers: [{address: \"unix:run/app.sock\"}]\n", 5, 25, "upstreams.web.servers[0].address", "must be absolute"},
+		{"unix path too long", head + "    servers: [{address: \"unix:/" + strings.Repeat("a", 107) + "\"}]\n", 5, 25,
+			"upstreams.web.servers[0].address", "is 108 bytes long; a Unix socket's may be at most 107"},
+		{"unix listener", "listen: [{address: \"unix:/run/s.sock\"}]\nroutes: [{upstream: web}]\n" + upstream, 1, 20, "listen[0].address", "sluice listens on TCP only"},
+		{"unix with tls", head + "    servers: [{address: \"127.0.0.1:1\"}, {address: \"unix:/run/app.sock\"}]\n    tls: {}\n", 6, 10,
+			"upstreams.web.tls", "TLS to a Unix socket (unix:/run/app.sock) is not supported"},
+		{"upstream host with a slash", minimal + "    host: a/b\n", 9, 11, "upstreams.web.host", "must be a host name"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

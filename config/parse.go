@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-proxy/sluice/balance"
+	"github.com/sluice-proxy/sluice/internal/sock"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/retry"
 )
@@ -457,6 +458,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 				{"x_forwarded_proto", d.boolean(&c.Forwarded.XForwardedProto)},
 				{"x_forwarded_host", d.boolean(&c.Forwarded.XForwardedHost)},
 				{"via", d.boolean(&c.Forwarded.Via)},
+				{"request_id", d.boolean(&c.Forwarded.RequestID)},
 				{"trusted", d.prefixes(&c.Forwarded.Trusted)},
 			})
 		}},
@@ -569,7 +571,8 @@ func (d *decoder) upstreams(n *yaml.Node, path string, c *Config) {
 // walkUpstream walks one upstream; key is its name's node, which
 // missing servers are reported at.
 func (d *decoder) walkUpstream(key, n *yaml.Node, path string, u *Upstream) {
-	var hashKeyNode, protocolNode *yaml.Node
+	var hashKeyNode, protocolNode, tlsNode *yaml.Node
+	var unixServer string // the first server at a Unix socket, for messages
 	present := d.mapping(n, path, []field{
 		{"servers", func(n *yaml.Node, path string) {
 			count := d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
@@ -581,6 +584,9 @@ func (d *decoder) walkUpstream(key, n *yaml.Node, path string, u *Upstream) {
 					{"resolve", d.duration(&s.Resolve, true)},
 				})
 				d.required(n, path, present, "address")
+				if _, unix := sock.UnixPath(s.Address); unix && unixServer == "" {
+					unixServer = s.Address
+				}
 				u.Servers = append(u.Servers, s)
 			})
 			if count == 0 && isList(n) {
@@ -615,7 +621,11 @@ func (d *decoder) walkUpstream(key, n *yaml.Node, path string, u *Upstream) {
 			})
 		}},
 		{"retry", func(n *yaml.Node, path string) { d.retry(n, path, &u.Retry) }},
-		{"tls", func(n *yaml.Node, path string) { u.TLS = d.tls(n, path) }},
+		{"tls", func(n *yaml.Node, path string) {
+			tlsNode = n
+			u.TLS = d.tls(n, path)
+		}},
+		{"host", d.str(&u.Host, checkCheckHost)},
 		{"protocol", func(n *yaml.Node, path string) {
 			protocolNode = n
 			d.enum(&u.Protocol, "http/1.1", "h2", "h2c", "auto")(n, path)
@@ -636,6 +646,12 @@ func (d *decoder) walkUpstream(key, n *yaml.Node, path string, u *Upstream) {
 		d.addf(protocolNode, join(path, "protocol"), "%s is HTTP/2 over TLS and this upstream has no tls; use h2c for cleartext HTTP/2, or add tls: {}", u.Protocol)
 	case u.Protocol == "h2c" && u.TLS != nil:
 		d.addf(protocolNode, join(path, "protocol"), "h2c is cleartext HTTP/2 and this upstream has tls; use h2 (or auto)")
+	}
+	if tlsNode != nil && unixServer != "" {
+		// A Unix socket is on this machine, guarded by its file's
+		// permissions; and it has no host name to verify a certificate
+		// against.
+		d.addf(tlsNode, join(path, "tls"), "TLS to a Unix socket (%s) is not supported; remove tls, or reach that server over TCP", unixServer)
 	}
 	if hashKeyNode != nil && u.Balance != "hash" {
 		d.addf(hashKeyNode, join(path, "hash_key"), "only used with balance: hash (balance is %s)", u.Balance)

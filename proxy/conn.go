@@ -421,9 +421,11 @@ func (c *conn) awaitHead() next {
 
 // headTimeout answers a head not completed within the header timeout.
 func (c *conn) headTimeout(err error) next {
+	began := c.headBy.Add(-c.srv.headerTimeout()) // the head's first byte
 	c.headBy = time.Time{}
 	c.session()
 	c.borrow()
+	c.s.Start = began
 	c.s.headFault = true
 	c.s.answerError(&fault.Error{Kind: fault.ClientTimeout, Source: fault.Downstream, Context: "reading the request head", Cause: err})
 	c.s.finish()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/h1"
+	"github.com/sluice-proxy/sluice/internal/sock"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/retry"
 )
@@ -123,12 +124,17 @@ func Text(status int, body string) *Response {
 // (a TLS peer works out its pool key and TLS config at its first try). A
 // Peer's fields must not change once it is in use.
 type Peer struct {
-	// Addr is the server's host:port.
+	// Addr is the server's host:port, or "unix:" and the path of a Unix
+	// domain socket ("unix:/run/gunicorn.sock"). A Unix socket is pooled,
+	// health-checked and retried as a TCP server is; a request without a
+	// Host goes to it with "Host: localhost".
 	Addr string
 	// ServerName is the server's name for TLS, when its options make its
 	// connections TLS and their config names none: sent as SNI and
 	// verified against its certificate. Empty means the host of Addr; a
-	// server resolved from a DNS name sets that name.
+	// server resolved from a DNS name sets that name. A Unix socket has
+	// no host: TLS over one needs a name here or in the TLS config (or
+	// InsecureSkipVerify), or its handshake fails saying so.
 	ServerName string
 	// Upstream names the group the peer belongs to, for logs and metrics.
 	Upstream string
@@ -139,6 +145,15 @@ type Peer struct {
 	Tag any
 
 	tls atomic.Pointer[peerTLS] // set at the first try over TLS
+}
+
+// host is the Host sent to the peer for a request that has none: its
+// address, or "localhost" for a Unix socket.
+func (p *Peer) host() string {
+	if _, unix := sock.UnixPath(p.Addr); unix {
+		return "localhost"
+	}
+	return p.Addr
 }
 
 // PeerOptions are the connection and retry settings of a group of peers.

@@ -134,10 +134,16 @@ type Forwarding struct {
 	// X-Forwarded-Host: the Host the client sent; a trusted peer's kept.
 	NoXForwardedHost bool
 	NoVia            bool // Via: "1.1 sluice", appended (RFC 9110 §7.6.3)
-	// Trusted are the peers whose X-Forwarded-For, -Proto and -Host are
-	// kept, each an address prefix (10.0.0.0/8; 127.0.0.1/32 for one
-	// address). nil trusts none. IPv4-mapped IPv6 clients are matched as
-	// IPv4.
+	// X-Request-Id: the request's id (Session.RequestID), a trusted
+	// peer's kept, any other client's replaced by one sluice makes (32
+	// hex digits). It goes upstream, back to the client on every answer
+	// (an upstream's response that has its own keeps it), and into the
+	// access log (request_id).
+	NoRequestID bool
+	// Trusted are the peers whose X-Forwarded-For, -Proto and -Host (and
+	// X-Request-Id) are kept, each an address prefix (10.0.0.0/8;
+	// 127.0.0.1/32 for one address). nil trusts none. IPv4-mapped IPv6
+	// clients are matched as IPv4.
 	Trusted []netip.Prefix
 }
 

@@ -74,9 +74,13 @@ type Session struct {
 	continued bool // a 100 Continue went to the client
 	headFault bool // Err is the head's fault: timed out or malformed
 	scratch   []byte
-	notes     []slog.Attr // what phases did, for the access log (Note)
-	readStart int64       // the upstream reader's count when this try began reading
-	headWrote int64       // bytes of this try's first write: the head, and a body sent with it
+	notes     []slog.Attr        // what phases did, for the access log (Note)
+	reqID     []byte             // the request's id (RequestID): in idBuf, or the trusted peer's field
+	idBuf     [requestIDLen]byte // the id sluice made
+	idOwn     bool               // reqID is sluice's, in idBuf
+	route     string             // the route that took the request (SetRoute)
+	readStart int64              // the upstream reader's count when this try began reading
+	headWrote int64              // bytes of this try's first write: the head, and a body sent with it
 }
 
 // reset prepares the session for the connection's next request, keeping
@@ -129,6 +133,14 @@ func (s *Session) Note(key, value string) {
 // reused by the connection's next request.
 func (s *Session) Notes() []slog.Attr { return s.notes }
 
+// SetRoute names the route that took the request, for the access log
+// (route); a Handler that routes calls it, with a name of its own rather
+// than one made per request.
+func (s *Session) SetRoute(name string) { s.route = name }
+
+// Route returns the name SetRoute gave the request's route, or "".
+func (s *Session) Route() string { return s.route }
+
 // Server returns the server the session belongs to.
 func (s *Session) Server() *Server { return s.srv }
 
@@ -142,6 +154,7 @@ func (s *Session) serve() bool {
 		s.answerBadRequest(err)
 		return false
 	}
+	s.assignRequestID(true)
 	s.keepAlive = h1.KeepAlive(req.Minor, &req.Header)
 	if s.srv.Draining() {
 		s.keepAlive = false

@@ -8,6 +8,7 @@ import (
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/h2"
 	"github.com/sluice-proxy/sluice/internal/clock"
+	"github.com/sluice-proxy/sluice/internal/sock"
 	"github.com/sluice-proxy/sluice/pool"
 )
 
@@ -221,7 +222,7 @@ func (s *Session) connectH2(peer *Peer, a *Attempt, proto string) bool {
 	}
 	defer s.srv.mux.dialed(key)
 	d := net.Dialer{Timeout: opts.connectTimeout(), KeepAlive: -1}
-	nc, err := d.DialContext(s.srv.expire, "tcp", peer.Addr)
+	nc, err := sock.Dial(s.srv.expire, &d, peer.Addr)
 	if err != nil {
 		a.Err = fault.FromIO(err, fault.PhaseConnect)
 		a.Err.Context = "connecting to " + peer.Addr

@@ -37,9 +37,18 @@ func startH2Upstream(t testing.TB, cfg *tls.Config, settings *h2.Settings, handl
 	if cfg != nil {
 		ln = tls.NewListener(ln, cfg)
 	}
+	return serveH2Upstream(t, ln, settings, handle)
+}
+
+// serveH2Upstream is startH2Upstream on a listener of the caller's.
+func serveH2Upstream(t testing.TB, ln net.Listener, settings *h2.Settings, handle func(c *h2.Conn, st *h2.Stream)) *h2Upstream {
 	u := &h2Upstream{ln: ln}
 	var wg sync.WaitGroup
+	// The accept loop counts too, so that its Adds never race with the
+	// cleanup's Wait (an Add while the count may be zero).
+	wg.Add(1)
 	go func() {
+		defer wg.Done()
 		for {
 			nc, err := ln.Accept()
 			if err != nil {
@@ -78,7 +87,12 @@ func startH2Upstream(t testing.TB, cfg *tls.Config, settings *h2.Settings, handl
 	return u
 }
 
-func (u *h2Upstream) addr() string { return u.ln.Addr().String() }
+func (u *h2Upstream) addr() string {
+	if a, ok := u.ln.Addr().(*net.UnixAddr); ok {
+		return "unix:" + a.Name
+	}
+	return u.ln.Addr().String()
+}
 
 // echoH2 answers with the request's method, path and body, and a trailer.
 func echoH2(_ *h2.Conn, st *h2.Stream) {

@@ -42,6 +42,24 @@ type Route struct {
 	request  []proxy.RequestFilter
 	upstream []proxy.UpstreamRequestFilter
 	response []proxy.ResponseFilter
+	label    string // the route in the access log: host and path prefix
+}
+
+// Label names the route in the access log (route=): its host ("*" for
+// any) followed by its path prefix, such as "api.example.com/v1/",
+// "*.example.com" or "*".
+func (r *Route) Label() string {
+	if r.label != "" {
+		return r.label
+	}
+	return label(r.Host, r.PathPrefix)
+}
+
+func label(host, prefix string) string {
+	if host == "" {
+		host = "*"
+	}
+	return host + prefix
 }
 
 // Table is an ordered list of routes; the first match wins and a request
@@ -61,6 +79,7 @@ func New(routes ...Route) *Table {
 	t := &Table{routes: make([]Route, len(routes))}
 	for i, r := range routes {
 		r.Host = strings.ToLower(r.Host)
+		r.label = label(r.Host, r.PathPrefix)
 		r.request, r.upstream, r.response = nil, nil, nil
 		for _, p := range r.Phases {
 			if f, ok := p.(proxy.RequestFilter); ok {
@@ -104,6 +123,7 @@ func (t *Table) RequestFilter(s *proxy.Session) *proxy.Response {
 		return nil
 	}
 	s.Ctx = r
+	s.SetRoute(r.label)
 	for _, f := range r.request {
 		if resp := f.RequestFilter(s); resp != nil {
 			return resp
@@ -128,6 +148,7 @@ func (t *Table) UpstreamPeer(s *proxy.Session) (*proxy.Peer, error) {
 	if r == nil {
 		return nil, &fault.Error{Kind: fault.NoRoute, Source: fault.Internally, Context: "no route matches the request"}
 	}
+	s.SetRoute(r.label)
 	if r.Upstream == nil {
 		return nil, &fault.Error{Kind: fault.NoUpstream, Source: fault.Internally, Context: "route " + r.Name + " has no upstream"}
 	}

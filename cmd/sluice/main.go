@@ -5,7 +5,8 @@
 //	sluice run -c sluice.yaml       serve as the file says
 //	sluice validate -c sluice.yaml  check the file; exit 1 with every problem
 //	sluice demo                     a proxy and built-in upstreams to try
-//	sluice version
+//	sluice version                  the version, commit, build time and Go version
+//	sluice help                     every command and its flags (COMMAND -h: one)
 package main
 
 import (
@@ -19,7 +20,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime"
 	"runtime/pprof"
 	"slices"
 	"sync"
@@ -33,9 +33,6 @@ import (
 	"github.com/sluice-proxy/sluice/proxy"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -45,6 +42,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return 2
 	}
+	if wantsHelp(args[1:]) {
+		// sluice COMMAND -h: the command's flags, on stdout, exit 0.
+		return commandHelp(args[0], stdout, stderr)
+	}
 	switch args[0] {
 	case "run":
 		return cmdRun(args[1:], stderr)
@@ -53,24 +54,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "demo":
 		return cmdDemo(args[1:], stdout, stderr)
 	case "version":
-		fmt.Fprintf(stdout, "sluice %s (%s)\n", version, runtime.Version())
-		return 0
-	case "help", "-h", "--help":
+		return cmdVersion(args[1:], stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 {
+			return commandHelp(args[1], stdout, stderr)
+		}
 		usage(stdout)
 		return 0
 	}
 	fmt.Fprintf(stderr, "sluice: unknown command %q\n", args[0])
 	usage(stderr)
 	return 2
-}
-
-func usage(w io.Writer) {
-	fmt.Fprint(w, `usage:
-  sluice run -c FILE       serve as the config file says (-cpuprofile FILE to profile)
-  sluice validate -c FILE  check a config file
-  sluice demo              run a proxy with built-in upstreams to try
-  sluice version
-`)
 }
 
 type flags struct {
