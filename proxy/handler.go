@@ -51,6 +51,20 @@ type ResponseFilter interface {
 	ResponseFilter(s *Session, peer *Peer, resp *h1.Response)
 }
 
+// AnswerFilter may change the header fields of an answer sluice makes
+// itself, before it is written: an error's (502, 503, 504, 413...), or one
+// a RequestFilter or FailToProxy handed back. resp holds the answer's
+// status and fields, copied, so the Response handed back is never changed
+// and may be shared; a change of resp.Status is ignored, and
+// Content-Length, Connection and Transfer-Encoding remain sluice's to set.
+// Responses relayed from an upstream are ResponseFilter's, interim (1xx)
+// responses neither's. It runs for every answer of a Handler that has it,
+// the 400 to a request that broke HTTP/1.1 included (its session may hold
+// a partial head then), and must be cheap.
+type AnswerFilter interface {
+	AnswerFilter(s *Session, resp *h1.Response)
+}
+
 // The error hooks below take part in the retry decision after a failed try,
 // which has two stages. First the policy (retry.Policy.Allow: the failure's
 // condition, the method, the idempotency key) decides, into e.Retry and
