@@ -11,6 +11,8 @@ import (
 // without content-length) that grows past Max is cut as it arrives, the
 // try aborted, and the client answered 413 if no response byte went to it.
 // The access log line of such a request ends with body_limit=exceeded.
+// Max 0 allows no body at all; the config builds no Body for its 0, which
+// means no limit there.
 type Body struct {
 	Max int64
 }

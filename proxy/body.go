@@ -46,10 +46,12 @@ type reqBody struct {
 
 	// limited is set by Session.LimitBody, which bounds the body's
 	// content to max bytes; over is set once the body was found over it
-	// (by the pump: read after it stopped).
+	// (by the pump: read after it stopped). sealed is set once the
+	// RequestFilter returned: a limit set later is ignored.
 	limited bool
 	max     int64
 	over    bool
+	sealed  bool
 }
 
 func (rb *reqBody) init(s *Session, f h1.Framing) {
@@ -62,7 +64,7 @@ func (rb *reqBody) init(s *Session, f h1.Framing) {
 
 // limitTo bounds the body's content to n bytes (see Session.LimitBody).
 func (rb *reqBody) limitTo(n int64) {
-	if n < 0 || rb.prepared || rb.consumed > 0 || rb.limited && n >= rb.max {
+	if n < 0 || rb.sealed || rb.limited && n >= rb.max {
 		return
 	}
 	rb.limited, rb.max = true, n
@@ -73,6 +75,7 @@ func (rb *reqBody) limitTo(n int64) {
 // the body limit, found before any of the body is read or anything is sent
 // upstream; nil for any other request.
 func (rb *reqBody) lengthOver() *fault.Error {
+	rb.sealed = true
 	if !rb.limited || rb.f.Kind != h1.Length || rb.f.Length <= rb.max {
 		return nil
 	}

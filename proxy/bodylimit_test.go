@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 	"github.com/sluice-proxy/sluice/retry"
 )
@@ -295,5 +296,24 @@ func TestBodyLimitHTTP2(t *testing.T) {
 				t.Errorf("the upstream got %d body bytes, complete %v", len(r.Decoded), r.Complete)
 			}
 		})
+	}
+}
+
+// late sets a body limit too late: from UpstreamRequestFilter, after the
+// RequestFilter stage. It must do nothing.
+type late struct{ *rotate }
+
+func (h *late) UpstreamRequestFilter(s *Session, _ *Peer, _ *h1.Request) { s.LimitBody(1) }
+
+func TestLimitBodyLate(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.Echo())
+	hs := start(t, &late{peers(testOptions(), up.Addr())})
+	for _, req := range []string{
+		"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\n0123456789",
+		"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\na\r\n0123456789\r\n0\r\n\r\n",
+	} {
+		if resp, body := hs.do(t, req); resp.StatusCode != 200 || body != "0123456789" {
+			t.Errorf("%q: %d %q, want the body through", req, resp.StatusCode, body)
+		}
 	}
 }

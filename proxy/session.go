@@ -131,8 +131,8 @@ func (s *Session) Notes() []slog.Attr { return s.notes }
 
 // LimitBody bounds the request body to n bytes of content (its data, not
 // its chunked framing), n >= 0; a RequestFilter calls it. Called again, the
-// lower limit holds. Once the body has begun to be read (after the
-// RequestFilter), LimitBody does nothing.
+// lower limit holds. Called after the RequestFilter returned (from a later
+// hook), or with n < 0, it does nothing.
 //
 // A request whose Content-Length is over n is answered 413 (Proxy-Status
 // http_request_error) once the RequestFilter returns, before any upstream
