@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2/hpack"
+
 	"github.com/sluice-proxy/sluice/h1"
+	"github.com/sluice-proxy/sluice/h2"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 	"github.com/sluice-proxy/sluice/retry"
 )
@@ -315,5 +318,57 @@ func TestLimitBodyLate(t *testing.T) {
 		if resp, body := hs.do(t, req); resp.StatusCode != 200 || body != "0123456789" {
 			t.Errorf("%q: %d %q, want the body through", req, resp.StatusCode, body)
 		}
+	}
+}
+
+// TestBodyLimitH2Upstream checks a chunked body cut at the limit on its way
+// to an HTTP/2 upstream: the stream is reset, so the upstream never sees
+// the request end, it got no more than the limit, and the client gets 413.
+func TestBodyLimitH2Upstream(t *testing.T) {
+	const max = 1000
+	var mu sync.Mutex
+	var got int
+	var ended, cut bool
+	up := startH2Upstream(t, nil, nil, func(c *h2.Conn, st *h2.Stream) {
+		buf := make([]byte, 512)
+		for {
+			n, err := st.Read(buf)
+			mu.Lock()
+			got += n
+			ended = ended || err == io.EOF
+			cut = cut || err != nil && err != io.EOF
+			mu.Unlock()
+			if err == io.EOF {
+				st.WriteResponse([]hpack.HeaderField{{Name: ":status", Value: "200"}, {Name: "content-length", Value: "2"}}, []byte("ok"), true)
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	})
+	h := &limiting{forcing: forceInOrder(h2Options(ProtocolH2C, nil), up.addr()), max: max}
+	hs := start(t, h)
+	c := hs.dial(t)
+	c.send("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n1f4\r\n" + strings.Repeat("b", 500) + "\r\n")
+	waitFor(t, "the first chunk upstream", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return got >= 500
+	})
+	c.send("1f5\r\n" + strings.Repeat("b", 501) + "\r\n0\r\n\r\n")
+	resp, _ := c.response("POST")
+	if resp.StatusCode != 413 {
+		t.Fatalf("status %d, want 413", resp.StatusCode)
+	}
+	waitFor(t, "the upstream stream cut", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return cut || ended
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if ended || got > max {
+		t.Errorf("the upstream got %d body bytes, the end %v; want at most %d, never the end", got, ended, max)
 	}
 }
