@@ -342,7 +342,7 @@ type Route struct {
 // RouteHeaders are a route's header rules, for each direction.
 type RouteHeaders struct {
 	// Request (key "request") changes the head of every try sent
-	// upstream. Host cannot be named (set the upstream's host instead).
+	// upstream. Host cannot be named: the request was routed by it.
 	Request HeaderRules
 	// Response (key "response") changes every response the client gets
 	// for the route: the upstream's, and sluice's own answers (a 502,

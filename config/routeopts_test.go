@@ -94,7 +94,7 @@ func TestRouteOptionProblems(t *testing.T) {
 		{"framing field set", "    headers: {request: {set: {Content-Length: 5}}}\n", 6, 31, "routes[0].headers.request.set.Content-Length", "frames the body"},
 		{"hop-by-hop removed", "    headers: {response: {remove: [Connection]}}\n", 6, 35, "routes[0].headers.response.remove[0]", "hop-by-hop"},
 		{"Transfer-Encoding added", "    headers: {response: {add: {transfer-encoding: gzip}}}\n", 6, 32, "routes[0].headers.response.add.transfer-encoding", "frames the body"},
-		{"request Host", "    headers: {request: {set: {Host: other}}}\n", 6, 31, "routes[0].headers.request.set.Host", "set the upstream's host"},
+		{"request Host", "    headers: {request: {set: {Host: other}}}\n", 6, 31, "routes[0].headers.request.set.Host", "the request was routed by it"},
 		{"name not a token", "    headers: {request: {set: {\"X Env\": prod}}}\n", 6, 31, "routes[0].headers.request.set.X Env", "not a valid field name"},
 		{"value with CR LF", "    headers: {response: {set: {X-A: \"a\\r\\nSet-Cookie: x\"}}}\n", 6, 37, "routes[0].headers.response.set.X-A", "must not hold"},
 		{"value with NUL", "    headers: {response: {add: {X-A: [ok, \"a\\0\"]}}}\n", 6, 42, "routes[0].headers.response.add.X-A", "must not hold"},

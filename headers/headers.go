@@ -109,8 +109,8 @@ var reserved = map[string]string{
 
 // CheckName returns why a rule may not name the field name ("" when it
 // may): not a token (RFC 9110 §5.1), a field that frames the message or
-// is hop-by-hop, or, for a request rule, Host, which routing and the
-// upstream's own host setting own.
+// is hop-by-hop, or, for a request rule, Host, which the request was
+// routed by (a library user sets another with proxy.PeerOptions.Host).
 func CheckName(name string, request bool) string {
 	if name == "" {
 		return "a field name must not be empty"
@@ -126,7 +126,7 @@ func CheckName(name string, request bool) string {
 		return "cannot be set or removed: " + why
 	}
 	if request && strings.EqualFold(name, "Host") {
-		return "cannot be set or removed: it names the site the request was routed by; set the upstream's host to send another"
+		return "cannot be set or removed in requests: the request was routed by it, and it goes upstream as the client sent it"
 	}
 	return ""
 }
