@@ -20,8 +20,9 @@ import (
 // other error is a 502 bad_gateway with the error in the log.
 //
 // A Handler may also implement any of the optional hook interfaces below
-// (RequestFilter, UpstreamRequestFilter, ResponseFilter, FailToConnect,
-// ErrorWhileProxy, FailToProxy, Logger); the Server checks once, at start.
+// (RequestFilter, UpstreamRequestFilter, ResponseFilter, AnswerFilter,
+// FailToConnect, ErrorWhileProxy, FailToProxy, Logger); the Server checks
+// once, at start.
 // Hooks are called from the connection's goroutine; a Handler serves many
 // connections at once and must be safe for concurrent use.
 type Handler interface {
