@@ -72,3 +72,20 @@ func TestAnswerFilter(t *testing.T) {
 		t.Errorf("the shared Response was changed: %s", shared.Header.String())
 	}
 }
+
+// TestAnswerFilterH2 checks the same for an HTTP/2 client: the fields the
+// hook adds reach it (lower-cased, as HTTP/2 has them).
+func TestAnswerFilterH2(t *testing.T) {
+	h := &securing{rotate: peers(testOptions(), upstreamtest.Dead(t)), shared: Text(200, "own\n")}
+	hs, client := startH2(t, h, h2c())
+	for _, path := range []string{"/own", "/denied", "/up"} {
+		resp, err := client.Get("http://" + hs.addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.ProtoMajor != 2 || resp.Header.Get("X-Frame-Options") != "DENY" {
+			t.Errorf("GET %s over %s: %d %v, want X-Frame-Options", path, resp.Proto, resp.StatusCode, resp.Header)
+		}
+	}
+}
