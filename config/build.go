@@ -187,7 +187,11 @@ func Build(cfg *Config) (*Generation, error) {
 		if u == nil {
 			return nil, fmt.Errorf("%s:%d: route to unknown upstream %q", cfg.File, r.Line, r.Upstream)
 		}
-		routes = append(routes, route.Route{Host: r.Host, PathPrefix: r.PathPrefix, Name: r.Upstream, Upstream: u})
+		phases, err := routePhases(&r)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: route: %w", cfg.File, r.Line, err)
+		}
+		routes = append(routes, route.Route{Host: r.Host, PathPrefix: r.PathPrefix, Name: r.Upstream, Upstream: u, Phases: phases})
 	}
 	g.Table = route.New(routes...)
 	return g, nil

@@ -316,8 +316,79 @@ type Route struct {
 	// Upstream (key "upstream", required) names the upstream that
 	// serves the route; it must be defined under "upstreams".
 	Upstream string
+	// StripPrefix (key "strip_prefix", default false) removes PathPrefix
+	// from the path sent upstream, the query kept: with /api/, /api/x?q=1
+	// goes as /x?q=1 and /api/ as /. A PathPrefix not ending in "/" is
+	// stripped only at a segment boundary: with /api, /api/x goes as /x
+	// and /api as /, and /apix, which the route matches, goes as it came.
+	// Every try sends the stripped path; the access log keeps the
+	// client's and ends with stripped=PREFIX. It needs a path_prefix
+	// other than "/".
+	StripPrefix bool
+	// Headers (key "headers", default none) changes header fields: of the
+	// requests sent upstream, and of the responses the client gets, the
+	// upstream's and those sluice makes itself for the route.
+	Headers RouteHeaders
+	// Allow (key "allow", default [] = every client) and Deny (key
+	// "deny", default [] = none) list client address prefixes (10.0.0.0/8,
+	// or an address, held as /32 or /128). Deny wins over Allow; when
+	// Allow is not empty, only the clients in it are allowed. The address
+	// judged is the client connection's peer, never X-Forwarded-For (not
+	// even from forwarded.trusted peers). A client refused gets 403 with
+	// Proxy-Status error=http_request_denied, and the access log line ends
+	// with access=denied.
+	Allow, Deny []netip.Prefix
+	// Limits (key "limits") bounds the route's requests.
+	Limits RouteLimits
 	// Line is the line of the route in the file, for messages.
 	Line int
+}
+
+// RouteHeaders are a route's header rules, for each direction.
+type RouteHeaders struct {
+	// Request (key "request") changes the head of every try sent
+	// upstream. Host cannot be named: the request was routed by it.
+	Request HeaderRules
+	// Response (key "response") changes every response the client gets
+	// for the route: the upstream's, and sluice's own answers (a 502,
+	// 503, 504, or a 403 or 413 of the route's own rules); a request no
+	// route matches gets a 404 without any.
+	Response HeaderRules
+}
+
+// HeaderRules change a message's fields, in this order: Remove, then Set,
+// then Add. Field names are tokens, matched ignoring case; values hold no
+// control characters (no CR, LF or NUL) and no whitespace at either end.
+// Content-Length, Transfer-Encoding, Trailer and the hop-by-hop fields
+// (Connection, Keep-Alive, Proxy-Connection, TE, Upgrade) cannot be named:
+// sluice frames the body and each connection itself.
+type HeaderRules struct {
+	// Set (key "set", default {}) maps field names to values: each
+	// replaces every field of its name, or is added when there is none.
+	Set []HeaderField
+	// Add (key "add", default {}) maps field names to a value or a list
+	// of values, each added as a field of its own.
+	Add []HeaderField
+	// Remove (key "remove", default []) lists the names of fields removed.
+	Remove []string
+}
+
+// HeaderField is one field a rule sets or adds.
+type HeaderField struct {
+	Name, Value string
+}
+
+// RouteLimits bounds a route's requests.
+type RouteLimits struct {
+	// Body (key "body", default 0 = no limit) bounds a request body's
+	// content: a Content-Length over it gets 413 before anything is sent
+	// upstream (a client waiting for 100 Continue gets the 413 instead); a
+	// chunked body, or an HTTP/2 one without content-length, that grows
+	// past it is cut at the chunk that would pass it, the upstream try
+	// aborted and never retried, and the client gets 413 if no response
+	// byte went to it yet, else its connection is cut. The access log
+	// line ends with body_limit=exceeded.
+	Body int64
 }
 
 // Upstream is a named group of servers that serve the same content,

@@ -476,6 +476,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 		{"routes", func(n *yaml.Node, path string) {
 			count := d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
 				r := Route{Line: n.Line}
+				var strip *yaml.Node
 				present := d.mapping(n, path, []field{
 					{"host", d.str(&r.Host, checkHost)},
 					{"path_prefix", d.str(&r.PathPrefix, checkPathPrefix)},
@@ -484,8 +485,14 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 							routeUpstreams = append(routeUpstreams, located{n, path})
 						}
 					}},
+					{"strip_prefix", d.routeStripPrefix(&r, &strip)},
+					{"headers", func(n *yaml.Node, path string) { d.routeHeaders(n, path, &r.Headers) }},
+					{"allow", d.prefixes(&r.Allow)},
+					{"deny", d.prefixes(&r.Deny)},
+					{"limits", func(n *yaml.Node, path string) { d.routeLimits(n, path, &r.Limits) }},
 				})
 				d.required(n, path, present, "upstream")
+				d.checkStripPrefix(strip, join(path, "strip_prefix"), &r)
 				c.Routes = append(c.Routes, r)
 			})
 			if count == 0 && isList(n) {

@@ -27,15 +27,25 @@ func (s *Session) answer(r *Response, keep bool) {
 	b = append(b, ' ')
 	b = append(b, h1.StatusText(status)...)
 	b = append(b, "\r\n"...)
+	h := &r.Header
+	if hk := s.hooks; hk != nil && hk.answerFilter != nil {
+		// The hook changes a copy: r may be shared by many requests.
+		a := &s.resp
+		a.Reset()
+		a.Status, a.Minor = status, 1
+		a.Header.CopyFrom(h)
+		hk.answerFilter.AnswerFilter(s, a)
+		h = &a.Header
+	}
 	// Content-Length and Connection are sluice's to set.
-	for i := 0; i < r.Header.Len(); i++ {
-		n := r.Header.Name(i)
+	for i := 0; i < h.Len(); i++ {
+		n := h.Name(i)
 		if h1.EqualFold(n, "Content-Length") || h1.EqualFold(n, "Connection") || h1.EqualFold(n, "Transfer-Encoding") {
 			continue
 		}
 		b = append(b, n...)
 		b = append(b, ": "...)
-		b = append(b, r.Header.Value(i)...)
+		b = append(b, h.Value(i)...)
 		b = append(b, "\r\n"...)
 	}
 	if s.assignRequestID(false); s.reqID != nil && !r.Header.Has(RequestIDHeader) {
@@ -110,6 +120,15 @@ func (s *Session) answerBadRequest(err error) {
 	s.answer(s.errorResponse(e), false)
 	s.finish() // which reports the fault
 }
+
+// ErrorResponse returns the answer sluice gives for e when it answers a
+// request itself: e's status (e.Answer()), a Proxy-Status field (RFC 9209)
+// naming e's type and the tries made, and a short text body; to a gRPC
+// client, the gRPC status that status maps to. A RequestFilter that refuses
+// a request may hand it back (for an error of Kind fault.Denied, say), so
+// that the answer reads as sluice's own do. It does not make e the
+// request's Err.
+func (s *Session) ErrorResponse(e *fault.Error) *Response { return s.errorResponse(e) }
 
 // errorResponse is the default answer for e: its status, a Proxy-Status
 // field (RFC 9209) naming the error and the tries made, and a short body.

@@ -21,8 +21,9 @@ import (
 // other error is a 502 bad_gateway with the error in the log.
 //
 // A Handler may also implement any of the optional hook interfaces below
-// (RequestFilter, UpstreamRequestFilter, ResponseFilter, FailToConnect,
-// ErrorWhileProxy, FailToProxy, Logger); the Server checks once, at start.
+// (RequestFilter, UpstreamRequestFilter, ResponseFilter, AnswerFilter,
+// FailToConnect, ErrorWhileProxy, FailToProxy, Logger); the Server checks
+// once, at start.
 // Hooks are called from the connection's goroutine; a Handler serves many
 // connections at once and must be safe for concurrent use.
 type Handler interface {
@@ -50,6 +51,20 @@ type UpstreamRequestFilter interface {
 // forwarded.
 type ResponseFilter interface {
 	ResponseFilter(s *Session, peer *Peer, resp *h1.Response)
+}
+
+// AnswerFilter may change the header fields of an answer sluice makes
+// itself, before it is written: an error's (502, 503, 504, 413...), or one
+// a RequestFilter or FailToProxy handed back. resp holds the answer's
+// status and fields, copied, so the Response handed back is never changed
+// and may be shared; a change of resp.Status is ignored, and
+// Content-Length, Connection and Transfer-Encoding remain sluice's to set.
+// Responses relayed from an upstream are ResponseFilter's, interim (1xx)
+// responses neither's. It runs for every answer of a Handler that has it,
+// the 400 to a request that broke HTTP/1.1 included (its session may hold
+// a partial head then), and must be cheap.
+type AnswerFilter interface {
+	AnswerFilter(s *Session, resp *h1.Response)
 }
 
 // The error hooks below take part in the retry decision after a failed try,

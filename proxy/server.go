@@ -179,6 +179,7 @@ type hooks struct {
 	requestFilter         RequestFilter
 	upstreamRequestFilter UpstreamRequestFilter
 	responseFilter        ResponseFilter
+	answerFilter          AnswerFilter
 	failToConnect         FailToConnect
 	errorWhileProxy       ErrorWhileProxy
 	failToProxy           FailToProxy
@@ -195,6 +196,7 @@ func newHooks(h Handler) *hooks {
 	hk.requestFilter, _ = h.(RequestFilter)
 	hk.upstreamRequestFilter, _ = h.(UpstreamRequestFilter)
 	hk.responseFilter, _ = h.(ResponseFilter)
+	hk.answerFilter, _ = h.(AnswerFilter)
 	hk.failToConnect, _ = h.(FailToConnect)
 	hk.errorWhileProxy, _ = h.(ErrorWhileProxy)
 	hk.failToProxy, _ = h.(FailToProxy)

@@ -141,6 +141,27 @@ func (s *Session) SetRoute(name string) { s.route = name }
 // Route returns the name SetRoute gave the request's route, or "".
 func (s *Session) Route() string { return s.route }
 
+// LimitBody bounds the request body to n bytes of content (its data, not
+// its chunked framing), n >= 0; a RequestFilter calls it. Called again, the
+// lower limit holds. Called after the RequestFilter returned (from a later
+// hook), or with n < 0, it does nothing.
+//
+// A request whose Content-Length is over n is answered 413 (Proxy-Status
+// http_request_error) once the RequestFilter returns, before any upstream
+// is chosen: nothing of it is sent, and the client connection closes after
+// the answer, since the body was not read (a client that sent Expect:
+// 100-continue gets the 413 and no 100). A body without a length (chunked,
+// or HTTP/2 without content-length) is checked as it arrives: at the chunk
+// that would take it past n, nothing more of it is sent, the try's
+// upstream connection (an HTTP/2 upstream's stream) is closed, so the
+// upstream never sees a complete request, and the client gets 413 if no
+// byte of a response has gone to it, else its connection is cut. That
+// request is never retried (the client's failure is a hard limit), and it
+// does not count as unsent: its try's Wrote says what the upstream got,
+// the head at least. The access log line of a request over its limit ends
+// with body_limit=exceeded.
+func (s *Session) LimitBody(n int64) { s.body.limitTo(n) }
+
 // Server returns the server the session belongs to.
 func (s *Session) Server() *Server { return s.srv }
 
@@ -197,6 +218,13 @@ func (s *Session) serve() bool {
 		s.answer(resp, s.keepAlive && s.framing.Empty())
 		s.finish()
 		return s.keepAlive && s.framing.Empty()
+	}
+	if e := s.body.lengthOver(); e != nil {
+		// Over the body limit a RequestFilter set (LimitBody): 413, and
+		// no upstream hears of it.
+		s.answerError(e)
+		s.finish()
+		return false
 	}
 	s.proxy()
 	s.finish()
@@ -490,6 +518,9 @@ func noPeer(err error) *fault.Error {
 // finish reports a client fault that ended the request, logs the request
 // and tells the observer.
 func (s *Session) finish() {
+	if s.body.over {
+		s.Note("body_limit", "exceeded")
+	}
 	if e := s.Err; e != nil && e.Source == fault.Downstream {
 		stage := InResponse
 		switch {

@@ -34,14 +34,17 @@ type Route struct {
 	// Phases are the route's own handling of the requests it matches
 	// (header rules, limits, compression, static files), run in order.
 	// Each implements one or more of proxy.RequestFilter,
-	// proxy.UpstreamRequestFilter and proxy.ResponseFilter; New sorts them
-	// by what they implement, once, and ignores a phase that implements
-	// none. The first RequestFilter that answers ends the request.
+	// proxy.UpstreamRequestFilter, proxy.ResponseFilter and
+	// proxy.AnswerFilter; New sorts them by what they implement, once, and
+	// ignores a phase that implements none. The first RequestFilter that
+	// answers ends the request. AnswerFilters see the answers sluice makes
+	// itself to the requests the route matched (a phase's own, an error's).
 	Phases []any
 
 	request  []proxy.RequestFilter
 	upstream []proxy.UpstreamRequestFilter
 	response []proxy.ResponseFilter
+	answer   []proxy.AnswerFilter
 	label    string // the route in the access log: host and path prefix
 }
 
@@ -80,7 +83,7 @@ func New(routes ...Route) *Table {
 	for i, r := range routes {
 		r.Host = strings.ToLower(r.Host)
 		r.label = label(r.Host, r.PathPrefix)
-		r.request, r.upstream, r.response = nil, nil, nil
+		r.request, r.upstream, r.response, r.answer = nil, nil, nil, nil
 		for _, p := range r.Phases {
 			if f, ok := p.(proxy.RequestFilter); ok {
 				r.request = append(r.request, f)
@@ -90,6 +93,9 @@ func New(routes ...Route) *Table {
 			}
 			if f, ok := p.(proxy.ResponseFilter); ok {
 				r.response = append(r.response, f)
+			}
+			if f, ok := p.(proxy.AnswerFilter); ok {
+				r.answer = append(r.answer, f)
 			}
 		}
 		t.routes[i] = r
@@ -170,6 +176,18 @@ func (t *Table) ResponseFilter(s *proxy.Session, peer *proxy.Peer, resp *h1.Resp
 	if r := t.route(s); r != nil {
 		for _, f := range r.response {
 			f.ResponseFilter(s, peer, resp)
+		}
+	}
+}
+
+// AnswerFilter runs the route's phases that change the answers sluice makes
+// itself, for a request that RequestFilter matched to a route: a request
+// no route matched (404), or that broke HTTP/1.1 before it was matched,
+// has no route and gets none of them.
+func (t *Table) AnswerFilter(s *proxy.Session, resp *h1.Response) {
+	if r, ok := s.Ctx.(*Route); ok {
+		for _, f := range r.answer {
+			f.AnswerFilter(s, resp)
 		}
 	}
 }
