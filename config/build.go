@@ -200,7 +200,7 @@ func Build(cfg *Config) (*Generation, error) {
 			// request of the old generation may still be served after a
 			// reload.
 			files, err := static.New(static.Options{Root: r.Static.Root, Prefix: r.PathPrefix,
-				Index: r.Static.Index, Hidden: r.Static.Dotfiles})
+				Index: r.Static.Index, Hidden: r.Static.Dotfiles, CacheControl: r.Static.CacheControl})
 			if err != nil {
 				return nil, fmt.Errorf("%s:%d: route: %w", cfg.File, r.Static.Line, err)
 			}

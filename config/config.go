@@ -341,6 +341,11 @@ type Static struct {
 	// directories whose names start with "."; by default they get 404
 	// (a forgotten .git or .env is not published), except .well-known.
 	Dotfiles bool
+	// CacheControl (key "cache_control", default "" = none) is the
+	// Cache-Control field of the answers with a file (200, 206, 304),
+	// such as "max-age=31536000, immutable" for files whose names change
+	// with their content (Django's ManifestStaticFilesStorage).
+	CacheControl string
 	// Line is the line of static in the file, for messages.
 	Line int
 }

@@ -897,6 +897,7 @@ func (d *decoder) routeStatic(n *yaml.Node, path string) *Static {
 		}},
 		{"index", d.str(&st.Index, checkIndex)},
 		{"dotfiles", d.boolean(&st.Dotfiles)},
+		{"cache_control", d.str(&st.CacheControl, checkFieldValue)},
 	})
 	if resolve(n).Kind == yaml.MappingNode {
 		d.required(n, path, present, "root")
@@ -921,6 +922,20 @@ func (d *decoder) routeStatic(n *yaml.Node, path string) *Static {
 func checkIndex(s string) (string, string) {
 	if s != "" && (filepath.Base(s) != s || strings.ContainsAny(s, `/\`) || s[0] == '.') {
 		return "", "must be a file name such as index.html, without a directory"
+	}
+	return s, ""
+}
+
+// checkFieldValue validates a header field's value: visible ASCII, spaces
+// and tabs, not starting or ending with white space (RFC 9110 §5.5).
+func checkFieldValue(s string) (string, string) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < 0x20 && c != '\t') || c >= 0x7f {
+			return "", fmt.Sprintf("must not contain %q: a header field value is visible ASCII", c)
+		}
+	}
+	if strings.TrimSpace(s) != s {
+		return "", "must not start or end with white space"
 	}
 	return s, ""
 }

@@ -41,6 +41,7 @@ func TestParseStaticProblems(t *testing.T) {
 		{"hidden index", "  - {path_prefix: /s/, static: {root: " + dir + ", index: .x}}\n", 3, 0, "routes[0].static.index", "must be a file name"},
 		{"dotfiles not a boolean", "  - {path_prefix: /s/, static: {root: " + dir + ", dotfiles: 1}}\n", 3, 0, "routes[0].static.dotfiles", "must be true or false"},
 		{"unknown key", "  - {path_prefix: /s/, static: {root: " + dir + ", listing: true}}\n", 3, 0, "routes[0].static.listing", "unknown key"},
+		{"cache_control with a newline", "  - {path_prefix: /s/, static: {root: " + dir + ", cache_control: \"a\\nb\"}}\n", 3, 0, "routes[0].static.cache_control", "visible ASCII"},
 		{"not a mapping", "  - {path_prefix: /s/, static: " + dir + "}\n", 3, 32, "routes[0].static", "must be a mapping"},
 	}
 	for _, tt := range tests {
@@ -68,13 +69,13 @@ func TestBuildStatic(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(dir, "site", "css", "a.css"), []byte("a {}"), 0o644)
 	cfgFile := filepath.Join(dir, "sluice.yaml")
-	os.WriteFile(cfgFile, []byte(staticConfig("  - {path_prefix: /static/, static: {root: site}}\n")), 0o644)
+	os.WriteFile(cfgFile, []byte(staticConfig("  - {path_prefix: /static/, static: {root: site, cache_control: \"max-age=60\"}}\n")), 0o644)
 	cfg, err := Load(cfgFile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	st := cfg.Routes[0].Static
-	if st == nil || st.Root != filepath.Join(dir, "site") || st.Index != "index.html" || st.Dotfiles || cfg.Routes[0].Upstream != "" {
+	if st == nil || st.Root != filepath.Join(dir, "site") || st.Index != "index.html" || st.Dotfiles || st.CacheControl != "max-age=60" || cfg.Routes[0].Upstream != "" {
 		t.Fatalf("route 0: %+v, static %+v", cfg.Routes[0], st)
 	}
 	g, err := Build(cfg)
@@ -83,8 +84,9 @@ func TestBuildStatic(t *testing.T) {
 	}
 	defer g.Close()
 	addr := proxytest.Serve(t, &proxy.Server{Handler: g.Table, ErrorLog: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if status, body := proxytest.Get(t, addr, "/static/css/a.css", ""); status != 200 || body != "a {}" {
-		t.Errorf("GET /static/css/a.css: %d %q", status, body)
+	resp, body := proxytest.Do(t, addr, "GET /static/css/a.css HTTP/1.1\r\nHost: h\r\n\r\n")
+	if resp.StatusCode != 200 || body != "a {}" || resp.Header.Get("Cache-Control") != "max-age=60" {
+		t.Errorf("GET /static/css/a.css: %d %q, Cache-Control %q", resp.StatusCode, body, resp.Header.Get("Cache-Control"))
 	}
 	if status, _ := proxytest.Get(t, addr, "/static/%2e%2e/sluice.yaml", ""); status != 400 {
 		t.Errorf("GET /static/%%2e%%2e/sluice.yaml: %d, want 400", status)

@@ -39,6 +39,7 @@ import (
 	"os"
 	"path"
 	"strconv"
+	"time"
 
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/proxy"
@@ -57,16 +58,21 @@ type Options struct {
 	// Hidden serves names starting with "."; by default they get 404,
 	// except ".well-known".
 	Hidden bool
+	// CacheControl, when set, is the Cache-Control field of the answers
+	// with a file (200, 206, 304): "max-age=31536000, immutable" for
+	// files whose names change with their content, say; "" sends none.
+	CacheControl string
 }
 
 // Files serves the files under one directory. It is safe for concurrent
 // use; it holds the directory open (an os.Root) until Close, or until it
 // is garbage collected.
 type Files struct {
-	root   *os.Root
-	prefix string
-	index  string
-	hidden bool
+	root         *os.Root
+	prefix       string
+	index        string
+	hidden       bool
+	cacheControl string
 }
 
 // New opens the directory o.Root for serving.
@@ -78,7 +84,7 @@ func New(o Options) (*Files, error) {
 	if err != nil {
 		return nil, fmt.Errorf("static: %w", err)
 	}
-	return &Files{root: root, prefix: o.Prefix, index: o.Index, hidden: o.Hidden}, nil
+	return &Files{root: root, prefix: o.Prefix, index: o.Index, hidden: o.Hidden, cacheControl: o.CacheControl}, nil
 }
 
 // Close closes the directory; requests served after it get 404.
@@ -169,9 +175,15 @@ func (f *Files) serve(s *proxy.Session, name string, file *os.File, fi fs.FileIn
 	tag := etag(fi, coding)
 	mod := fi.ModTime().UTC()
 	r := &proxy.Response{Status: 200}
+	// An origin server sends Date (RFC 9110 §6.6.1): caches reckon a
+	// file's age and freshness from it and Last-Modified.
+	r.Header.Add("Date", time.Now().UTC().Format(httpDate))
 	r.Header.Add("ETag", tag)
 	r.Header.Add("Last-Modified", mod.Format(httpDate))
 	r.Header.Add("Vary", "Accept-Encoding")
+	if f.cacheControl != "" {
+		r.Header.Add("Cache-Control", f.cacheControl)
+	}
 	switch preconditions(h, tag, mod) {
 	case notModified:
 		file.Close()

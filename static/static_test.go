@@ -108,7 +108,7 @@ func makeSite(t *testing.T) *site {
 // one for everything else answered by a phase of its own.
 func serve(t *testing.T, st *site, opts ...proxy.ListenerOptions) (addr string, access *lockedBuffer) {
 	t.Helper()
-	files, err := New(Options{Root: st.root, Prefix: "/static/", Index: "index.html"})
+	files, err := New(Options{Root: st.root, Prefix: "/static/", Index: "index.html", CacheControl: "max-age=60"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func exchanges(st *site) []exchange {
 		{name: "css", target: "/static/css/site.css", status: 200, body: st.css, note: "hit",
 			fields: map[string]string{"Content-Type": "text/css; charset=utf-8", "ETag": cssTag, "Last-Modified": lm,
 				"Vary": "Accept-Encoding", "X-Content-Type-Options": "nosniff", "Accept-Ranges": "bytes",
-				"Content-Length": "22", "Content-Encoding": ""}},
+				"Content-Length": "22", "Content-Encoding": "", "Cache-Control": "max-age=60", "Date": "*"}},
 		{name: "js", target: "/static/js/app.js", status: 200, body: "let a = 1;",
 			fields: map[string]string{"Content-Type": "text/javascript; charset=utf-8"}},
 		{name: "svg", target: "/static/img/logo.svg", status: 200, fields: map[string]string{"Content-Type": "image/svg+xml"}},
@@ -221,7 +221,7 @@ func exchanges(st *site) []exchange {
 		{name: "no index, no slash", target: "/static/noindex", status: 404},
 		{name: "file with a slash", target: "/static/css/site.css/", status: 404},
 		{name: "missing", target: "/static/nope.css", status: 404, note: "not_found",
-			fields: map[string]string{"X-Content-Type-Options": "nosniff"}},
+			fields: map[string]string{"X-Content-Type-Options": "nosniff", "Cache-Control": ""}},
 		{name: "FIFO", target: "/static/fifo", status: 404},
 
 		// Hidden files.
@@ -263,7 +263,7 @@ func exchanges(st *site) []exchange {
 		// Conditional requests.
 		{name: "If-None-Match", target: "/static/css/site.css", header: "If-None-Match: " + cssTag + "\r\n",
 			status: 304, body: "", note: "not_modified",
-			fields: map[string]string{"ETag": cssTag, "Content-Length": "", "Vary": "Accept-Encoding"}},
+			fields: map[string]string{"ETag": cssTag, "Content-Length": "", "Vary": "Accept-Encoding", "Cache-Control": "max-age=60", "Date": "*"}},
 		{name: "If-None-Match in a list, weak", target: "/static/css/site.css", header: `If-None-Match: "x", W/` + cssTag + "\r\n", status: 304},
 		{name: "If-None-Match *", target: "/static/css/site.css", header: "If-None-Match: *\r\n", status: 304},
 		{name: "If-None-Match other", target: "/static/css/site.css", header: `If-None-Match: "other"` + "\r\n", status: 200},
@@ -357,6 +357,10 @@ func (x exchange) check(t *testing.T, resp *http.Response, body []byte) {
 		switch {
 		case want == "" && ok:
 			t.Errorf("%s: %q, want none", name, got)
+		case want == "*":
+			if len(got) != 1 || got[0] == "" {
+				t.Errorf("%s: %q, want one", name, got)
+			}
 		case want != "" && (len(got) != 1 || got[0] != want):
 			t.Errorf("%s: %q, want %q", name, got, want)
 		}
