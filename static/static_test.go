@@ -13,10 +13,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -96,10 +94,8 @@ func makeSite(t *testing.T) *site {
 			t.Fatal(err)
 		}
 	}
-	if runtime.GOOS != "windows" {
-		if err := syscall.Mkfifo(filepath.Join(st.root, "fifo"), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	if err := mkfifo(filepath.Join(st.root, "fifo")); err != nil {
+		t.Fatal(err)
 	}
 	return st
 }
