@@ -29,7 +29,8 @@
 // The access log line of each request the phase answers ends with
 // static=WHAT: hit, br or gzip (the file, or its sibling, whole),
 // partial, not_modified, precondition_failed, unsatisfiable, redirect,
-// not_found, forbidden, refused (a path it will not map) or method.
+// not_found, forbidden, unavailable (out of file descriptors: 503),
+// refused (a path it will not map) or method.
 package static
 
 import (
@@ -39,6 +40,7 @@ import (
 	"os"
 	"path"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/sluice-proxy/sluice/h1"
@@ -144,8 +146,12 @@ func (f *Files) open(name string) (*os.File, fs.FileInfo, int) {
 	}
 	file, err := f.root.OpenFile(name, os.O_RDONLY|openFlag, 0)
 	if err != nil {
-		if errors.Is(err, fs.ErrPermission) {
+		switch {
+		case errors.Is(err, fs.ErrPermission):
 			return nil, nil, 403
+		case errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE):
+			// Out of descriptors: the file may well be there.
+			return nil, nil, 503
 		}
 		// Not there, not a directory on the way, or a symbolic link out
 		// of the root (os.Root refuses it).
@@ -275,6 +281,8 @@ func refusal(s *proxy.Session, status int, what string) *proxy.Response {
 		switch status {
 		case 403:
 			what = "forbidden"
+		case 503:
+			what = "unavailable"
 		default:
 			what = "not_found"
 		}
@@ -282,10 +290,14 @@ func refusal(s *proxy.Session, status int, what string) *proxy.Response {
 	s.Note("static", what)
 	r := proxy.Text(status, strconv.Itoa(status)+" "+h1.StatusText(status)+"\n")
 	r.Header.Add("X-Content-Type-Options", "nosniff")
-	if status == 400 {
+	switch status {
+	case 400:
 		// The request, not the file system, is wrong: say so as a
 		// proxy does (RFC 9209).
 		r.Header.Add("Proxy-Status", `sluice; error=http_request_error; details="the path names no file that can be served"`)
+	case 503:
+		r.Header.Add("Proxy-Status", `sluice; error=proxy_internal_error; details="out of file descriptors"`)
+		r.Header.Add("Retry-After", "1")
 	}
 	return r
 }
