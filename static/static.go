@@ -40,6 +40,7 @@ import (
 	"os"
 	"path"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -71,6 +72,7 @@ type Options struct {
 // is garbage collected.
 type Files struct {
 	root         *os.Root
+	beneath      *beneath // one openat2 for a name with directories (Linux)
 	prefix       string
 	index        string
 	hidden       bool
@@ -86,11 +88,15 @@ func New(o Options) (*Files, error) {
 	if err != nil {
 		return nil, fmt.Errorf("static: %w", err)
 	}
-	return &Files{root: root, prefix: o.Prefix, index: o.Index, hidden: o.Hidden, cacheControl: o.CacheControl}, nil
+	return &Files{root: root, beneath: newBeneath(o.Root), prefix: o.Prefix, index: o.Index, hidden: o.Hidden,
+		cacheControl: o.CacheControl}, nil
 }
 
 // Close closes the directory; requests served after it get 404.
-func (f *Files) Close() error { return f.root.Close() }
+func (f *Files) Close() error {
+	f.beneath.close()
+	return f.root.Close()
+}
 
 // RequestFilter answers every request: with a file, or with why not.
 func (f *Files) RequestFilter(s *proxy.Session) *proxy.Response {
@@ -144,7 +150,15 @@ func (f *Files) open(name string) (*os.File, fs.FileInfo, int) {
 	if name == "" {
 		name = "."
 	}
-	file, err := f.root.OpenFile(name, os.O_RDONLY|openFlag, 0)
+	var file *os.File
+	var err error
+	handled := false
+	if strings.IndexByte(name, '/') >= 0 {
+		file, err, handled = f.beneath.open(name)
+	}
+	if !handled {
+		file, err = f.root.OpenFile(name, os.O_RDONLY|openFlag, 0)
+	}
 	if err != nil {
 		switch {
 		case errors.Is(err, fs.ErrPermission):

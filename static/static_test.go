@@ -94,8 +94,10 @@ func makeSite(t *testing.T) *site {
 			t.Fatal(err)
 		}
 	}
-	if err := mkfifo(filepath.Join(st.root, "fifo")); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"fifo", "noindex/fifo"} {
+		if err := mkfifo(filepath.Join(st.root, name)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return st
 }
@@ -219,6 +221,8 @@ func exchanges(st *site) []exchange {
 		{name: "missing", target: "/static/nope.css", status: 404, note: "not_found",
 			fields: map[string]string{"X-Content-Type-Options": "nosniff", "Cache-Control": ""}},
 		{name: "FIFO", target: "/static/fifo", status: 404},
+		{name: "FIFO in a directory", target: "/static/noindex/fifo", status: 404},
+		{name: "deep", target: "/static/.well-known/security.txt", status: 200, body: "Contact: x"},
 
 		// Hidden files.
 		{name: "dotfile", target: "/static/.env", status: 404},
