@@ -222,7 +222,6 @@ func exchanges(st *site) []exchange {
 			fields: map[string]string{"X-Content-Type-Options": "nosniff", "Cache-Control": ""}},
 		{name: "FIFO", target: "/static/fifo", status: 404},
 		{name: "FIFO in a directory", target: "/static/noindex/fifo", status: 404},
-		{name: "deep", target: "/static/.well-known/security.txt", status: 200, body: "Contact: x"},
 
 		// Hidden files.
 		{name: "dotfile", target: "/static/.env", status: 404},
