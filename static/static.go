@@ -4,7 +4,8 @@
 //
 // The request path after the route's prefix names a file under the root
 // (/static/ + css/site.css → ROOT/css/site.css), percent-decoded once.
-// Files are opened through an os.Root, which refuses any name or symbolic
+// Files are opened through an os.Root (on Linux, a name with directories
+// by one openat2 with RESOLVE_BENEATH), which refuses any name or symbolic
 // link that would leave the directory, after fileName has refused "..",
 // encoded "/", backslashes and NUL on its own. What is served:
 //
