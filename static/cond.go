@@ -1,8 +1,10 @@
 package static
 
 import (
+	"bytes"
 	"io/fs"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-proxy/sluice/h1"
@@ -24,12 +26,29 @@ func parseDate(v []byte) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// etag is the strong entity tag of a file's representation: its size and
-// modification time (as nginx makes its own), and the content coding of a
-// precompressed sibling, so that the representations of one file never
-// share a tag.
-func etag(fi fs.FileInfo, coding string) string {
-	b := make([]byte, 0, 40)
+// now returns the time as an HTTP date, formatted once a second.
+func now() string {
+	t := time.Now()
+	if d := date.Load(); d != nil && d.sec == t.Unix() {
+		return d.text
+	}
+	d := &stamp{sec: t.Unix(), text: t.UTC().Format(httpDate)}
+	date.Store(d)
+	return d.text
+}
+
+var date atomic.Pointer[stamp]
+
+type stamp struct {
+	sec  int64
+	text string
+}
+
+// appendETag appends the strong entity tag of a file's representation:
+// its modification time and size (as nginx makes its own), and the
+// content coding of a precompressed sibling, so that the representations
+// of one file never share a tag.
+func appendETag(b []byte, fi fs.FileInfo, coding string) []byte {
 	b = append(b, '"')
 	b = strconv.AppendInt(b, fi.ModTime().UnixNano(), 16)
 	b = append(b, '-')
@@ -38,7 +57,7 @@ func etag(fi fs.FileInfo, coding string) string {
 		b = append(b, '-')
 		b = append(b, coding...)
 	}
-	return string(append(b, '"'))
+	return append(b, '"')
 }
 
 // outcome is what the preconditions of a request make of it.
@@ -56,7 +75,7 @@ const (
 // If-None-Match, else If-Modified-Since (304 when they fail). Dates
 // compare at the second, the precision of Last-Modified; an invalid date
 // is ignored, as the RFC says.
-func preconditions(h *h1.Header, tag string, mod time.Time) outcome {
+func preconditions(h *h1.Header, tag []byte, mod time.Time) outcome {
 	mod = mod.Truncate(time.Second)
 	if h.Has("If-Match") {
 		if !matchTags(h, "If-Match", tag, true) {
@@ -83,7 +102,7 @@ func preconditions(h *h1.Header, tag string, mod time.Time) outcome {
 // (RFC 9110 §13.1.1–2): strong comparison (neither tag weak) when strong
 // is set, weak (the opaque parts equal) otherwise. A malformed list
 // matches nothing after the malformed tag.
-func matchTags(h *h1.Header, name, tag string, strong bool) bool {
+func matchTags(h *h1.Header, name string, tag []byte, strong bool) bool {
 	for i := 0; i < h.Len(); i++ {
 		if !h1.EqualFold(h.Name(i), name) {
 			continue
@@ -114,7 +133,7 @@ func matchTags(h *h1.Header, name, tag string, strong bool) bool {
 			if end == len(v) {
 				break
 			}
-			if string(v[:end+1]) == tag && !(strong && weak) {
+			if bytes.Equal(v[:end+1], tag) && !(strong && weak) {
 				return true
 			}
 			v = v[end+1:]
@@ -127,13 +146,13 @@ func matchTags(h *h1.Header, name, tag string, strong bool) bool {
 // If-Range (RFC 9110 §13.1.5): with none, yes; with an entity tag, when
 // it is strongly the representation's; with a date, when it is exactly
 // its Last-Modified.
-func ifRange(h *h1.Header, tag string, mod time.Time) bool {
+func ifRange(h *h1.Header, tag []byte, mod time.Time) bool {
 	v := trimOWS(h.Get("If-Range"))
 	switch {
 	case !h.Has("If-Range"):
 		return true
 	case len(v) > 0 && v[0] == '"':
-		return string(v) == tag
+		return bytes.Equal(v, tag)
 	case len(v) > 1 && v[0] == 'W' && v[1] == '/':
 		return false // a weak tag never matches strongly
 	}

@@ -43,7 +43,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/proxy"
@@ -193,14 +192,21 @@ func (f *Files) serve(s *proxy.Session, name string, file *os.File, fi fs.FileIn
 		// always of the file itself.
 		file, fi, coding = f.sibling(name, file, fi, accepted(h))
 	}
-	tag := etag(fi, coding)
+	// The tag and the date are made in the session's scratch buffer:
+	// the header copies them.
+	b := appendETag(s.Scratch(), fi, coding)
+	tag := b[:len(b):len(b)]
 	mod := fi.ModTime().UTC()
+	b = mod.AppendFormat(b, httpDate)
+	lastModified := b[len(tag):]
+	defer s.KeepScratch(b)
 	r := &proxy.Response{Status: 200}
+	r.Header.Grow(11, 320)
 	// An origin server sends Date (RFC 9110 §6.6.1): caches reckon a
 	// file's age and freshness from it and Last-Modified.
-	r.Header.Add("Date", time.Now().UTC().Format(httpDate))
-	r.Header.Add("ETag", tag)
-	r.Header.Add("Last-Modified", mod.Format(httpDate))
+	r.Header.Add("Date", now())
+	r.Header.AddBytes([]byte("ETag"), tag)
+	r.Header.AddBytes([]byte("Last-Modified"), lastModified)
 	r.Header.Add("Vary", "Accept-Encoding")
 	if f.cacheControl != "" {
 		r.Header.Add("Cache-Control", f.cacheControl)
