@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/retry"
 	"github.com/sluice-proxy/sluice/route"
+	"github.com/sluice-proxy/sluice/static"
 	"github.com/sluice-proxy/sluice/tlsterm"
 	"github.com/sluice-proxy/sluice/upstream"
 )
@@ -183,15 +184,35 @@ func Build(cfg *Config) (*Generation, error) {
 	}
 	routes := make([]route.Route, 0, len(cfg.Routes))
 	for _, r := range cfg.Routes {
-		u := g.Upstreams[r.Upstream]
-		if u == nil {
-			return nil, fmt.Errorf("%s:%d: route to unknown upstream %q", cfg.File, r.Line, r.Upstream)
+		rt := route.Route{Host: r.Host, PathPrefix: r.PathPrefix, Name: r.Upstream}
+		if r.Static == nil {
+			u := g.Upstreams[r.Upstream]
+			if u == nil {
+				return nil, fmt.Errorf("%s:%d: route to unknown upstream %q", cfg.File, r.Line, r.Upstream)
+			}
+			rt.Upstream = u
 		}
 		phases, err := routePhases(&r)
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: route: %w", cfg.File, r.Line, err)
 		}
-		routes = append(routes, route.Route{Host: r.Host, PathPrefix: r.PathPrefix, Name: r.Upstream, Upstream: u, Phases: phases})
+		rt.Phases = phases
+		if r.Static != nil {
+			// Files answer every request of the route: the phase goes
+			// last, after those that may refuse or rewrite a request.
+			// Its directory stays open until the generation is garbage
+			// collected (os.Root closes itself then), not at Close: a
+			// request of the old generation may still be served after a
+			// reload.
+			files, err := static.New(static.Options{Root: r.Static.Root, Prefix: r.PathPrefix,
+				Index: r.Static.Index, Hidden: r.Static.Dotfiles, CacheControl: r.Static.CacheControl})
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: route: %w", cfg.File, r.Static.Line, err)
+			}
+			rt.Name = "static"
+			rt.Phases = append(rt.Phases, files)
+		}
+		routes = append(routes, rt)
 	}
 	g.Table = route.New(routes...)
 	return g, nil

@@ -313,8 +313,9 @@ type Route struct {
 	// hold only printable ASCII other than space, "?" and "#", as a path
 	// does on the wire; other characters must be percent-encoded.
 	PathPrefix string
-	// Upstream (key "upstream", required) names the upstream that
-	// serves the route; it must be defined under "upstreams".
+	// Upstream (key "upstream") names the upstream that serves the
+	// route; it must be defined under "upstreams". A route has either an
+	// upstream or Static, not both.
 	Upstream string
 	// StripPrefix (key "strip_prefix", default false) removes PathPrefix
 	// from the path sent upstream, the query kept: with /api/, /api/x?q=1
@@ -340,6 +341,9 @@ type Route struct {
 	Allow, Deny []netip.Prefix
 	// Limits (key "limits") bounds the route's requests.
 	Limits RouteLimits
+	// Static (key "static") serves the route's requests from files
+	// instead of an upstream; nil for a route with an upstream.
+	Static *Static
 	// Line is the line of the route in the file, for messages.
 	Line int
 }
@@ -390,6 +394,40 @@ type RouteLimits struct {
 	// line ends with body_limit=exceeded.
 	Body int64
 }
+
+// Static serves files from a directory, for a route (package static):
+// the request path after the route's path_prefix names the file under
+// Root, as nginx's alias does (/static/ + css/site.css is
+// ROOT/css/site.css). GET and HEAD only; no directory listings; files
+// and symbolic links out of Root are refused. The access log line of
+// each request ends with static=WHAT (hit, gzip, br, partial,
+// not_modified, not_found...).
+type Static struct {
+	// Root (key "root", required) is the directory served. A relative
+	// path is relative to the directory of the config file (not to
+	// sluice's working directory); it is stored resolved. It must exist
+	// and be a directory when the file is loaded.
+	Root string
+	// Index (key "index", default "index.html") is the file served for
+	// a path naming a directory ("/static/docs/"); "" serves none (404).
+	// A directory's path without its "/" is redirected (301) to the path
+	// with it when the index exists.
+	Index string
+	// Dotfiles (key "dotfiles", default false) serves files and
+	// directories whose names start with "."; by default they get 404
+	// (a forgotten .git or .env is not published), except .well-known.
+	Dotfiles bool
+	// CacheControl (key "cache_control", default "" = none) is the
+	// Cache-Control field of the answers with a file (200, 206, 304),
+	// such as "max-age=31536000, immutable" for files whose names change
+	// with their content (Django's ManifestStaticFilesStorage).
+	CacheControl string
+	// Line is the line of static in the file, for messages.
+	Line int
+}
+
+// DefaultStaticIndex is the index file of a static route that names none.
+const DefaultStaticIndex = "index.html"
 
 // Upstream is a named group of servers that serve the same content,
 // with the timeouts, pooling and retry policy that apply to them.

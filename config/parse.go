@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -490,8 +492,9 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 					{"allow", d.prefixes(&r.Allow)},
 					{"deny", d.prefixes(&r.Deny)},
 					{"limits", func(n *yaml.Node, path string) { d.routeLimits(n, path, &r.Limits) }},
+					{"static", func(n *yaml.Node, path string) { r.Static = d.routeStatic(n, path) }},
 				})
-				d.required(n, path, present, "upstream")
+				d.routeTarget(n, path, present)
 				d.checkStripPrefix(strip, join(path, "strip_prefix"), &r)
 				c.Routes = append(c.Routes, r)
 			})
@@ -891,4 +894,71 @@ func (d *decoder) retryOn(n *yaml.Node, path string, r *Retry) {
 		d.addf(off.n, off.path, "off may not be combined with retry conditions; write [off] alone for no retries")
 	}
 	r.On = on
+}
+
+// routeTarget checks that a route has what answers it: an upstream or
+// static files, one of them.
+func (d *decoder) routeTarget(n *yaml.Node, path string, present map[string]bool) {
+	switch {
+	case present["upstream"] && present["static"]:
+		d.addf(n, join(path, "static"), "a route has an upstream or static files, not both")
+	case !present["upstream"] && !present["static"]:
+		d.addf(n, join(path, "upstream"), "missing; a route needs an upstream (or static: {root: DIR})")
+	}
+}
+
+// routeStatic walks a route's "static" mapping. The root is resolved
+// against the config file's directory and must be a directory now.
+func (d *decoder) routeStatic(n *yaml.Node, path string) *Static {
+	st := &Static{Index: DefaultStaticIndex, Line: n.Line}
+	var rootNode *yaml.Node
+	present := d.mapping(n, path, []field{
+		{"root", func(n *yaml.Node, path string) {
+			if d.str(&st.Root, checkNotEmpty)(n, path); st.Root != "" {
+				rootNode = n
+			}
+		}},
+		{"index", d.str(&st.Index, checkIndex)},
+		{"dotfiles", d.boolean(&st.Dotfiles)},
+		{"cache_control", d.str(&st.CacheControl, checkFieldValue)},
+	})
+	if resolve(n).Kind == yaml.MappingNode {
+		d.required(n, path, present, "root")
+	}
+	if rootNode != nil {
+		if !filepath.IsAbs(st.Root) {
+			st.Root = filepath.Join(filepath.Dir(d.file), st.Root)
+		}
+		switch fi, err := os.Stat(st.Root); {
+		case errors.Is(err, fs.ErrNotExist):
+			d.addf(rootNode, join(path, "root"), "directory %s does not exist (a relative root is relative to the config file's directory)", st.Root)
+		case err != nil:
+			d.addf(rootNode, join(path, "root"), "%v", err)
+		case !fi.IsDir():
+			d.addf(rootNode, join(path, "root"), "%s is not a directory", st.Root)
+		}
+	}
+	return st
+}
+
+// checkIndex validates static.index: a file name, or "" for none.
+func checkIndex(s string) (string, string) {
+	if s != "" && (filepath.Base(s) != s || strings.ContainsAny(s, `/\`) || s[0] == '.') {
+		return "", "must be a file name such as index.html, without a directory"
+	}
+	return s, ""
+}
+
+// checkFieldValue validates a header field's value: visible ASCII, spaces
+// and tabs, not starting or ending with white space (RFC 9110 §5.5).
+func checkFieldValue(s string) (string, string) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < 0x20 && c != '\t') || c >= 0x7f {
+			return "", fmt.Sprintf("must not contain %q: a header field value is visible ASCII", c)
+		}
+	}
+	if strings.TrimSpace(s) != s {
+		return "", "must not start or end with white space"
+	}
+	return s, ""
 }

@@ -26,8 +26,12 @@ func (d *decoder) routeStripPrefix(r *Route, node **yaml.Node) func(*yaml.Node, 
 
 // checkStripPrefix reports strip_prefix on a route with nothing to strip.
 func (d *decoder) checkStripPrefix(n *yaml.Node, path string, r *Route) {
-	if n != nil && r.StripPrefix && (r.PathPrefix == "" || r.PathPrefix == "/") {
+	switch {
+	case n == nil || !r.StripPrefix:
+	case r.PathPrefix == "" || r.PathPrefix == "/":
 		d.addf(n, path, "needs a path_prefix other than \"/\" to strip")
+	case r.Static != nil:
+		d.addf(n, path, "changes the path sent upstream; a static route sends none (its files are found after path_prefix already)")
 	}
 }
 

@@ -16,11 +16,19 @@ import (
 // answer writes a response sluice makes itself. keep says whether the
 // connection may carry another request afterwards.
 func (s *Session) answer(r *Response, keep bool) {
+	if r.File != nil {
+		defer r.File.File.Close()
+	}
 	s.keepAlive = keep && s.keepAlive && !s.srv.Draining()
 	status := r.Status
 	if status < 100 || status > 999 {
 		status = 500
 	}
+	// A 204 or 304 has no body, and no Content-Length: a 204 must not
+	// have one, and a 304's would have to be the length of the 200's
+	// body (RFC 9110 §8.6).
+	bodiless := status == 204 || status == 304
+	sendBody := !bodiless && s.Request.Method() != "HEAD"
 	b := s.c.wbuf[:0]
 	b = append(b, "HTTP/1.1 "...)
 	b = strconv.AppendInt(b, int64(status), 10)
@@ -53,22 +61,46 @@ func (s *Session) answer(r *Response, keep bool) {
 		b = append(b, s.reqID...)
 		b = append(b, "\r\n"...)
 	}
-	b = append(b, "Content-Length: "...)
-	b = strconv.AppendInt(b, int64(len(r.Body)), 10)
-	b = append(b, "\r\n"...)
+	if !bodiless {
+		size := int64(len(r.Body))
+		if r.File != nil {
+			size = r.File.Size
+		}
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, size, 10)
+		b = append(b, "\r\n"...)
+	}
 	if !s.keepAlive {
 		b = append(b, "Connection: close\r\n"...)
 	} else if s.Request.Minor == 0 {
 		b = append(b, "Connection: keep-alive\r\n"...)
 	}
 	b = append(b, "\r\n"...)
-	if s.Request.Method() != "HEAD" {
+	fileLeft := false
+	switch {
+	case !sendBody:
+	case r.File == nil:
 		b = append(b, r.Body...)
+	case r.File.Size <= smallFile:
+		// A small file goes in the head's write: one write, one packet,
+		// rather than a write and a sendfile.
+		var ok bool
+		if b, ok = appendFile(b, r.File); !ok {
+			s.c.wbuf = b[:0]
+			s.fileFailed(nil)
+			return
+		}
+	default:
+		fileLeft = true
 	}
 	s.c.wbuf = b[:0]
 	s.Status = status
 	if err := s.c.write(b); err != nil {
 		s.keepAlive = false
+		fileLeft = false
+	}
+	if fileLeft {
+		s.writeFile(r.File)
 	}
 	if !s.keepAlive {
 		s.c.linger = true

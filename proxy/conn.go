@@ -502,16 +502,22 @@ func (c *conn) wakeIfIdle() {
 // write sends b to the client within the send timeout (and at most
 // deadlineSlack more).
 func (c *conn) write(b []byte) error {
-	timeout := c.srv.sendTimeout()
-	if by := clock.Now().Add(timeout); c.writeBy.Before(by) {
-		c.writeBy = by.Add(deadlineSlack(timeout))
-		c.nc.SetWriteDeadline(c.writeBy)
-	}
+	c.writeDeadline()
 	n, err := c.nc.Write(b)
 	if c.s != nil {
 		c.s.BytesOut += int64(n)
 	}
 	return err
+}
+
+// writeDeadline makes sure the write deadline on nc is at least the send
+// timeout away.
+func (c *conn) writeDeadline() {
+	timeout := c.srv.sendTimeout()
+	if by := clock.Now().Add(timeout); c.writeBy.Before(by) {
+		c.writeBy = by.Add(deadlineSlack(timeout))
+		c.nc.SetWriteDeadline(c.writeBy)
+	}
 }
 
 // Lingering bounds: how long and how much to discard before closing.

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"os"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -123,8 +124,25 @@ type Logger interface {
 // Response is an answer the proxy writes itself.
 type Response struct {
 	Status int
-	Header h1.Header // Content-Length is set from Body
+	Header h1.Header // Content-Length is set from Body (or File)
 	Body   []byte
+	// File, when set, is the body instead of Body: bytes of an open file,
+	// sent as they are read, with sendfile(2) when the client's connection
+	// is plain TCP (over TLS or HTTP/2 they are copied). Each write of it
+	// is bounded by the send timeout, as every write to a client is. The
+	// engine owns the file from the moment the Response is handed to it,
+	// and closes it once the answer is written, or has failed, or needs
+	// no body (HEAD). A file that yields fewer than File.Size bytes
+	// (truncated meanwhile) aborts the response: the client sees a reset,
+	// never a short body that looks whole.
+	File *FileBody
+}
+
+// FileBody is a response body read from an open file: Size bytes from
+// Offset.
+type FileBody struct {
+	File         *os.File
+	Offset, Size int64
 }
 
 // Text returns a plain-text Response.
