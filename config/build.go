@@ -90,8 +90,8 @@ func (g *Generation) Carry(old *Generation) {
 // a reload cannot apply: a reload swaps routes and upstreams, and the TLS
 // settings (certificates, min_version, client_auth, acme) of the listeners
 // that stay; the listeners themselves (their addresses, whether they have tls
-// or redirect), client timeouts, limits, logs, forwarding headers and
-// metrics are the server's and change on restart.
+// or redirect), client timeouts, limits, logs, forwarding headers,
+// metrics and the admin listener are the server's and change on restart.
 func RestartOnly(old, new *Config) []string {
 	var diff []string
 	for _, c := range []struct {
@@ -105,6 +105,7 @@ func RestartOnly(old, new *Config) []string {
 		{"log", old.Log, new.Log},
 		{"forwarded", old.Forwarded, new.Forwarded},
 		{"metrics", old.Metrics, new.Metrics},
+		{"admin", old.Admin, new.Admin},
 	} {
 		if !reflect.DeepEqual(c.a, c.b) {
 			diff = append(diff, c.name)
