@@ -105,7 +105,8 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
-	draining  atomic.Bool // read on every request
+	draining  atomic.Bool  // read on every request
+	inFlight  atomic.Int64 // requests between their head and their end (Session.serve)
 	// expired is set when Shutdown's context ended with requests still in
 	// flight; expire cancels the dials of their tries.
 	expired     atomic.Bool
@@ -273,6 +274,7 @@ func (srv *Server) serve(ln net.Listener, l *listener) error {
 	srv.listeners[ln] = struct{}{}
 	srv.wg.Add(1)
 	srv.mu.Unlock()
+	l.addr = ln.Addr().String()
 	defer srv.wg.Done()
 	defer func() {
 		srv.mu.Lock()
@@ -417,6 +419,34 @@ func (srv *Server) expireDrain(done <-chan struct{}) {
 
 // Draining reports whether Shutdown has begun.
 func (srv *Server) Draining() bool { return srv.draining.Load() }
+
+// InFlight returns the number of requests being served now: read whole
+// head, not yet answered in full, on every listener and protocol.
+func (srv *Server) InFlight() int64 { return srv.inFlight.Load() }
+
+// Connections reports each open client connection with the address of
+// the listener that accepted it and its protocol: "h2" once it speaks
+// HTTP/2, "http/1.1" before (a TLS connection still in its handshake
+// included). It holds the server's lock while it reports: report must
+// not call back into the Server. For metrics, at scrape time.
+func (srv *Server) Connections(report func(listener, protocol string)) {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	for c := range srv.conns {
+		if c.stream {
+			continue // an HTTP/2 stream, served on a conn of its own
+		}
+		addr := ""
+		if c.ln != nil {
+			addr = c.ln.addr
+		}
+		proto := "http/1.1"
+		if c.h2.Load() != nil {
+			proto = "h2"
+		}
+		report(addr, proto)
+	}
+}
 
 func (srv *Server) forget(c *conn) {
 	srv.mu.Lock()
