@@ -193,6 +193,16 @@ func (s *Server) Outstanding() int64 {
 	return s.outstanding.Load()
 }
 
+// Ejections returns the server's ejection multiplier: how many ejections
+// by the consecutive-failure rule its last one counted (0: never ejected).
+// It decays, one per BaseEjection after an ejection ends, when the next
+// ejection is decided, so it is an upper bound between ejections.
+func (s *Server) Ejections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ejections
+}
+
 // Drained reports whether the server is taken out by hand (Group.Drain).
 // Its health goes on being tracked, and Healthy says what it is.
 func (s *Server) Drained() bool {
