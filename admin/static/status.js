@@ -79,8 +79,8 @@ function serverRow(u, s) {
     }, s.drained ? "Enable" : "Drain")],
   };
   const tr = el("tr", { class: cls, "data-upstream": u.name, "data-server": s.resolved });
-  for (const [key] of columns) {
-    tr.append(el("td", { class: key, "data-field": key }, ...cells[key]));
+  for (const [key, label] of columns) {
+    tr.append(el("td", { class: key, "data-field": key, "data-label": label }, ...cells[key]));
   }
   return tr;
 }
@@ -113,7 +113,7 @@ function upstreamSection(u) {
       u.policy + " · " + fixed(u.tries_per_second, 2) + " tries/s · " + fixed(u.failures_per_second, 2) +
       " fail/s · " + fixed(u.retries_per_second, 2) + " retry/s"));
   const table = el("table", {},
-    el("thead", {}, el("tr", {}, ...columns.map(([, label]) => el("th", {}, label)))),
+    el("thead", {}, el("tr", {}, ...columns.map(([key, label]) => el("th", { class: key }, label)))),
     el("tbody", {}, ...u.servers.map((s) => serverRow(u, s))));
   return el("section", { class: "upstream", "data-upstream": u.name }, head, el("div", { class: "scroll" }, table), failures(u));
 }
