@@ -120,8 +120,8 @@ func (s *Session) Server() *Server { return s.srv }
 // serve handles the request whose head is in s.Request and reports whether
 // the connection may carry another.
 func (s *Session) serve() bool {
-	s.srv.inFlight.Add(1)
-	defer s.srv.inFlight.Add(-1)
+	s.srv.inFlight.n.Add(1)
+	defer s.srv.inFlight.n.Add(-1)
 	return s.handle()
 }
 
