@@ -39,8 +39,10 @@ import (
 )
 
 // Server is the admin listener's state and handlers. Set the exported
-// fields before Handler is called and do not change them afterwards; the
-// methods are safe for concurrent use.
+// fields before Handler is called and do not change them afterwards, but
+// for Pprof (see there); the methods are safe for concurrent use. One
+// Server may serve on more than one listener at a time (Listen), so that a
+// reload can move it from one address to another without a gap.
 type Server struct {
 	// Generation returns the generation of routes and upstreams the proxy
 	// serves now (a reload swaps it); nil means none is loaded yet.
@@ -54,7 +56,9 @@ type Server struct {
 	Metrics *observe.Metrics
 	// Recorder holds each server's recent statistics; nil shows none.
 	Recorder *observe.Recorder
-	// Pprof serves Go's profiler at /debug/pprof/.
+	// Pprof serves Go's profiler at /debug/pprof/. Handler (and so
+	// Listen) reads it: a change applies to the handlers made after it, and
+	// must not race with their making.
 	Pprof bool
 	// Log receives drains and enables; nil means slog.Default().
 	Log *slog.Logger

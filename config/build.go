@@ -91,7 +91,8 @@ func (g *Generation) Carry(old *Generation) {
 // settings (certificates, min_version, client_auth, acme) of the listeners
 // that stay; the listeners themselves (their addresses, whether they have tls
 // or redirect), client timeouts, limits, logs, forwarding headers,
-// metrics and the admin listener are the server's and change on restart.
+// metrics and whether there is an admin listener are the server's and
+// change on restart (the admin listener's address and pprof do not).
 func RestartOnly(old, new *Config) []string {
 	var diff []string
 	for _, c := range []struct {
@@ -105,7 +106,9 @@ func RestartOnly(old, new *Config) []string {
 		{"log", old.Log, new.Log},
 		{"forwarded", old.Forwarded, new.Forwarded},
 		{"metrics", old.Metrics, new.Metrics},
-		{"admin", old.Admin, new.Admin},
+		// The admin listener moves, and turns pprof on or off, on a
+		// reload; turning it on or off takes a restart.
+		{"admin", old.Admin.Address == "", new.Admin.Address == ""},
 	} {
 		if !reflect.DeepEqual(c.a, c.b) {
 			diff = append(diff, c.name)

@@ -304,10 +304,11 @@ type Admin struct {
 	// Address (key "address", default "") is the host:port serving /live,
 	// /ready, /metrics, /status, /api/config and /api/upstreams (with
 	// drain and enable); "" turns the listener off. It may not equal a
-	// listen address or metrics.address. It takes effect on restart.
+	// listen address or metrics.address. A reload (SIGHUP) moves the
+	// listener to a new address; turning it on or off takes a restart.
 	Address string
 	// Pprof (key "pprof", default false) also serves Go's profiler at
-	// /debug/pprof/ on the admin address.
+	// /debug/pprof/ on the admin address; a reload applies a change.
 	Pprof bool
 }
 

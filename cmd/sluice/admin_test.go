@@ -96,10 +96,11 @@ func TestRunAdmin(t *testing.T) {
 	a := upstreamtest.Start(t, upstreamtest.OK("a"))
 	b := upstreamtest.Start(t, upstreamtest.OK("b"))
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	adminAddr, pprof := freeAddr(t), false
 	write := func(comment string) {
-		body := fmt.Sprintf("# %s\nlisten: [{address: 127.0.0.1:0}]\naccess_log: {enabled: false}\nadmin: {address: %s}\n"+
+		body := fmt.Sprintf("# %s\nlisten: [{address: 127.0.0.1:0}]\naccess_log: {enabled: false}\nadmin: {address: %s, pprof: %v}\n"+
 			"routes: [{upstream: app}]\nupstreams:\n  app:\n    balance: round_robin\n    servers: [{address: %s}, {address: %s}]\n",
-			comment, freeAddr(t), a.Addr(), b.Addr())
+			comment, adminAddr, pprof, a.Addr(), b.Addr())
 		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -208,6 +209,34 @@ func TestRunAdmin(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
+	if code, _ := r.call(t, "GET", "/debug/pprof/", nil); code != 404 {
+		t.Errorf("pprof off: /debug/pprof/ answered %d", code)
+	}
+
+	// A reload moves the admin listener and turns pprof on; the drain
+	// state and the counts stay.
+	oldAdmin := r.admin
+	adminAddr, pprof = freeAddr(t), true
+	write("third")
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	r.waitLog(t, regexp.MustCompile(`msg=reloaded`), 2)
+	r.admin = r.waitLog(t, regexp.MustCompile(`msg=admin address=(\S+)`), 2)[1][1]
+	if r.admin != adminAddr {
+		t.Fatalf("admin listener at %s after the reload, want %s", r.admin, adminAddr)
+	}
+	if code, _ := r.call(t, "GET", "/debug/pprof/", nil); code != 200 {
+		t.Errorf("pprof on: /debug/pprof/ answered %d", code)
+	}
+	if _, err := http.Get("http://" + oldAdmin + "/live"); err == nil {
+		t.Error("the old admin address still answers")
+	}
+	if _, ss := r.servers(t); ss[a.Addr()].Tries < 6 {
+		t.Errorf("the move lost the counts: %+v", ss[a.Addr()])
+	}
+	if strings.Contains(r.stderr.String(), "take effect only on restart") {
+		t.Error("moving the admin listener warned that it takes a restart")
+	}
+
 	if code, _ := r.call(t, "GET", "/api/upstreams/app/servers/"+b.Addr()+"/drain", nil); code != 405 {
 		t.Errorf("GET drain: %d, want 405", code)
 	}

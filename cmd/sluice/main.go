@@ -196,8 +196,9 @@ func cmdRun(args []string, stderr io.Writer) int {
 			log.Error("admin", "address", cfg.Admin.Address, "error", err)
 			return 1
 		}
-		defer stop()
-		log.Info("admin", "address", bound.String(), "status", "http://"+bound.String()+"/status", "pprof", cfg.Admin.Pprof)
+		r.adminCfg, r.adminStop = cfg.Admin, stop
+		defer func() { r.adminStop() }()
+		logAdmin(log, bound, cfg.Admin.Pprof)
 	}
 	var lns []net.Listener
 	for _, l := range cfg.Listen {
@@ -279,6 +280,8 @@ type running struct {
 	metrics   *observe.Metrics  // nil without metrics.address and admin.address
 	recorder  *observe.Recorder // nil without admin.address
 	admin     *admin.Server     // nil without admin.address
+	adminCfg  config.Admin      // the admin section serving, which a reload may change
+	adminStop func()            // stops the admin listener
 }
 
 // reload reads the config file again and swaps in its routes and
@@ -321,6 +324,7 @@ func (r *running) reload() {
 	}
 	old.Close()
 	r.reloaded(nil, hash, gen)
+	r.moveAdmin(cfg.Admin)
 	logCertificates(r.log, gen)
 	r.log.Info("reloaded", "routes", len(cfg.Routes), "upstreams", len(cfg.Upstreams), "tls_listeners", len(tlsListeners))
 }
@@ -343,6 +347,42 @@ func (r *running) reloaded(err error, hash string, gen *config.Generation) {
 	keep := map[[2]string]bool{}
 	gen.Servers(func(upstream string, s *balance.Server) { keep[[2]string{upstream, s.Addr}] = true })
 	r.recorder.Retain(func(upstream, addr string) bool { return keep[[2]string{upstream, addr}] })
+}
+
+// moveAdmin applies a reloaded admin section: the listener moves to a new
+// address (the old one closes once the new one is open; if it cannot be
+// opened, the old one stays), or reopens on its address when only pprof
+// changed. Turning the listener on or off takes a restart (RestartOnly
+// says so).
+func (r *running) moveAdmin(c config.Admin) {
+	if r.admin == nil || c.Address == "" || c == r.adminCfg {
+		return
+	}
+	if c.Address == r.adminCfg.Address {
+		r.adminStop() // the address must be free again
+	}
+	r.admin.Pprof = c.Pprof
+	bound, stop, err := r.admin.Listen(c.Address)
+	if err != nil {
+		r.admin.Pprof = r.adminCfg.Pprof
+		if c.Address == r.adminCfg.Address {
+			r.log.Error("reload: reopening the admin listener failed; it is closed until a reload or restart opens it", "address", c.Address, "error", err)
+			r.adminStop, r.adminCfg = func() {}, config.Admin{}
+			return
+		}
+		r.log.Error("reload: the admin listener stays where it was", "address", r.adminCfg.Address, "new_address", c.Address, "error", err)
+		return
+	}
+	if c.Address != r.adminCfg.Address {
+		r.adminStop()
+	}
+	r.adminCfg, r.adminStop = c, stop
+	logAdmin(r.log, bound, c.Pprof)
+}
+
+// logAdmin logs where the admin listener serves.
+func logAdmin(log *slog.Logger, bound net.Addr, pprof bool) {
+	log.Info("admin", "address", bound.String(), "status", "http://"+bound.String()+"/status", "pprof", pprof)
 }
 
 // logCertificates logs the certificates read from the files of each TLS
