@@ -42,6 +42,10 @@ type Server struct {
 
 	outstanding atomic.Int64 // tries picked and not yet reported
 
+	// drained is set while the server is taken out by hand (Group.Drain):
+	// Pick never offers it, by any rule.
+	drained atomic.Bool
+
 	// Health, readable without the lock. Times are Unix nanoseconds of the
 	// group's clock.
 	failedUntil   atomic.Int64 // down by max_fails until then
@@ -192,6 +196,22 @@ func (s *Server) Healthy() bool {
 // and that were not reported yet.
 func (s *Server) Outstanding() int64 {
 	return s.outstanding.Load()
+}
+
+// Ejections returns the server's ejection multiplier: how many ejections
+// by the consecutive-failure rule its last one counted (0: never ejected).
+// It decays, one per BaseEjection after an ejection ends, when the next
+// ejection is decided, so it is an upper bound between ejections.
+func (s *Server) Ejections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ejections
+}
+
+// Drained reports whether the server is taken out by hand (Group.Drain).
+// Its health goes on being tracked, and Healthy says what it is.
+func (s *Server) Drained() bool {
+	return s.drained.Load()
 }
 
 // release takes back one outstanding try, never going below zero.

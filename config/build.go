@@ -91,8 +91,9 @@ func (g *Generation) Carry(old *Generation) {
 // a reload cannot apply: a reload swaps routes and upstreams, and the TLS
 // settings (certificates, min_version, client_auth, acme) of the listeners
 // that stay; the listeners themselves (their addresses, whether they have tls
-// or redirect), client timeouts, limits, logs, forwarding headers and
-// metrics are the server's and change on restart.
+// or redirect), client timeouts, limits, logs, forwarding headers,
+// metrics and whether there is an admin listener are the server's and
+// change on restart (the admin listener's address and pprof do not).
 func RestartOnly(old, new *Config) []string {
 	var diff []string
 	for _, c := range []struct {
@@ -106,6 +107,9 @@ func RestartOnly(old, new *Config) []string {
 		{"log", old.Log, new.Log},
 		{"forwarded", old.Forwarded, new.Forwarded},
 		{"metrics", old.Metrics, new.Metrics},
+		// The admin listener moves, and turns pprof on or off, on a
+		// reload; turning it on or off takes a restart.
+		{"admin", old.Admin.Address == "", new.Admin.Address == ""},
 	} {
 		if !reflect.DeepEqual(c.a, c.b) {
 			diff = append(diff, c.name)

@@ -48,6 +48,11 @@ type Config struct {
 	// Metrics (key "metrics") configures the Prometheus endpoint.
 	Metrics Metrics
 
+	// Admin (key "admin") configures the admin listener: health and
+	// readiness, metrics, the running config, the upstreams' state with
+	// drain and enable, and the live status page.
+	Admin Admin
+
 	// Routes (key "routes", required, at least one) maps requests to
 	// upstreams. The first route that matches a request wins; a request
 	// no route matches is answered with 404.
@@ -297,6 +302,19 @@ type Metrics struct {
 	// Prometheus metrics at /metrics; "" turns the endpoint off. It may
 	// not equal a listen address.
 	Address string
+}
+
+// Admin configures the admin listener (package admin serves it).
+type Admin struct {
+	// Address (key "address", default "") is the host:port serving /live,
+	// /ready, /metrics, /status, /api/config and /api/upstreams (with
+	// drain and enable); "" turns the listener off. It may not equal a
+	// listen address or metrics.address. A reload (SIGHUP) moves the
+	// listener to a new address; turning it on or off takes a restart.
+	Address string
+	// Pprof (key "pprof", default false) also serves Go's profiler at
+	// /debug/pprof/ on the admin address; a reload applies a change.
+	Pprof bool
 }
 
 // Route sends the requests it matches to an upstream. A route matches

@@ -445,6 +445,9 @@ func TestParseProblem(t *testing.T) {
 		{"duplicate listen address", "listen:\n  - address: 127.0.0.1:8080\n  - address: 127.0.0.1:8080\nroutes: [{upstream: web}]\n" + upstream,
 			3, 14, "listen[1].address", "listed twice (first at line 2)"},
 		{"metrics on a listen address", minimal + "metrics: {address: \"127.0.0.1:8080\"}\n", 9, 20, "metrics.address", "same address as the listener at line 2"},
+		{"admin on a listen address", minimal + "admin: {address: \"127.0.0.1:8080\"}\n", 9, 18, "admin.address", "same address as the listener at line 2"},
+		{"admin on the metrics address", minimal + "metrics: {address: \"127.0.0.1:9090\"}\nadmin: {address: \"127.0.0.1:9090\"}\n", 10, 18, "admin.address", "same address as metrics.address (line 9)"},
+		{"admin pprof not a boolean", minimal + "admin: {pprof: 1}\n", 9, 16, "admin.pprof", "must be true or false"},
 		{"listen not a list", "listen: 127.0.0.1:8080\nroutes: [{upstream: web}]\n" + upstream, 1, 9, "listen", `must be a list, not "127.0.0.1:8080"`},
 		{"section not a mapping", minimal + "limits: 5\n", 9, 9, "limits", "must be a mapping of keys to values, not the number 5"},
 		{"bad enum", minimal + "log: {level: verbose}\n", 9, 14, "log.level", `unknown value "verbose"; want one of debug, info, warn, error`},
@@ -829,4 +832,31 @@ func dump(c *Config) string {
 		}
 	}
 	return s
+}
+
+func TestParseAdmin(t *testing.T) {
+	c, err := Parse("t.yaml", []byte(minimal+"admin: {address: \"127.0.0.1:9901\", pprof: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Admin != (Admin{Address: "127.0.0.1:9901", Pprof: true}) {
+		t.Errorf("admin = %+v", c.Admin)
+	}
+	c, err = Parse("t.yaml", []byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Admin != (Admin{}) {
+		t.Errorf("admin by default = %+v, want off", c.Admin)
+	}
+	old := *c
+	c.Admin.Address = "127.0.0.1:9901"
+	if got := RestartOnly(&old, c); !slices.Equal(got, []string{"admin"}) {
+		t.Errorf("turning admin on: RestartOnly = %v, want [admin]", got)
+	}
+	moved := *c
+	moved.Admin = Admin{Address: "127.0.0.1:9902", Pprof: true}
+	if got := RestartOnly(c, &moved); len(got) != 0 {
+		t.Errorf("moving admin, pprof on: RestartOnly = %v, want none (a reload applies them)", got)
+	}
 }

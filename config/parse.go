@@ -373,6 +373,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 		routeUpstreams []located // each route's upstream value
 		listenAddrs    []located // each listen address
 		metricsAddr    *yaml.Node
+		adminAddr      *yaml.Node
 	)
 	present := d.mapping(n, "", []field{
 		{"listen", func(n *yaml.Node, path string) {
@@ -475,6 +476,18 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 				}},
 			})
 		}},
+		{"admin", func(n *yaml.Node, path string) {
+			d.mapping(n, path, []field{
+				{"address", func(n *yaml.Node, path string) {
+					if d.str(&c.Admin.Address, nil)(n, path); c.Admin.Address != "" {
+						if d.address(&c.Admin.Address, n, path, true) {
+							adminAddr = n
+						}
+					}
+				}},
+				{"pprof", d.boolean(&c.Admin.Pprof)},
+			})
+		}},
 		{"routes", func(n *yaml.Node, path string) {
 			count := d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
 				r := Route{Line: n.Line}
@@ -526,6 +539,13 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 	if metricsAddr != nil {
 		if f, dup := seen[metricsAddr.Value]; dup {
 			d.addf(metricsAddr, "metrics.address", "same address as the listener at line %d; metrics need an address of their own", f.Line)
+		}
+	}
+	if adminAddr != nil && !hasPort0(adminAddr.Value) {
+		if f, dup := seen[adminAddr.Value]; dup {
+			d.addf(adminAddr, "admin.address", "same address as the listener at line %d; the admin listener needs an address of its own", f.Line)
+		} else if metricsAddr != nil && metricsAddr.Value == adminAddr.Value {
+			d.addf(adminAddr, "admin.address", "same address as metrics.address (line %d); the admin listener serves /metrics too, so leave metrics.address out", metricsAddr.Line)
 		}
 	}
 	if len(c.Upstreams) > 0 { // else "upstreams" has been reported

@@ -438,3 +438,18 @@ func TestParseOnceMode(t *testing.T) {
 		t.Error("ParseOnceMode accepted always")
 	}
 }
+
+func TestIdleByKey(t *testing.T) {
+	ln := listen(t)
+	p := New(0, nil)
+	defer p.Close()
+	l := &Limits{MaxIdle: 4, IdleTimeout: time.Minute}
+	putNew(t, p, ln, "a", l, 3)
+	putNew(t, p, ln, "b", l, 1)
+	p.Get("b", nil).Close() // b's list stays, empty, until the sweep
+	got := map[string]int{}
+	p.IdleByKey(func(key string, idle int) { got[key] = idle })
+	if len(got) != 1 || got["a"] != 3 {
+		t.Fatalf("IdleByKey reported %v, want a: 3", got)
+	}
+}

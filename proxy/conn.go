@@ -33,6 +33,7 @@ type conn struct {
 	tls      *tls.Conn            // nil on a plain connection
 	state    *tls.ConnectionState // the TLS handshake's outcome, once complete
 	ln       *listener            // the listener it came from
+	stream   bool                 // it serves one stream of an HTTP/2 connection (h2.go)
 	r        h1.Reader
 	client   string // the client's IP, for X-Forwarded-For and logs
 	clientIP netip.Addr

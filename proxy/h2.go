@@ -74,7 +74,7 @@ func (c *conn) serveStream(st *h2.Stream) {
 	sc, sub := &ss.sc, &ss.c
 	sc.reset(st, c.nc)
 	*sub = conn{srv: srv, nc: sc, raw: sc, ln: c.ln, client: c.client, clientIP: c.clientIP,
-		trusted: c.trusted, state: c.state}
+		trusted: c.trusted, state: c.state, stream: true}
 	sub.r.Reset(sc)
 	sub.ready.init(sc, &sub.r, nil, false)
 	srv.mu.Lock()

@@ -168,6 +168,13 @@ func (s *Session) Server() *Server { return s.srv }
 // serve handles the request whose head is in s.Request and reports whether
 // the connection may carry another.
 func (s *Session) serve() bool {
+	s.srv.inFlight.n.Add(1)
+	defer s.srv.inFlight.n.Add(-1)
+	return s.handle()
+}
+
+// handle is serve, between the counts of requests in flight.
+func (s *Session) handle() bool {
 	s.Start = clock.Now()
 	req := &s.Request
 	f, err := s.validate()

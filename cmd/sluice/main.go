@@ -11,6 +11,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluice-proxy/sluice/admin"
 	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/observe"
@@ -122,11 +125,12 @@ func cmdRun(args []string, stderr io.Writer) int {
 			out.Close()
 		}()
 	}
-	cfg, err := config.Load(path)
+	cfg, hash, err := loadConfig(path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
+	loadedAt := time.Now()
 	log := slog.New(config.Handler(stderr, cfg.Log.Format, config.Level(cfg.Log.Level)))
 	slog.SetDefault(log)
 	logDescriptorLimit(log, cfg)
@@ -153,20 +157,42 @@ func cmdRun(args []string, stderr io.Writer) int {
 	r := &running{path: path, cfg: cfg, srv: srv, listeners: listeners, ctx: ctx, log: log}
 	r.gen.Store(gen)
 	defer func() { r.gen.Load().Close() }()
-	if cfg.Metrics.Address != "" {
+	if cfg.Metrics.Address != "" || cfg.Admin.Address != "" {
 		m := observe.New(srv.Pool)
 		m.WatchServers(func(report func(observe.ServerState)) {
 			r.gen.Load().Servers(func(upstream string, s *balance.Server) {
-				report(observe.ServerState{Upstream: upstream, Server: s.Addr, Healthy: s.Healthy(), Outstanding: s.Outstanding()})
+				report(observe.ServerState{Upstream: upstream, Server: s.Addr, Healthy: s.Healthy(), Drained: s.Drained(), Outstanding: s.Outstanding()})
 			})
 		})
+		m.WatchProxy(srv)
+		m.ConfigLoaded(hash, loadedAt)
 		srv.Observer = m
-		stop, err := serveMetrics(cfg.Metrics.Address, m, log)
+		r.metrics = m
+	}
+	if cfg.Metrics.Address != "" {
+		stop, err := serveMetrics(cfg.Metrics.Address, r.metrics, log)
 		if err != nil {
 			log.Error("metrics", "address", cfg.Metrics.Address, "error", err)
 			return 1
 		}
 		defer stop()
+	}
+	if cfg.Admin.Address != "" {
+		r.recorder = observe.NewRecorder()
+		r.metrics.Record(r.recorder)
+		r.admin = &admin.Server{
+			Generation: r.gen.Load, Proxy: srv, Pool: srv.Pool, Metrics: r.metrics, Recorder: r.recorder,
+			Pprof: cfg.Admin.Pprof, Log: log,
+		}
+		r.admin.SetConfig(hash, loadedAt)
+		bound, stop, err := r.admin.Listen(cfg.Admin.Address)
+		if err != nil {
+			log.Error("admin", "address", cfg.Admin.Address, "error", err)
+			return 1
+		}
+		r.adminCfg, r.adminStop = cfg.Admin, stop
+		defer func() { r.adminStop() }()
+		logAdmin(log, bound, cfg.Admin.Pprof)
 	}
 	var lns []net.Listener
 	for _, l := range cfg.Listen {
@@ -209,7 +235,28 @@ func cmdRun(args []string, stderr io.Writer) int {
 		}
 		log.Info("access log reopened", "path", cfg.AccessLog.Path)
 	}
+	if r.admin != nil {
+		// The listeners are bound: connections queue until served.
+		r.admin.SetListening(true)
+		defer r.admin.SetListening(false)
+	}
 	return serve(srv, lns, opts, cfg.Timeouts.Drain, log, r.reload, reopen)
+}
+
+// loadConfig reads and parses the config file at path, and returns it
+// with the SHA-256 of the file's bytes, which names the config running in
+// the admin API and the metrics.
+func loadConfig(path string) (*config.Config, string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", err
+	}
+	cfg, err := config.Parse(path, data)
+	if err != nil {
+		return nil, "", err
+	}
+	sum := sha256.Sum256(data)
+	return cfg, hex.EncodeToString(sum[:]), nil
 }
 
 // running is the proxy as sluice run serves it: one server, the
@@ -224,6 +271,11 @@ type running struct {
 	gen       atomic.Pointer[config.Generation]
 	ctx       context.Context
 	log       *slog.Logger
+	metrics   *observe.Metrics  // nil without metrics.address and admin.address
+	recorder  *observe.Recorder // nil without admin.address
+	admin     *admin.Server     // nil without admin.address
+	adminCfg  config.Admin      // the admin section serving, which a reload may change
+	adminStop func()            // stops the admin listener
 }
 
 // reload reads the config file again and swaps in its routes and
@@ -237,9 +289,10 @@ type running struct {
 // section is gone, stops. A file that does not load or build (a
 // certificate that cannot be read, say) changes nothing.
 func (r *running) reload() {
-	cfg, err := config.Load(r.path)
+	cfg, hash, err := loadConfig(r.path)
 	if err != nil {
 		r.log.Error("reload failed; still serving the previous configuration", "error", err)
+		r.reloaded(err, "", nil)
 		return
 	}
 	if sections := config.RestartOnly(r.cfg, cfg); len(sections) > 0 {
@@ -248,6 +301,7 @@ func (r *running) reload() {
 	gen, err := config.Build(cfg)
 	if err != nil {
 		r.log.Error("reload failed; still serving the previous configuration", "error", err)
+		r.reloaded(err, "", nil)
 		return
 	}
 	old := r.gen.Load()
@@ -263,8 +317,66 @@ func (r *running) reload() {
 		r.log.Info("ACME certificates no longer managed", "domains", m.Domains())
 	}
 	old.Close()
+	r.reloaded(nil, hash, gen)
+	r.moveAdmin(cfg.Admin)
 	logCertificates(r.log, gen)
 	r.log.Info("reloaded", "routes", len(cfg.Routes), "upstreams", len(cfg.Upstreams), "tls_listeners", len(tlsListeners))
+}
+
+// reloaded tells the metrics and the admin listener how a reload went: on
+// success, the new config's hash and generation (the recorder forgets the
+// servers it no longer has).
+func (r *running) reloaded(err error, hash string, gen *config.Generation) {
+	now := time.Now()
+	if r.metrics != nil {
+		r.metrics.Reloaded(err)
+		if err == nil {
+			r.metrics.ConfigLoaded(hash, now)
+		}
+	}
+	if err != nil || r.admin == nil {
+		return
+	}
+	r.admin.SetConfig(hash, now)
+	keep := map[[2]string]bool{}
+	gen.Servers(func(upstream string, s *balance.Server) { keep[[2]string{upstream, s.Addr}] = true })
+	r.recorder.Retain(func(upstream, addr string) bool { return keep[[2]string{upstream, addr}] })
+}
+
+// moveAdmin applies a reloaded admin section: the listener moves to a new
+// address (the old one closes once the new one is open; if it cannot be
+// opened, the old one stays), or reopens on its address when only pprof
+// changed. Turning the listener on or off takes a restart (RestartOnly
+// says so).
+func (r *running) moveAdmin(c config.Admin) {
+	if r.admin == nil || c.Address == "" || c == r.adminCfg {
+		return
+	}
+	if c.Address == r.adminCfg.Address {
+		r.adminStop() // the address must be free again
+	}
+	r.admin.Pprof = c.Pprof
+	bound, stop, err := r.admin.Listen(c.Address)
+	if err != nil {
+		r.admin.Pprof = r.adminCfg.Pprof
+		if c.Address == r.adminCfg.Address {
+			r.log.Error("reload: reopening the admin listener failed; it is closed until a reload or restart opens it", "address", c.Address, "error", err)
+			r.adminStop, r.adminCfg = func() {}, config.Admin{}
+			return
+		}
+		r.log.Error("reload: the admin listener stays where it was", "address", r.adminCfg.Address, "new_address", c.Address, "error", err)
+		return
+	}
+	if c.Address != r.adminCfg.Address {
+		r.adminStop()
+	}
+	r.adminCfg, r.adminStop = c, stop
+	logAdmin(r.log, bound, c.Pprof)
+}
+
+// logAdmin logs where the admin listener serves.
+func logAdmin(log *slog.Logger, bound net.Addr, pprof bool) {
+	log.Info("admin", "address", bound.String(), "status", "http://"+bound.String()+"/status", "pprof", pprof)
 }
 
 // logCertificates logs the certificates read from the files of each TLS
