@@ -75,6 +75,8 @@ type Session struct {
 	headFault bool // Err is the head's fault: timed out or malformed
 	scratch   []byte
 	notes     []slog.Attr // what phases did, for the access log (Note)
+	transform BodyFilter  // the response body's filter (FilterBody)
+	filtered  filterOut   // what transform wrote, not yet sent
 	readStart int64       // the upstream reader's count when this try began reading
 	headWrote int64       // bytes of this try's first write: the head, and a body sent with it
 }
@@ -82,6 +84,9 @@ type Session struct {
 // reset prepares the session for the connection's next request, keeping
 // its buffers.
 func (s *Session) reset() {
+	if s.transform != nil {
+		s.dropFilter() // installed for a response that never came
+	}
 	attempts := s.Attempts[:cap(s.Attempts)]
 	clear(attempts)
 	done := s.body.done
