@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/acme"
 	"github.com/sluice-proxy/sluice/balance"
+	"github.com/sluice-proxy/sluice/compress"
 	"github.com/sluice-proxy/sluice/h2"
 	"github.com/sluice-proxy/sluice/internal/logbuf"
 	"github.com/sluice-proxy/sluice/pool"
@@ -187,7 +188,15 @@ func Build(cfg *Config) (*Generation, error) {
 		if u == nil {
 			return nil, fmt.Errorf("%s:%d: route to unknown upstream %q", cfg.File, r.Line, r.Upstream)
 		}
-		routes = append(routes, route.Route{Host: r.Host, PathPrefix: r.PathPrefix, Name: r.Upstream, Upstream: u})
+		rt := route.Route{Host: r.Host, PathPrefix: r.PathPrefix, Name: r.Upstream, Upstream: u}
+		if r.Compress != nil {
+			p, err := buildCompress(r.Compress)
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: route compress: %w", cfg.File, r.Line, err)
+			}
+			rt.Phases = append(rt.Phases, p)
+		}
+		routes = append(routes, rt)
 	}
 	g.Table = route.New(routes...)
 	return g, nil
@@ -401,4 +410,18 @@ func Level(name string) slog.Level {
 		return slog.LevelInfo
 	}
 	return l
+}
+
+// buildCompress makes a route's compression phase.
+func buildCompress(c *Compress) (*compress.Phase, error) {
+	opts := compress.Options{MinSize: c.MinSize, Types: c.Types,
+		ZstdLevel: c.Level.Zstd, BrotliLevel: c.Level.Brotli, GzipLevel: c.Level.Gzip}
+	for _, name := range c.Algorithms {
+		alg, ok := compress.ParseAlgorithm(name)
+		if !ok {
+			return nil, fmt.Errorf("unknown algorithm %q", name)
+		}
+		opts.Algorithms = append(opts.Algorithms, alg)
+	}
+	return compress.New(opts)
 }
