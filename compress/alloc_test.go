@@ -12,13 +12,13 @@ import (
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 )
 
-// TestPooledEncoders guards the encoder pools: a compressed response
+// TestEncoderAllocations guards the encoder pools: a compressed response
 // reuses an encoder, its window and tables, rather than allocating them
 // (a zstd or brotli encoder's are hundreds of KiB to megabytes). Whole
 // proxied requests of 64 KiB of JSON, client included, must allocate less
 // than 64 KiB each on average. The race detector allocates on its own,
 // hence the build tag.
-func TestPooledEncoders(t *testing.T) {
+func TestEncoderAllocations(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
