@@ -117,12 +117,12 @@ func (p *Phase) ResponseFilter(s *proxy.Session, _ *proxy.Peer, resp *h1.Respons
 	if s.Request.Method() == "HEAD" || resp.Status == 304 {
 		return
 	}
-	h.Set("Content-Encoding", alg.String())
-	h.Del("Accept-Ranges")
 	e := p.pools[alg].get()
 	if e == nil {
 		return
 	}
+	h.Set("Content-Encoding", alg.String())
+	h.Del("Accept-Ranges")
 	s.FilterBody(e)
 	s.Note("compressed", alg.String())
 }

@@ -322,12 +322,20 @@ func TestNotCompressed(t *testing.T) {
 }
 
 // TestStreams checks that a body the upstream sends in pieces reaches the
-// client in pieces, decoded as each arrives: the upstream sends its second
-// event only once the client has decoded the first, so a compressor
-// holding the first back would hang the test.
+// client in pieces, decoded as each arrives, over HTTP/1.1 and HTTP/2: the
+// upstream sends its next event only once the client has decoded the
+// last, so a compressor holding one back would hang the test.
 func TestStreams(t *testing.T) {
-	for _, coding := range []string{"gzip", "br", "zstd"} {
-		t.Run(coding, func(t *testing.T) {
+	for _, tc := range []struct {
+		coding string
+		client *http.Client
+	}{{"gzip", h1Client}, {"br", h1Client}, {"zstd", h1Client}, {"gzip", h2cClient}, {"zstd", h2cClient}} {
+		coding := tc.coding
+		name := coding + " HTTP/1.1"
+		if tc.client == h2cClient {
+			name = coding + " HTTP/2"
+		}
+		t.Run(name, func(t *testing.T) {
 			next := make(chan struct{})
 			h := func(c *upstreamtest.Conn, r *upstreamtest.Request) {
 				c.WriteString("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
@@ -345,7 +353,7 @@ func TestStreams(t *testing.T) {
 			addr, _ := serve(t, h, Options{})
 			req, _ := http.NewRequest("GET", "http://"+addr+"/events", nil)
 			req.Header.Set("Accept-Encoding", coding)
-			resp, err := h1Client.Do(req)
+			resp, err := tc.client.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
