@@ -55,8 +55,10 @@ var DefaultTypes = []string{"text/*", "application/json", "application/javascrip
 // the framing to the engine (Content-Length dropped, chunked). Every
 // response of a matching type that is not ruled out on its own gets
 // Vary: Accept-Encoding, whether the client's Accept-Encoding led to
-// compressing it or not; a HEAD or 304 response gets the Vary and the weak
-// ETag its GET would get, and is not otherwise changed. A compressed
+// compressing it or not; a HEAD response, or a 304 that names its
+// Content-Type, gets the Vary and the weak ETag its GET would get, and is
+// not otherwise changed (a 304 without a Content-Type is left as it is:
+// whether its GET would be compressed is not known). A compressed
 // response's access log line ends with compressed=ALGORITHM.
 type Phase struct {
 	algorithms []Algorithm
