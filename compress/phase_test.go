@@ -461,3 +461,61 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// twoPeers picks its first peer, then the second once the first failed.
+type twoPeers struct{ a, b *proxy.Peer }
+
+func (p twoPeers) Pick(s *proxy.Session) (*proxy.Peer, error) {
+	if s.Tried(p.a.Addr) {
+		return p.b, nil
+	}
+	return p.a, nil
+}
+
+// TestUpstreamFailsWhileCompressing checks the retry invariant with a
+// compressor in the way: an upstream that dies mid-body after the
+// compressed response started is not retried (the other upstream, which
+// a GET failing before its response would go to, gets nothing), and the
+// client gets a cut response, not a complete-looking one.
+func TestUpstreamFailsWhileCompressing(t *testing.T) {
+	dying := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+		c.WriteString(fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+			len(bigJSON), bigJSON[:100<<10]))
+		c.Close()
+	})
+	other := upstreamtest.Start(t, upstreamtest.OK("other"))
+	p, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := &proxy.PeerOptions{ReadTimeout: 5 * time.Second}
+	tbl := route.New(route.Route{Name: "api", Phases: []any{p},
+		Upstream: twoPeers{&proxy.Peer{Addr: dying.Addr(), Options: opt}, &proxy.Peer{Addr: other.Addr(), Options: opt}}})
+	srv := &proxy.Server{Handler: tbl, ErrorLog: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	})
+	req, _ := http.NewRequest("GET", "http://"+ln.Addr().String()+"/", nil)
+	req.Header.Set("Accept-Encoding", "gzip")
+	resp, err := h1Client.Do(req)
+	if err != nil {
+		t.Fatal(err) // the head went out before the upstream died
+	}
+	defer resp.Body.Close()
+	if resp.Header.Get("Content-Encoding") != "gzip" {
+		t.Fatalf("Content-Encoding %q", resp.Header.Get("Content-Encoding"))
+	}
+	if _, err := io.ReadAll(resp.Body); err == nil {
+		t.Error("the client read a complete response")
+	}
+	if n := len(other.Requests()); n != 0 {
+		t.Errorf("the other upstream got %d requests: a retry after the response started", n)
+	}
+}
