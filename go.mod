@@ -3,7 +3,9 @@ module github.com/sluice-proxy/sluice
 go 1.26.0
 
 require (
+	github.com/andybalholm/brotli v1.3.0
 	github.com/caddyserver/certmagic v0.25.6
+	github.com/klauspost/compress v1.20.4
 	github.com/mholt/acmez/v3 v3.1.7
 	github.com/miekg/dns v1.1.73
 	go.uber.org/zap v1.28.0
@@ -14,12 +16,10 @@ require (
 )
 
 require (
-	github.com/andybalholm/brotli v1.3.0 // indirect
 	github.com/caddyserver/zerossl v0.1.6 // indirect
 	github.com/fatih/color v1.19.0 // indirect
 	github.com/go-jose/go-jose/v4 v4.1.8 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
-	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/letsencrypt/challtestsrv v1.4.2 // indirect
 	github.com/letsencrypt/pebble/v2 v2.10.3 // indirect
