@@ -220,3 +220,23 @@ func BenchmarkLocalTake(b *testing.B) {
 		}
 	})
 }
+
+func TestCeilSeconds(t *testing.T) {
+	tests := []struct {
+		d    time.Duration
+		want int64
+	}{
+		{0, 1},
+		{time.Nanosecond, 1},
+		{999 * time.Millisecond, 1},
+		{time.Second, 1},
+		{time.Second + time.Nanosecond, 2},
+		{59*time.Second + 1, 60},
+		{time.Hour, 3600},
+	}
+	for _, tt := range tests {
+		if got := ceilSeconds(tt.d); got != tt.want {
+			t.Errorf("ceilSeconds(%v) = %d, want %d", tt.d, got, tt.want)
+		}
+	}
+}
