@@ -482,6 +482,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 							routeUpstreams = append(routeUpstreams, located{n, path})
 						}
 					}},
+					{"rate_limit", func(n *yaml.Node, path string) { r.RateLimit = d.routeRateLimit(n, path) }},
 				})
 				d.required(n, path, present, "upstream")
 				c.Routes = append(c.Routes, r)
@@ -490,6 +491,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 				d.addf(n, path, "at least one route is required, such as [{upstream: web}]")
 			}
 		}},
+		{"redis", func(n *yaml.Node, path string) { c.Redis = d.redis(n, path) }},
 		{"upstreams", func(n *yaml.Node, path string) {
 			d.upstreams(n, path, c)
 			if len(c.Upstreams) == 0 && (isNull(n) || n.Kind == yaml.MappingNode) {
@@ -500,6 +502,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 	d.required(n, "", present, "listen", "routes", "upstreams")
 
 	// Cross-field checks.
+	d.checkRedisUsers(c)
 	seen := map[string]*yaml.Node{}
 	for _, a := range listenAddrs {
 		if hasPort0(a.n.Value) {
