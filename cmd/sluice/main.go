@@ -31,6 +31,7 @@ import (
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/observe"
 	"github.com/sluice-proxy/sluice/proxy"
+	"github.com/sluice-proxy/sluice/ratelimit"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -164,6 +165,11 @@ func cmdRun(args []string, stderr io.Writer) int {
 		m.WatchServers(func(report func(observe.ServerState)) {
 			r.gen.Load().Servers(func(upstream string, s *balance.Server) {
 				report(observe.ServerState{Upstream: upstream, Server: s.Addr, Healthy: s.Healthy(), Outstanding: s.Outstanding()})
+			})
+		})
+		m.WatchRateLimits(func(report func(observe.RateLimitState)) {
+			r.gen.Load().RateLimits(func(route string, c ratelimit.Counts) {
+				report(observe.RateLimitState{Route: route, Allowed: c.Allowed, Limited: c.Limited, StoreError: c.StoreError})
 			})
 		})
 		srv.Observer = m
