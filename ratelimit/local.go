@@ -32,10 +32,11 @@ const evictSample = 8
 // Local is a Store in this process's memory: a map from key to theoretical
 // arrival time, split into 64 shards, each with its own lock.
 //
-// Its size is bounded: it holds at most MaxKeys keys (rounded up to a
-// multiple of 64), about 100 bytes each with the key (an IP address) and
-// the map's overhead, so a flood of distinct client addresses cannot grow
-// it without bound: 100,000 keys, the default, are some 10 MB. A new key
+// Its size is bounded: it holds at most maxKeys keys (rounded up to a
+// multiple of 64), each about 100 bytes with its key and the map's
+// overhead (measured: 99 bytes for an IPv4 address, 130 for an IPv6 one),
+// so a flood of distinct client addresses cannot grow it without bound:
+// the default 100,000 keys are 10 to 13 MB. A new key
 // in a full shard takes the place of one of a few entries sampled from
 // it: a stale one (whose budget is whole again, so that forgetting it
 // changes nothing) if there is one, else the one closest to a whole budget,
