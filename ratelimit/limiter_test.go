@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -206,4 +207,41 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestLimiterAllocations checks that an allowed request of a key the
+// Local store holds allocates nothing in the phase.
+func TestLimiterAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
+	l := &ratelimit.Limiter{Store: ratelimit.NewLocal(0),
+		Policy: ratelimit.Policy{Rate: ratelimit.Rate{Count: 1_000_000, Period: time.Second}, Burst: 1_000_000}}
+	s := &proxy.Session{Client: "10.1.2.3", ClientIP: netip.MustParseAddr("10.1.2.3"), Start: time.Now()}
+	l.RequestFilter(s) // the key's first request stores it
+	if n := testing.AllocsPerRun(1000, func() {
+		if r := l.RequestFilter(s); r != nil {
+			t.Fatalf("answered %d", r.Status)
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations per allowed request, want 0", n)
+	}
+}
+
+// BenchmarkLimiter is the phase's cost for an allowed request, keyed by
+// client address, in a Local store, from many goroutines.
+func BenchmarkLimiter(b *testing.B) {
+	l := &ratelimit.Limiter{Store: ratelimit.NewLocal(0),
+		Policy: ratelimit.Policy{Rate: ratelimit.Rate{Count: 1_000_000, Period: time.Second}, Burst: 1_000_000}}
+	start := time.Now()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		s := &proxy.Session{ClientIP: netip.MustParseAddr("10.1.2.3"), Start: start}
+		i := 0
+		for pb.Next() {
+			s.ClientIP = netip.AddrFrom4([4]byte{10, 1, byte(i>>8) & 3, byte(i)}) // 1024 clients
+			l.RequestFilter(s)
+			i++
+		}
+	})
 }
