@@ -230,13 +230,15 @@ func Build(cfg *Config) (*Generation, error) {
 }
 
 // routeName names a route for rate limit metrics, logs and Redis keys:
-// its host and path prefix, "*" for a route that matches everything. A
+// its host ("*" for any) followed by its path prefix, such as
+// "api.example.com/v1/" or "*/api/", as the access log names routes. A
 // fleet of sluice instances with the same routes names them alike.
 func routeName(r Route) string {
-	if r.Host == "" && r.PathPrefix == "" {
-		return "*"
+	host := r.Host
+	if host == "" {
+		host = "*"
 	}
-	return r.Host + r.PathPrefix
+	return host + r.PathPrefix
 }
 
 // rateLimiter builds the rate limit phase of route r, and g's Redis client

@@ -57,7 +57,7 @@ func TestBuildRateLimit(t *testing.T) {
 	}
 	got := map[string]ratelimit.Counts{}
 	g2.RateLimits(func(route string, c ratelimit.Counts) { got[route] = c })
-	if len(got) != 1 || got["/api/"] != (ratelimit.Counts{Allowed: 2, Limited: 2}) {
-		t.Errorf("rate limit counts: %+v, want /api/ with 2 allowed, 2 limited", got)
+	if len(got) != 1 || got["*/api/"] != (ratelimit.Counts{Allowed: 2, Limited: 2}) {
+		t.Errorf("rate limit counts: %+v, want */api/ with 2 allowed, 2 limited", got)
 	}
 }
