@@ -91,7 +91,8 @@ type RateLimit struct {
 	// refills; 1, nginx's limit_req without burst, spaces every request.
 	Burst int
 	// Key (key "key", default "client_ip") is what a budget belongs to:
-	// "client_ip" (the connection's address), "header:NAME" (the header's
+	// "client_ip" (the connection's address; an IPv6 one's /64),
+	// "header:NAME" (the header's
 	// value; a request without it is keyed by its client's address), or
 	// "route" (one budget for the whole route).
 	Key string

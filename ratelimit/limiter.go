@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"crypto/sha256"
 	"log/slog"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,17 +22,27 @@ type Key interface {
 
 // ClientIP keys requests by the client's IP address (Session.ClientIP;
 // behind a trusted proxy, the address the connection came from, not
-// X-Forwarded-For).
+// X-Forwarded-For). An IPv6 client is keyed by its /64, the block one
+// host or network is handed, so that a client cannot take a fresh budget
+// with each of its addresses.
 type ClientIP struct{}
 
 // AppendKey implements Key.
 func (ClientIP) AppendKey(dst []byte, s *proxy.Session) []byte { return appendClient(dst, s) }
 
 func appendClient(dst []byte, s *proxy.Session) []byte {
-	if s.ClientIP.IsValid() {
-		return s.ClientIP.AppendTo(dst)
+	a := s.ClientIP
+	switch {
+	case !a.IsValid():
+		return append(dst, s.Client...)
+	case a.Is4In6():
+		return a.Unmap().AppendTo(dst)
+	case a.Is6():
+		b := a.As16()
+		clear(b[8:])
+		return append(netip.AddrFrom16(b).AppendTo(dst), "/64"...)
 	}
-	return append(dst, s.Client...)
+	return a.AppendTo(dst)
 }
 
 // Header keys requests by the value of a request header (an API key, a

@@ -245,3 +245,26 @@ func BenchmarkLimiter(b *testing.B) {
 		}
 	})
 }
+
+func TestClientIPKey(t *testing.T) {
+	tests := []struct {
+		client string
+		want   string
+	}{
+		{"10.1.2.3", "10.1.2.3"},
+		{"::ffff:10.1.2.3", "10.1.2.3"},
+		{"2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"},
+		{"2001:db8:1:2:ffff::1", "2001:db8:1:2::/64"},
+		{"::1", "::/64"},
+	}
+	for _, tt := range tests {
+		s := &proxy.Session{Client: tt.client, ClientIP: netip.MustParseAddr(tt.client)}
+		if got := string(ratelimit.ClientIP{}.AppendKey(nil, s)); got != tt.want {
+			t.Errorf("key of %s: %q, want %q", tt.client, got, tt.want)
+		}
+	}
+	s := &proxy.Session{Client: "@unix"}
+	if got := string(ratelimit.ClientIP{}.AppendKey(nil, s)); got != "@unix" {
+		t.Errorf("key of a client without an IP address: %q, want its Client", got)
+	}
+}
