@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"testing"
 
 	"github.com/sluice-proxy/sluice/config"
@@ -59,5 +60,31 @@ func TestBuildRateLimit(t *testing.T) {
 	g2.RateLimits(func(route string, c ratelimit.Counts) { got[route] = c })
 	if len(got) != 1 || got["*/api/"] != (ratelimit.Counts{Allowed: 2, Limited: 2}) {
 		t.Errorf("rate limit counts: %+v, want */api/ with 2 allowed, 2 limited", got)
+	}
+}
+
+// TestBuildRateLimitRedisDown checks the wiring of store: redis: with
+// the redis section's server gone (a port nothing listens on), each
+// route's on_store_error applies.
+func TestBuildRateLimitRedisDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	addr, _ := serve(t, "listen: [{address: 127.0.0.1:0}]\naccess_log: {enabled: false}\n"+
+		"redis: {address: \""+dead+"\"}\nroutes:\n"+
+		"  - {path_prefix: /deny/, upstream: app, rate_limit: {rate: 1/s, store: redis, on_store_error: deny}}\n"+
+		"  - {upstream: app, rate_limit: {rate: 1/s, store: redis, store_timeout: 100ms}}\n"+
+		"upstreams:\n  app:\n    servers: [{address: \""+up.Addr()+"\"}]\n", nil)
+	for range 3 {
+		if code, _ := proxytest.Get(t, addr, "/deny/x", ""); code != 503 {
+			t.Errorf("/deny/x with Redis down: %d, want 503", code)
+		}
+		if code, _ := proxytest.Get(t, addr, "/x", ""); code != 200 {
+			t.Errorf("/x with Redis down: %d, want 200", code)
+		}
 	}
 }
