@@ -118,7 +118,9 @@ type Limiter struct {
 	Name   string
 	Policy Policy
 	// Key picks the budget a request spends from; nil means ClientIP.
-	Key   Key
+	Key Key
+	// Store keeps the budgets; nil means a Local store of its own with
+	// DefaultMaxKeys.
 	Store Store
 	// OnStoreError is what happens to a request the store fails to
 	// decide; Allow by default.
@@ -183,6 +185,9 @@ func (l *Limiter) init() *counts {
 		if l.counts == nil {
 			l.counts = new(counts)
 		}
+		if l.Store == nil {
+			l.Store = NewLocal(0)
+		}
 		name := l.PolicyName
 		if name == "" {
 			name = DefaultPolicyName
@@ -207,6 +212,11 @@ var keyBuf = sync.Pool{New: func() any { b := make([]byte, 0, 64); return &b }}
 // RequestFilter implements proxy.RequestFilter.
 func (l *Limiter) RequestFilter(s *proxy.Session) *proxy.Response {
 	c := l.init()
+	if l.Policy.Rate.Count <= 0 || l.Policy.Rate.Period <= 0 {
+		// No rate (a zero Policy): nothing to limit.
+		c.allowed.Add(1)
+		return nil
+	}
 	bp := keyBuf.Get().(*[]byte)
 	key := *bp
 	if l.Key == nil {

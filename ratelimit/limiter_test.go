@@ -268,3 +268,18 @@ func TestClientIPKey(t *testing.T) {
 		t.Errorf("key of a client without an IP address: %q, want its Client", got)
 	}
 }
+
+// TestLimiterZero checks that a zero Limiter works: a Local store of its
+// own, a Rate that limits nothing, no panic.
+func TestLimiterZero(t *testing.T) {
+	var l ratelimit.Limiter
+	s := &proxy.Session{ClientIP: netip.MustParseAddr("10.1.2.3"), Start: time.Now()}
+	for i := range 3 {
+		if r := l.RequestFilter(s); r != nil {
+			t.Fatalf("request %d answered %d", i, r.Status)
+		}
+	}
+	if c := l.Counts(); c.Allowed != 3 {
+		t.Errorf("counts %+v, want 3 allowed", c)
+	}
+}

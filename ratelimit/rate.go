@@ -87,10 +87,11 @@ func (r Rate) String() string {
 }
 
 // Interval is the time between two requests at the steady rate: the
-// GCRA's emission interval, at least a nanosecond.
+// GCRA's emission interval, at least a nanosecond (that too for a Rate
+// with no Count, which a Limiter takes as no limit).
 func (r Rate) Interval() time.Duration {
 	if r.Count <= 0 {
-		return r.Period
+		return time.Nanosecond
 	}
 	return max(time.Nanosecond, r.Period/time.Duration(r.Count))
 }
