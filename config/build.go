@@ -11,6 +11,9 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-proxy/sluice/acme"
 	"github.com/sluice-proxy/sluice/balance"
@@ -19,6 +22,7 @@ import (
 	"github.com/sluice-proxy/sluice/internal/logbuf"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/proxy"
+	"github.com/sluice-proxy/sluice/ratelimit"
 	"github.com/sluice-proxy/sluice/retry"
 	"github.com/sluice-proxy/sluice/route"
 	"github.com/sluice-proxy/sluice/static"
@@ -44,6 +48,12 @@ type Generation struct {
 	// its files; nil for a listener with none.
 	Files []*tlsterm.Certificates
 
+	// limiters are the routes' rate limiters, by name (routeName), for
+	// Carry and for metrics; redis is their Redis client, nil when no
+	// route keeps its budgets there. Close closes it.
+	limiters map[string]*ratelimit.Limiter
+	redis    *redis.Client
+
 	// acme are the ACME managers of the TLS listeners with an acme
 	// section, one for each distinct section: made by Build, started by
 	// Listeners.StartACME, stopped by Close unless a later generation
@@ -61,7 +71,10 @@ func (g *Generation) Start(ctx context.Context) {
 }
 
 // Carry hands the health state of old's upstreams to g's upstreams of the
-// same name, server by server (see balance.Group.Carry), and old's ACME
+// same name, server by server (see balance.Group.Carry), the rate limits'
+// state of old's routes to g's routes of the same host and path prefix
+// (their counts, and the budgets of a local store when both keep them in
+// one: see ratelimit.Limiter.Carry), and old's ACME
 // managers to g where g has the same acme section (its ca_root's contents
 // included): they go on running, with the certificates they hold, and
 // old's Close leaves them alone. For a reload, before g starts.
@@ -73,6 +86,9 @@ func (g *Generation) Carry(old *Generation) {
 		if o := old.Upstreams[name]; o != nil {
 			u.Balancer().Carry(o.Balancer())
 		}
+	}
+	for name, l := range g.limiters {
+		l.Carry(old.limiters[name])
 	}
 	for _, s := range g.acme {
 		for _, o := range old.acme {
@@ -143,6 +159,19 @@ func (g *Generation) Close() {
 			s.m.Stop()
 		}
 	}
+	if g.redis != nil {
+		// Requests of this generation still in flight that ask Redis now
+		// fail, and follow their route's on_store_error.
+		g.redis.Close()
+	}
+}
+
+// RateLimits reports each route's rate limit decisions, for metrics: the
+// route's name (its host and path prefix) and its counts.
+func (g *Generation) RateLimits(report func(route string, c ratelimit.Counts)) {
+	for name, l := range g.limiters {
+		report(name, l.Counts())
+	}
 }
 
 // ACME returns the ACME managers of g, one for each distinct acme section.
@@ -174,9 +203,14 @@ func (g *Generation) Servers(report func(upstream string, s *balance.Server)) {
 // to slog.Default(). Call Start to run the balancers' background work
 // (active health checks, DNS re-resolution), and Listeners.StartACME the
 // ACME managers'; nothing runs before.
-func Build(cfg *Config) (*Generation, error) {
+func Build(cfg *Config) (_ *Generation, err error) {
 	log := slog.Default()
 	g := &Generation{Config: cfg, Upstreams: make(map[string]*upstream.Group)}
+	defer func() {
+		if err != nil && g.redis != nil {
+			g.redis.Close() // made for a rate limit of a route before the one that failed
+		}
+	}()
 	if err := g.buildTLS(log); err != nil {
 		return nil, err
 	}
@@ -202,6 +236,10 @@ func Build(cfg *Config) (*Generation, error) {
 			return nil, fmt.Errorf("%s:%d: route: %w", cfg.File, r.Line, err)
 		}
 		rt.Phases = phases
+		if r.RateLimit != nil {
+			// After the access lists: a client refused spends no budget.
+			rt.Phases = append(rt.Phases, g.rateLimiter(cfg, r))
+		}
 		if r.Compress != nil {
 			p, err := buildCompress(r.Compress)
 			if err != nil {
@@ -228,6 +266,57 @@ func Build(cfg *Config) (*Generation, error) {
 	}
 	g.Table = route.New(routes...)
 	return g, nil
+}
+
+// routeName names a route for rate limit metrics, logs and Redis keys:
+// its host ("*" for any) followed by its path prefix, such as
+// "api.example.com/v1/" or "*/api/", as the access log names routes. A
+// fleet of sluice instances with the same routes names them alike.
+func routeName(r Route) string {
+	host := r.Host
+	if host == "" {
+		host = "*"
+	}
+	return host + r.PathPrefix
+}
+
+// rateLimiter builds the rate limit phase of route r, and g's Redis client
+// when it is the first route to need it.
+func (g *Generation) rateLimiter(cfg *Config, r Route) *ratelimit.Limiter {
+	rl := r.RateLimit
+	name := routeName(r)
+	key, _ := ratelimit.ParseKey(rl.Key) // validated by Parse
+	l := &ratelimit.Limiter{
+		Name:   name,
+		Policy: ratelimit.Policy{Rate: rl.Rate, Burst: int64(rl.Burst)},
+		Key:    key,
+	}
+	if rl.OnStoreError == "deny" {
+		l.OnStoreError = ratelimit.Deny
+	}
+	if rl.Store == "redis" {
+		if g.redis == nil {
+			// One client for every route, its own timeouts the longest
+			// of theirs; each route's store bounds its own requests.
+			longest := time.Duration(0)
+			for _, o := range cfg.Routes {
+				if o.RateLimit != nil && o.RateLimit.Store == "redis" {
+					longest = max(longest, o.RateLimit.StoreTimeout)
+				}
+			}
+			g.redis = ratelimit.NewRedisClient(cfg.Redis.Address, cfg.Redis.Password, cfg.Redis.DB, longest)
+		}
+		l.Store = &ratelimit.Redis{Client: g.redis, Prefix: "sluice:ratelimit:" + name + ":", Timeout: rl.StoreTimeout}
+	} else {
+		l.Store = ratelimit.NewLocal(0)
+	}
+	if g.limiters == nil {
+		g.limiters = make(map[string]*ratelimit.Limiter)
+	}
+	if _, dup := g.limiters[name]; !dup { // a later route of the same name is never matched
+		g.limiters[name] = l
+	}
+	return l
 }
 
 func buildUpstream(cfg *Config, u *Upstream, log *slog.Logger) (*upstream.Group, error) {

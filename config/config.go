@@ -9,6 +9,7 @@ import (
 	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/proxy"
+	"github.com/sluice-proxy/sluice/ratelimit"
 	"github.com/sluice-proxy/sluice/retry"
 )
 
@@ -62,6 +63,64 @@ type Config struct {
 	// from upstream name to upstream, kept here in file order. An
 	// upstream no route refers to is allowed.
 	Upstreams []*Upstream
+
+	// Redis (key "redis", default none) is the Redis server that a fleet
+	// of sluice instances keeps shared state in: the budgets of the
+	// routes whose rate_limit has store: redis.
+	Redis *Redis
+}
+
+// Redis is the connection to a Redis server.
+type Redis struct {
+	// Address (key "address", required) is the server's host:port.
+	Address string
+	// Password (key "password", default "" = none) is sent with AUTH.
+	Password string
+	// DB (key "db", default 0, 0..15) is the database selected.
+	DB int
+	// Line is the line of the section in the file, for messages.
+	Line int
+}
+
+// RateLimit limits the rate of a route's requests, per key, with the
+// GCRA (see package ratelimit): a request over the limit is answered 429
+// with Retry-After, Proxy-Status and the RateLimit-Policy and RateLimit
+// fields, and its access log line ends rate_limited=true.
+type RateLimit struct {
+	// Rate (key "rate", required) is the steady rate a key may keep up: a
+	// whole number of requests per s, m or h ("100/s", "6000/m", "10/h"),
+	// at most 1000000/s.
+	Rate ratelimit.Rate
+	// Burst (key "burst", default 1, 1..1000000) is how many requests a
+	// key may make at once after a quiet spell, on top of which the rate
+	// refills; 1, nginx's limit_req without burst, spaces every request.
+	Burst int
+	// Key (key "key", default "client_ip") is what a budget belongs to:
+	// "client_ip" (the connection's address; an IPv6 one's /64),
+	// "header:NAME" (the header's
+	// value; a request without it is keyed by its client's address), or
+	// "route" (one budget for the whole route).
+	Key string
+	// Store (key "store", default "local") is where the budgets are kept:
+	// "local", in this sluice's memory, at most 100,000 keys per route
+	// (about 10 MB), the budgets closest to whole forgotten first beyond
+	// that, and carried over by a reload when the route stays; or
+	// "redis", in the top-level redis section's server, one budget for
+	// every sluice using it, timed by the server's clock.
+	Store string
+	// OnStoreError (key "on_store_error", default "allow") is what
+	// becomes of a request when Redis does not answer within
+	// StoreTimeout: "allow" lets it through, "deny" answers 503. Either
+	// way it is counted, noted rate_limit_store=error in the access log,
+	// and logged (a line per 10 seconds at most).
+	OnStoreError string
+	// StoreTimeout (key "store_timeout", default 50ms, > 0) bounds the
+	// wait for Redis on each request.
+	StoreTimeout time.Duration
+	// Line is the line of the section in the file, for messages.
+	Line int
+
+	storeLine, storeColumn int // of the store value, for the check that redis is set
 }
 
 // Listener is one address sluice accepts client connections on.
@@ -365,6 +424,9 @@ type Route struct {
 	// Compress (key "compress", default nil: off) compresses the route's
 	// responses; the key given, even empty ("compress: {}"), turns it on.
 	Compress *Compress
+	// RateLimit (key "rate_limit", default none) limits the rate of the
+	// route's requests.
+	RateLimit *RateLimit
 	// Line is the line of the route in the file, for messages.
 	Line int
 }

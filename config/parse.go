@@ -508,6 +508,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 					{"limits", func(n *yaml.Node, path string) { d.routeLimits(n, path, &r.Limits) }},
 					{"static", func(n *yaml.Node, path string) { r.Static = d.routeStatic(n, path) }},
 					{"compress", func(n *yaml.Node, path string) { r.Compress = d.routeCompress(n, path) }},
+					{"rate_limit", func(n *yaml.Node, path string) { r.RateLimit = d.routeRateLimit(n, path) }},
 				})
 				d.routeTarget(n, path, present)
 				d.checkStripPrefix(strip, join(path, "strip_prefix"), &r)
@@ -517,6 +518,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 				d.addf(n, path, "at least one route is required, such as [{upstream: web}]")
 			}
 		}},
+		{"redis", func(n *yaml.Node, path string) { c.Redis = d.redis(n, path) }},
 		{"upstreams", func(n *yaml.Node, path string) {
 			d.upstreams(n, path, c)
 			if len(c.Upstreams) == 0 && (isNull(n) || n.Kind == yaml.MappingNode) {
@@ -527,6 +529,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 	d.required(n, "", present, "listen", "routes", "upstreams")
 
 	// Cross-field checks.
+	d.checkRedisUsers(c)
 	seen := map[string]*yaml.Node{}
 	for _, a := range listenAddrs {
 		if hasPort0(a.n.Value) {

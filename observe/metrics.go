@@ -270,6 +270,40 @@ func (c serverCollector) Collect(ch chan<- prometheus.Metric) {
 	})
 }
 
+// RateLimitState is one route's rate limit decisions, for the
+// sluice_rate_limit_total counter.
+type RateLimitState struct {
+	Route                        string
+	Allowed, Limited, StoreError uint64
+}
+
+// WatchRateLimits reports each rate-limited route's decisions at scrape
+// time, as sluice_rate_limit_total{route, result}: allowed, limited (answered
+// 429) and store_error (Redis failed or was too slow; the request was let
+// through or answered 503 as the route's on_store_error says). list calls
+// report once per route.
+func (m *Metrics) WatchRateLimits(list func(report func(RateLimitState))) {
+	m.reg.MustRegister(rateLimitCollector{list})
+}
+
+type rateLimitCollector struct {
+	list func(report func(RateLimitState))
+}
+
+var rateLimitDesc = prometheus.NewDesc("sluice_rate_limit_total",
+	"Requests that a route's rate limit decided, by route (host and path prefix) and result: allowed, limited (429), store_error (Redis failed or too slow).",
+	[]string{"route", "result"}, nil)
+
+func (c rateLimitCollector) Describe(ch chan<- *prometheus.Desc) { ch <- rateLimitDesc }
+
+func (c rateLimitCollector) Collect(ch chan<- prometheus.Metric) {
+	c.list(func(s RateLimitState) {
+		ch <- prometheus.MustNewConstMetric(rateLimitDesc, prometheus.CounterValue, float64(s.Allowed), s.Route, "allowed")
+		ch <- prometheus.MustNewConstMetric(rateLimitDesc, prometheus.CounterValue, float64(s.Limited), s.Route, "limited")
+		ch <- prometheus.MustNewConstMetric(rateLimitDesc, prometheus.CounterValue, float64(s.StoreError), s.Route, "store_error")
+	})
+}
+
 // Handler serves the metrics in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})

@@ -34,6 +34,7 @@ import (
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/observe"
 	"github.com/sluice-proxy/sluice/proxy"
+	"github.com/sluice-proxy/sluice/ratelimit"
 )
 
 func main() {
@@ -166,6 +167,11 @@ func cmdRun(args []string, stderr io.Writer) int {
 		})
 		m.WatchProxy(srv)
 		m.ConfigLoaded(hash, loadedAt)
+		m.WatchRateLimits(func(report func(observe.RateLimitState)) {
+			r.gen.Load().RateLimits(func(route string, c ratelimit.Counts) {
+				report(observe.RateLimitState{Route: route, Allowed: c.Allowed, Limited: c.Limited, StoreError: c.StoreError})
+			})
+		})
 		srv.Observer = m
 		r.metrics = m
 	}
