@@ -13,6 +13,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -83,6 +84,10 @@ type GunicornOptions struct {
 	// to bind (--bind unix:PATH) instead of a port on 127.0.0.1. A
 	// socket's path may be at most 107 bytes: t.TempDir() can be too long.
 	Socket string
+	// WSGI, when set, is the application gunicorn serves instead of App,
+	// as module:callable under Dir (a Django project's
+	// "shop.wsgi:application", say); it is ready once GET / answers 200.
+	WSGI string
 }
 
 // Gunicorn is a running gunicorn serving App on 127.0.0.1, or on a Unix
@@ -109,8 +114,10 @@ func StartGunicorn(ctx context.Context, o GunicornOptions) (*Gunicorn, error) {
 	if o.Dir == "" {
 		return nil, errors.New("e2e: GunicornOptions.Dir is required")
 	}
-	if err := os.WriteFile(filepath.Join(o.Dir, "app.py"), App, 0o644); err != nil {
-		return nil, err
+	if o.WSGI == "" {
+		if err := os.WriteFile(filepath.Join(o.Dir, "app.py"), App, 0o644); err != nil {
+			return nil, err
+		}
 	}
 	var errs []error
 	for range 3 {
@@ -154,7 +161,7 @@ func startGunicorn(ctx context.Context, o GunicornOptions) (*Gunicorn, error) {
 	if maxReq > 0 {
 		args = append(args, "--max-requests", strconv.Itoa(maxReq), "--max-requests-jitter", "0")
 	}
-	args = append(args, "app:application")
+	args = append(args, cmp.Or(o.WSGI, "app:application"))
 
 	record := filepath.Join(o.Dir, "records.txt")
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -185,24 +192,28 @@ func startGunicorn(ctx context.Context, o GunicornOptions) (*Gunicorn, error) {
 		g.err = cmd.Wait()
 		close(g.exited)
 	}()
-	if err := g.waitReady(ctx, 20*time.Second); err != nil {
+	if err := g.waitReady(ctx, 20*time.Second, o.WSGI == ""); err != nil {
 		g.Stop()
 		return nil, err
 	}
 	return g, nil
 }
 
-// waitReady polls App's readiness probe until it answers, gunicorn exits,
-// or timeout passes.
-func (g *Gunicorn) waitReady(ctx context.Context, timeout time.Duration) error {
+// waitReady polls App's readiness probe (or, for another application,
+// GET /) until it answers, gunicorn exits, or timeout passes.
+func (g *Gunicorn) waitReady(ctx context.Context, timeout time.Duration, ours bool) error {
 	tr := &http.Transport{DisableKeepAlives: true}
-	url := "http://" + g.Addr + "/-/ready"
+	probe := "/-/ready"
+	if !ours {
+		probe = "/"
+	}
+	url := "http://" + g.Addr + probe
 	if _, unix := sock.UnixPath(g.Addr); unix {
 		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return sock.Dial(ctx, &d, g.Addr)
 		}
-		url = "http://localhost/-/ready"
+		url = "http://localhost" + probe
 	}
 	client := &http.Client{Timeout: time.Second, Transport: tr}
 	deadline := time.Now().Add(timeout)
@@ -211,7 +222,7 @@ func (g *Gunicorn) waitReady(ctx context.Context, timeout time.Duration) error {
 		if err == nil {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode == 200 && strings.HasPrefix(string(body), "sluice-e2e app") {
+			if resp.StatusCode == 200 && (!ours || strings.HasPrefix(string(body), "sluice-e2e app")) {
 				return nil
 			}
 			err = fmt.Errorf("%s answered the readiness probe with %d %q: not our app", g.Addr, resp.StatusCode, body)
