@@ -24,13 +24,13 @@ func testGeneration() *config.Generation {
 		Routes: []config.Route{{Upstream: "web"}},
 		Upstreams: []*config.Upstream{
 			{Name: "web", Servers: []config.Server{{Address: "127.0.0.1:9001"}, {Address: "[::1]:9002"}}},
-			{Name: "spare", Servers: []config.Server{{Address: "127.0.0.1:9003"}}},
+			{Name: "spare", Servers: []config.Server{{Address: "127.0.0.1:9003"}, {Address: "unix:/run/app.sock"}}},
 		},
 	}
 	opts := balance.Options{MaxFails: -1, ConsecutiveFailures: -1}
 	return &config.Generation{Config: cfg, Upstreams: map[string]*upstream.Group{
 		"web":   upstream.New("web", []*balance.Server{{Addr: "127.0.0.1:9001"}, {Addr: "[::1]:9002"}}, nil, opts, nil),
-		"spare": upstream.New("spare", []*balance.Server{{Addr: "127.0.0.1:9003"}}, nil, opts, nil),
+		"spare": upstream.New("spare", []*balance.Server{{Addr: "127.0.0.1:9003"}, {Addr: "unix:/run/app.sock"}}, nil, opts, nil),
 	}}
 }
 
@@ -108,6 +108,7 @@ func TestDrainAndEnable(t *testing.T) {
 		{"POST", "/api/upstreams/web/servers/127.0.0.1:9001/pause", 404, "no such action"},
 		// One path segment, percent-encoded: unix:/run/app.sock.
 		{"POST", "/api/upstreams/web/servers/unix:%2Frun%2Fapp.sock/drain", 404, `has no server "unix:/run/app.sock"`},
+		{"POST", "/api/upstreams/spare/servers/unix:%2Frun%2Fapp.sock/drain", 200, ""},
 		{"GET", "/api/nothing", 404, "no such endpoint"},
 	}
 	for _, tt := range tests {
@@ -125,6 +126,9 @@ func TestDrainAndEnable(t *testing.T) {
 	ss := gen.Upstreams["web"].Balancer().Servers()
 	if ss[0].Drained() || !ss[1].Drained() {
 		t.Fatalf("drained: %v %v, want [::1]:9002 only", ss[0].Drained(), ss[1].Drained())
+	}
+	if spare := gen.Upstreams["spare"].Balancer().Servers(); spare[0].Drained() || !spare[1].Drained() {
+		t.Errorf("spare drained: %v %v, want the Unix socket server only", spare[0].Drained(), spare[1].Drained())
 	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/api/upstreams/web/servers/127.0.0.1:9001/drain", nil))
