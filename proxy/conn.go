@@ -240,7 +240,7 @@ func (c *conn) readRequest() next {
 // in c.s, closeIt or parked.
 func (c *conn) awaitRequest() next {
 	if !c.beginIdle() {
-		return closeIt
+		return c.drainWaiting()
 	}
 	for {
 		c.left = readHead
@@ -249,9 +249,12 @@ func (c *conn) awaitRequest() next {
 		if err == nil {
 			return c.left
 		}
-		if !isTimeout(err) || c.srv.Draining() || !c.parkDue {
-			// Closed, reset, idle too long, or woken by Shutdown:
-			// nothing had begun, so nothing is owed.
+		if isTimeout(err) && c.srv.Draining() {
+			return c.drainWaiting()
+		}
+		if !isTimeout(err) || !c.parkDue {
+			// Closed, reset, or idle too long: nothing had begun, so
+			// nothing is owed.
 			return closeIt
 		}
 		// parkAfter has passed: park, or wait on with the goroutine.
@@ -263,6 +266,22 @@ func (c *conn) awaitRequest() next {
 			return closeIt
 		}
 	}
+}
+
+// drainWaiting is the end of a wait for the next request as the server
+// drains: a request whose bytes have come is read and served, its answer
+// closing the connection, and otherwise the connection closes. Closed
+// with bytes unread, the connection would be reset under a request its
+// client sent before it could know of the drain: the first request of a
+// connection accepted as the drain began (whose bytes are there at accept,
+// on Linux), or one sent on a kept-alive connection as it was woken up.
+// A client that sends nothing gets nothing: nothing had begun, so nothing
+// is owed.
+func (c *conn) drainWaiting() next {
+	if c.pending() {
+		return readHead
+	}
+	return closeIt
 }
 
 // beginIdle starts a wait for the next request: the connection gives back
