@@ -48,6 +48,12 @@ type Config struct {
 	// Metrics (key "metrics") configures the Prometheus endpoint.
 	Metrics Metrics
 
+	// PIDFile (key "pid_file", default "": none) is a file sluice run
+	// writes its process ID to as it starts serving, which sluice reload
+	// and sluice upgrade read to signal it. A binary upgrade's new process
+	// replaces it; the process that wrote it removes it as it exits.
+	PIDFile string
+
 	// Routes (key "routes", required, at least one) maps requests to
 	// upstreams. The first route that matches a request wins; a request
 	// no route matches is answered with 404.

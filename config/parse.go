@@ -471,6 +471,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 				}},
 			})
 		}},
+		{"pid_file", d.str(&c.PIDFile, checkNotEmpty)},
 		{"routes", func(n *yaml.Node, path string) {
 			count := d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
 				r := Route{Line: n.Line}
