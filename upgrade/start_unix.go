@@ -47,7 +47,14 @@ func Start(ctx context.Context, path string, args []string, sockets []Socket, ti
 		fds = append(fds, fd) // valid while the caller keeps the socket open
 	}
 	var p [2]int
-	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC); err != nil {
+	syscall.ForkLock.RLock() // no fork between the pipe and close-on-exec
+	err := syscall.Pipe(p[:])
+	if err == nil {
+		syscall.CloseOnExec(p[0])
+		syscall.CloseOnExec(p[1])
+	}
+	syscall.ForkLock.RUnlock()
+	if err != nil {
 		return nil, fmt.Errorf("upgrade: %w", err)
 	}
 	syscall.SetNonblock(p[0], true) // pollable: the read below can end

@@ -4,6 +4,8 @@
 //
 //	sluice run -c sluice.yaml       serve as the file says
 //	sluice validate -c sluice.yaml  check the file; exit 1 with every problem
+//	sluice reload -c sluice.yaml    make the running sluice reload the file
+//	sluice upgrade -c sluice.yaml   replace the running sluice by the binary on disk
 //	sluice demo                     a proxy and built-in upstreams to try
 //	sluice version
 package main
@@ -16,21 +18,18 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/config"
-	"github.com/sluice-proxy/sluice/observe"
 	"github.com/sluice-proxy/sluice/proxy"
+	"github.com/sluice-proxy/sluice/upgrade"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -52,6 +51,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdValidate(args[1:], stdout, stderr)
 	case "demo":
 		return cmdDemo(args[1:], stdout, stderr)
+	case "reload":
+		return cmdSignal("reload", reloadSignal, args[1:], stdout, stderr)
+	case "upgrade":
+		return cmdSignal("upgrade", upgradeSignal, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "sluice %s (%s)\n", version, runtime.Version())
 		return 0
@@ -68,6 +71,9 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
   sluice run -c FILE       serve as the config file says (-cpuprofile FILE to profile)
   sluice validate -c FILE  check a config file
+  sluice reload -c FILE    check FILE, and make the sluice run of its pid_file reload it (SIGHUP)
+  sluice upgrade -c FILE   make the sluice run of FILE's pid_file start the executable again,
+                           handing over its sockets, and drain once the new process serves (SIGUSR2)
   sluice demo              run a proxy with built-in upstreams to try
   sluice version
 `)
@@ -133,144 +139,23 @@ func cmdRun(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	log := slog.New(config.Handler(stderr, cfg.Log.Format, config.Level(cfg.Log.Level)))
+	log := newLog(stderr, cfg)
 	slog.SetDefault(log)
 	logDescriptorLimit(log, cfg)
-	gen, err := config.Build(cfg)
-	if err != nil {
-		log.Error("building the proxy", "error", err)
-		return 1
-	}
-	listeners, err := config.NewListeners(cfg, gen)
-	if err != nil {
-		log.Error("building the proxy", "error", err)
-		return 1
-	}
-	logCertificates(log, gen)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	gen.Start(ctx)
-	srv, res, err := config.NewServer(cfg, gen, log)
+	// The sockets handed over by the process this one replaces, when a
+	// binary upgrade started it (package upgrade).
+	in, err := upgrade.Inherit()
 	if err != nil {
 		log.Error("starting", "error", err)
 		return 1
 	}
-	defer res.Close()
-	r := &running{path: path, cfg: cfg, srv: srv, listeners: listeners, ctx: ctx, log: log}
-	r.gen.Store(gen)
-	defer func() { r.gen.Load().Close() }()
-	if cfg.Metrics.Address != "" {
-		m := observe.New(srv.Pool)
-		m.WatchServers(func(report func(observe.ServerState)) {
-			r.gen.Load().Servers(func(upstream string, s *balance.Server) {
-				report(observe.ServerState{Upstream: upstream, Server: s.Addr, Healthy: s.Healthy(), Outstanding: s.Outstanding()})
-			})
-		})
-		srv.Observer = m
-		stop, err := serveMetrics(cfg.Metrics.Address, m, log)
-		if err != nil {
-			log.Error("metrics", "address", cfg.Metrics.Address, "error", err)
-			return 1
-		}
-		defer stop()
-	}
-	var lns []net.Listener
-	for _, l := range cfg.Listen {
-		ln, err := proxy.Listen(l.Address)
-		if err != nil {
-			log.Error("listening", "address", l.Address, "error", err)
-			for _, ln := range lns {
-				ln.Close()
-			}
-			return 1
-		}
-		lns = append(lns, ln)
-	}
-	bound := make([]net.Addr, len(lns))
-	for i, ln := range lns {
-		bound[i] = ln.Addr()
-	}
-	opts := make([]proxy.ListenerOptions, len(lns))
-	for i := range lns {
-		opts[i] = listeners.Options(i, bound)
-	}
-	// The ACME managers start once their challenges' listeners are bound,
-	// before serving; their certificates come in the background.
-	r.bound = bound
-	if err := listeners.StartACME(ctx, gen, bound); err != nil {
-		log.Error("starting ACME", "error", err)
-		for _, ln := range lns {
-			ln.Close()
-		}
+	r, err := start(path, cfg, stderr, log, in)
+	in.Close() // the sockets the config no longer lists; the pipe on failure
+	if err != nil {
+		log.Error("starting", "error", err)
 		return 1
 	}
-	reopen := func() {
-		if !cfg.AccessLog.Enabled || cfg.AccessLog.Path == "" {
-			log.Info("no access log file to reopen")
-			return
-		}
-		if err := res.ReopenLogs(); err != nil {
-			log.Error("reopening the access log", "path", cfg.AccessLog.Path, "error", err)
-			return
-		}
-		log.Info("access log reopened", "path", cfg.AccessLog.Path)
-	}
-	return serve(srv, lns, opts, cfg.Timeouts.Drain, log, r.reload, reopen)
-}
-
-// running is the proxy as sluice run serves it: one server, the
-// generation of routes and upstreams it serves, which SIGHUP replaces, and
-// its listeners, whose TLS settings SIGHUP replaces.
-type running struct {
-	path      string
-	cfg       *config.Config // as started: what a reload cannot change
-	srv       *proxy.Server
-	listeners *config.Listeners
-	bound     []net.Addr // each listener's address as bound
-	gen       atomic.Pointer[config.Generation]
-	ctx       context.Context
-	log       *slog.Logger
-}
-
-// reload reads the config file again and swaps in its routes and
-// upstreams without dropping a connection: requests in flight finish with
-// the generation they started with, and servers that stay keep their
-// health state. The TLS listeners that stay read their certificates, keys
-// and client CAs again: new handshakes get them, connections already open
-// keep theirs, and session tickets stay valid. An ACME manager whose acme
-// section stays goes on (its certificates kept, nothing asked again); one
-// for a new or changed section starts, and the one it replaces, or whose
-// section is gone, stops. A file that does not load or build (a
-// certificate that cannot be read, say) changes nothing.
-func (r *running) reload() {
-	cfg, err := config.Load(r.path)
-	if err != nil {
-		r.log.Error("reload failed; still serving the previous configuration", "error", err)
-		return
-	}
-	if sections := config.RestartOnly(r.cfg, cfg); len(sections) > 0 {
-		r.log.Warn("reload: these sections changed and take effect only on restart", "sections", sections)
-	}
-	gen, err := config.Build(cfg)
-	if err != nil {
-		r.log.Error("reload failed; still serving the previous configuration", "error", err)
-		return
-	}
-	old := r.gen.Load()
-	gen.Carry(old)
-	gen.Start(r.ctx)
-	if err := r.listeners.StartACME(r.ctx, gen, r.bound); err != nil {
-		r.log.Error("reload: starting ACME", "error", err)
-	}
-	r.srv.SetHandler(gen.Table)
-	tlsListeners := r.listeners.Reload(gen)
-	r.gen.Store(gen)
-	for _, m := range old.ACME() { // those gen did not carry over
-		r.log.Info("ACME certificates no longer managed", "domains", m.Domains())
-	}
-	old.Close()
-	logCertificates(r.log, gen)
-	r.log.Info("reloaded", "routes", len(cfg.Routes), "upstreams", len(cfg.Upstreams), "tls_listeners", len(tlsListeners))
+	return r.serve()
 }
 
 // logCertificates logs the certificates read from the files of each TLS
@@ -296,20 +181,6 @@ func logCertificates(log *slog.Logger, gen *config.Generation) {
 				"names", c.Leaf.DNSNames, "not_after", c.Leaf.NotAfter.UTC().Format(time.RFC3339))
 		}
 	}
-}
-
-// serveMetrics serves /metrics on addr until stop is called.
-func serveMetrics(addr string, m *observe.Metrics, log *slog.Logger) (stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", m.Handler())
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go hs.Serve(ln)
-	log.Info("metrics", "address", ln.Addr().String(), "path", "/metrics")
-	return func() { hs.Close() }, nil
 }
 
 // serve runs srv on lns until SIGINT or SIGTERM, then drains: no new
