@@ -124,6 +124,9 @@ func start(path string, cfg *config.Config, stderr io.Writer, log *slog.Logger, 
 		for _, s := range r.sockets {
 			s.close()
 		}
+		quick, stop := context.WithTimeout(context.Background(), time.Second)
+		srv.Shutdown(quick) // the clients accepted before the failure
+		stop()
 		if r.stopMetrics != nil {
 			r.stopMetrics()
 		}
@@ -310,12 +313,14 @@ wait:
 			default:
 				if upgrading { // its outcome first: the sockets are being handed over
 					r.log.Info("shutting down once the binary upgrade under way is over", "signal", s.String())
-					if u := <-upgrades; u.err == nil {
+					u := <-upgrades
+					if u.err == nil {
 						r.log.Info("binary upgrade: the new process serves; draining", "pid", u.pid, "drain", r.cfg.Timeouts.Drain)
 						r.notify.send(fmt.Sprintf("MAINPID=%d", u.pid), "READY=1", "STATUS=serving")
 						handedOver = true
 						break wait
 					}
+					r.upgradeFailed(u.err)
 				}
 				r.log.Info("shutting down", "signal", s.String(), "drain", r.cfg.Timeouts.Drain)
 				r.notify.send("STOPPING=1")
@@ -324,12 +329,7 @@ wait:
 		case u := <-upgrades:
 			upgrading = false
 			if u.err != nil {
-				r.log.Error("binary upgrade failed; still serving", "error", u.err)
-				if r.cfg.PIDFile != "" {
-					if err := writePIDFile(r.cfg.PIDFile); err != nil {
-						r.log.Error("rewriting the pid file", "error", err)
-					}
-				}
+				r.upgradeFailed(u.err)
 				continue
 			}
 			// The new process accepts on every socket: this one stops
@@ -346,6 +346,17 @@ wait:
 	}
 	r.stop(handedOver)
 	return code
+}
+
+// upgradeFailed logs why a binary upgrade failed, and writes the pid file
+// again, which the new process may have written before it failed.
+func (r *running) upgradeFailed(err error) {
+	r.log.Error("binary upgrade failed; still serving", "error", err)
+	if r.cfg.PIDFile != "" {
+		if err := writePIDFile(r.cfg.PIDFile); err != nil {
+			r.log.Error("rewriting the pid file", "error", err)
+		}
+	}
 }
 
 // reopen reopens the access log file, for log rotation.
