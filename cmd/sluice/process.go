@@ -74,6 +74,10 @@ type running struct {
 
 	draining sync.WaitGroup // servers a reload replaced
 	failed   chan error     // an accept loop that ended on its own
+	// sig receives the signals serve acts on, caught from the start:
+	// once the pid file is written, or systemd or the old process of an
+	// upgrade told, a SIGHUP must not find the default action (exit).
+	sig chan os.Signal
 }
 
 // newLog returns the error and event log cfg asks for, on w.
@@ -92,6 +96,15 @@ func start(path string, cfg *config.Config, stderr io.Writer, log *slog.Logger, 
 		path = abs
 	}
 	log.Info("sluice run", "version", version, "pid", os.Getpid(), "upgrade", in != nil)
+	sig := make(chan os.Signal, 1)
+	signals := []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+	signals = append(append(signals, reopenSignals...), upgradeSignals...)
+	signal.Notify(sig, signals...)
+	defer func() {
+		if err != nil {
+			signal.Stop(sig)
+		}
+	}()
 	exe, err := os.Executable()
 	if err != nil {
 		log.Warn("the executable's path is unknown; binary upgrades will fail", "error", err)
@@ -116,7 +129,7 @@ func start(path string, cfg *config.Config, stderr io.Writer, log *slog.Logger, 
 	r = &running{
 		path: path, exe: exe, stderr: stderr, ctx: ctx, cancel: cancel, log: log, notify: newNotifier(),
 		cfg: cfg, pool: p, srv: srv, res: res, listeners: listeners,
-		failed: make(chan error, 1),
+		failed: make(chan error, 1), sig: sig,
 	}
 	r.gen.Store(gen)
 	gen.Start(ctx)
@@ -278,12 +291,7 @@ type upgraded struct {
 // timeouts.drain to finish. SIGHUP reloads, SIGUSR1 reopens the access
 // log, SIGUSR2 upgrades. It returns the exit code.
 func (r *running) serve() int {
-	sig := make(chan os.Signal, 1)
-	signals := []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
-	signals = append(append(signals, reopenSignals...), upgradeSignals...)
-	signal.Notify(sig, signals...)
-	defer signal.Stop(sig)
-
+	sig := r.sig
 	upgrades := make(chan upgraded, 1)
 	upgrading := false
 	code := 0
@@ -409,6 +417,7 @@ func (r *running) startUpgrade(done chan<- upgraded) {
 // the pool, logs, background work and pid file (when still this
 // process's) are let go.
 func (r *running) stop(handedOver bool) {
+	defer signal.Stop(r.sig)
 	for _, s := range r.sockets {
 		s.close()
 	}
