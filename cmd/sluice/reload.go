@@ -36,9 +36,21 @@ func (r *running) reload() {
 	if keys := config.RestartOnly(r.cfg, cfg); len(keys) > 0 {
 		r.log.Warn("reload: these keys changed and take effect only on restart", "keys", keys)
 	}
+	// The new generation's balancers and ACME managers log to
+	// slog.Default as Build makes them: the new log, put back to the old
+	// one if the reload fails.
+	log := r.log
+	if cfg.Log != r.cfg.Log {
+		log = newLog(r.stderr, cfg)
+	}
+	slog.SetDefault(log)
+	fail := func(err error) {
+		slog.SetDefault(r.log)
+		r.log.Error("reload failed; still serving the previous configuration", "error", err)
+	}
 	gen, err := config.Build(cfg)
 	if err != nil {
-		r.log.Error("reload failed; still serving the previous configuration", "error", err)
+		fail(err)
 		return
 	}
 	changed := config.ServerChanged(r.cfg, cfg)
@@ -49,7 +61,7 @@ func (r *running) reload() {
 	var metricsLn net.Listener
 	if moveMetrics && cfg.Metrics.Address != "" {
 		if metricsLn, err = metricsListener(cfg.Metrics.Address, nil); err != nil {
-			r.log.Error("reload failed; still serving the previous configuration", "error", err)
+			fail(err)
 			return
 		}
 		r.ensureMetrics()
@@ -65,13 +77,14 @@ func (r *running) reload() {
 		r.srv.SetHandler(gen.Table)
 		tlsListeners = len(r.listeners.Reload(gen))
 		r.gen.Store(gen)
-	} else if tlsListeners, err = r.replaceServer(cfg, gen, old); err != nil {
+	} else if tlsListeners, err = r.replaceServer(cfg, gen, old, log); err != nil {
 		if metricsLn != nil {
 			metricsLn.Close()
 		}
-		r.log.Error("reload failed; still serving the previous configuration", "error", err)
+		fail(err)
 		return
 	}
+	r.log = log
 	if moveMetrics {
 		r.moveMetrics(metricsLn)
 	}
@@ -102,10 +115,9 @@ func (r *running) reload() {
 // the listeners cfg keeps (matched by address, in order) and on new ones
 // for those it adds; hands the kept sockets over; closes those cfg no
 // longer lists; and drains the old server in the background. It returns
-// the number of TLS listeners. When a new listener cannot be bound, it
-// undoes what it did and returns the error.
-func (r *running) replaceServer(cfg *config.Config, gen *config.Generation, old *config.Generation) (int, error) {
-	log := newLog(r.stderr, cfg)
+// the number of TLS listeners. The new server logs to log. When a new
+// listener cannot be bound, it undoes what it did and returns the error.
+func (r *running) replaceServer(cfg *config.Config, gen *config.Generation, old *config.Generation, log *slog.Logger) (int, error) {
 	listeners, err := config.NewListeners(cfg, gen)
 	if err != nil {
 		return 0, err
@@ -164,8 +176,6 @@ func (r *running) replaceServer(cfg *config.Config, gen *config.Generation, old 
 	oldSrv, oldRes, drain := r.srv, r.res, r.cfg.Timeouts.Drain
 	r.sockets, r.srv, r.res, r.listeners = next, srv, res, listeners
 	r.gen.Store(gen)
-	r.log = log
-	slog.SetDefault(log)
 	r.draining.Add(1)
 	go func() {
 		defer r.draining.Done()
