@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/h1"
+	"github.com/sluice-proxy/sluice/internal/sock"
 )
 
 // ActiveCheck configures active health checks: the group probes each server
@@ -158,6 +159,9 @@ func (g *Group) check(ctx context.Context, s *Server) error {
 	host := a.Host
 	if host == "" {
 		host = s.Name
+		if _, unix := sock.UnixPath(s.Name); unix {
+			host = "localhost" // as a request without a Host is sent (proxy.Peer)
+		}
 	}
 	if !a.TCP && (!validTarget(a.Path) || !h1.ValidName(a.Method) || host == "" || !h1.ValidValue(host)) {
 		return errBadCheck
@@ -165,7 +169,7 @@ func (g *Group) check(ctx context.Context, s *Server) error {
 	ctx, cancel := context.WithTimeout(ctx, a.Timeout)
 	defer cancel()
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", s.Addr)
+	conn, err := sock.Dial(ctx, &d, s.Addr)
 	if err != nil {
 		return err
 	}

@@ -46,6 +46,11 @@ func newCheckTargetTLS(t *testing.T, response string, cfg *tls.Config) *checkTar
 	if cfg != nil {
 		ln = tls.NewListener(ln, cfg)
 	}
+	return serveCheckTarget(t, response, ln)
+}
+
+// serveCheckTarget is newCheckTarget on a listener of the caller's.
+func serveCheckTarget(t *testing.T, response string, ln net.Listener) *checkTarget {
 	ct := &checkTarget{ln: ln}
 	ct.response.Store(response)
 	ct.wg.Add(1)
@@ -94,7 +99,12 @@ func (ct *checkTarget) serve() {
 	}
 }
 
-func (ct *checkTarget) addr() string { return ct.ln.Addr().String() }
+func (ct *checkTarget) addr() string {
+	if a, ok := ct.ln.Addr().(*net.UnixAddr); ok {
+		return "unix:" + a.Name
+	}
+	return ct.ln.Addr().String()
+}
 
 func (ct *checkTarget) requestsSeen() []string {
 	ct.mu.Lock()

@@ -55,6 +55,13 @@
 // rule caused it, is logged once to Options.Log and reported to
 // Options.OnChange; Server.State describes the current one.
 //
+// # Drain
+//
+// Drain takes a configured server out by hand, as HAProxy's admin socket
+// does: Pick offers it to no new try, by any rule, while tries in flight
+// finish, and Enable puts it back. A reload (Carry) keeps it drained while
+// the server is still configured.
+//
 // # Slow start
 //
 // With Options.SlowStart, a server that comes back (a down time or ejection

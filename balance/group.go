@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/sock"
 )
 
 // ErrNoServer is the error Pick returns (as a *NoServerError) when the group
@@ -88,6 +90,7 @@ type Group struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	checks  map[*Server]context.CancelFunc // running active checks
+	drained map[string]bool                // configured names taken out by hand (Drain)
 	wg      sync.WaitGroup                 // every goroutine started
 }
 
@@ -110,8 +113,8 @@ type entry struct {
 // configuration only).
 //
 // A server is an address to dial when the host of its Addr (its Name when
-// Addr is empty) is an IP literal, or has no host:port form (dialing will
-// say what is wrong). Otherwise it is a DNS name: the group
+// Addr is empty) is an IP literal, when it is a Unix socket's "unix:PATH",
+// or when it has no host:port form (dialing will say what is wrong). Otherwise it is a DNS name: the group
 // resolves it into one server per address, each with the name's Weight and
 // Backup, when Start or Resolve runs, and again every ResolveInterval; until
 // the first answer the name contributes no server. The policy's
@@ -136,7 +139,9 @@ func NewGroup(name string, servers []*Server, policy Policy, opts Options) *Grou
 		if s.Name == "" {
 			s.Name = s.Addr
 		}
-		if host, port, err := net.SplitHostPort(s.Addr); err == nil {
+		if _, unix := sock.UnixPath(s.Addr); unix {
+			// A Unix socket's path: nothing to resolve.
+		} else if host, port, err := net.SplitHostPort(s.Addr); err == nil {
 			if _, err := netip.ParseAddr(host); err != nil {
 				g.entries = append(g.entries, entry{name: &dnsName{proto: s, host: host, port: port}})
 				continue
@@ -212,9 +217,22 @@ func (g *Group) Pick(req Request) (*Server, error) {
 	c.reset()
 	candidatesPool.Put(c)
 	if s == nil {
+		if m.allDrained() {
+			return nil, &NoServerError{Upstream: g.name, Reason: "every server is drained"}
+		}
 		return nil, ErrAllExcluded
 	}
 	return s, nil
+}
+
+// allDrained reports whether every server of the snapshot is drained.
+func (m *members) allDrained() bool {
+	for _, s := range m.all {
+		if !s.drained.Load() {
+			return false
+		}
+	}
+	return true
 }
 
 // candidates fills c with the first non-empty candidate set of Pick's
@@ -237,6 +255,9 @@ func (g *Group) candidates(c *Candidates, m *members, req *Request, now int64) *
 	}
 	for _, st := range steps {
 		for _, s := range tiers[st.tier] {
+			if s.drained.Load() {
+				continue
+			}
 			if st.need&available != 0 && !g.available(s, now) {
 				if st.need&untried != 0 && s.probeDue(now) && !req.excluded(s) && !req.tried(s) && s.takeProbe(now) {
 					return s
@@ -261,13 +282,13 @@ func (g *Group) candidates(c *Candidates, m *members, req *Request, now int64) *
 		all = m.backups
 	}
 	for _, s := range all {
-		if !req.tried(s) && !req.excluded(s) {
+		if !req.tried(s) && !req.excluded(s) && !s.drained.Load() {
 			c.add(s, s.effectiveWeight(now, g.opts.SlowStart))
 		}
 	}
 	if len(c.Servers) == 0 {
 		for _, s := range all {
-			if !req.excluded(s) {
+			if !req.excluded(s) && !s.drained.Load() {
 				c.add(s, s.effectiveWeight(now, g.opts.SlowStart))
 			}
 		}
@@ -302,6 +323,9 @@ func (g *Group) publish() {
 		}
 	}
 	for _, s := range m.all {
+		// A server a DNS name gained, or a reload carried over, is
+		// drained as its configured name is.
+		s.drained.Store(g.drained[s.Name])
 		if s.Backup {
 			m.backups = append(m.backups, s)
 		} else {
@@ -383,9 +407,63 @@ func (g *Group) sweep(ctx context.Context) {
 	}
 }
 
+// Drain takes the servers configured as name (the address as written in
+// the configuration: Server.Name) out by hand, as HAProxy's "set server
+// state drain" does: Pick offers them to no new try, by any rule, panic
+// mode included, while tries in flight finish. Their health goes on being
+// tracked. A group whose every server is drained fails Pick with a
+// *NoServerError. The state lasts until Enable, and Carry hands it to the
+// next generation's servers of the same name. Drain reports false, and
+// changes nothing, when the group has no server configured as name.
+func (g *Group) Drain(name string) bool {
+	return g.mark(name, true)
+}
+
+// Enable undoes Drain for the servers configured as name. It reports
+// false when the group has no server configured as name.
+func (g *Group) Enable(name string) bool {
+	return g.mark(name, false)
+}
+
+func (g *Group) mark(name string, drained bool) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.hasName(name) {
+		return false
+	}
+	g.setDrained(name, drained)
+	g.publish()
+	return true
+}
+
+// hasName reports whether a server of g is configured as name. g.mu is
+// held.
+func (g *Group) hasName(name string) bool {
+	for _, e := range g.entries {
+		if e.static != nil && e.static.Name == name || e.name != nil && e.name.proto.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// setDrained records whether the servers configured as name are drained;
+// publish applies it. g.mu is held.
+func (g *Group) setDrained(name string, drained bool) {
+	if !drained {
+		delete(g.drained, name)
+		return
+	}
+	if g.drained == nil {
+		g.drained = make(map[string]bool)
+	}
+	g.drained[name] = true
+}
+
 // Carry takes over the health state of old's servers for g's servers with
 // the same Addr: passive failure counts and down times, ejections, active
-// check state, latency estimate and slow-start ramp. A DNS name of g also
+// check state, latency estimate and slow-start ramp, and whether it is
+// drained (see Drain) for the configured names g still has. A DNS name of g also
 // takes over the addresses old resolved for the same Name (with g's Weight
 // and Backup), so the new generation has servers from its first Pick
 // instead of waiting for a lookup. Servers of g that old did not have count
@@ -402,9 +480,20 @@ func (g *Group) Carry(old *Group) {
 	for _, s := range old.members.Load().all {
 		prev[s.Addr] = s
 	}
+	old.mu.Lock()
+	drained := make([]string, 0, len(old.drained))
+	for name := range old.drained {
+		drained = append(drained, name)
+	}
+	old.mu.Unlock()
 	now := g.opts.Now().UnixNano()
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	for _, name := range drained {
+		if g.hasName(name) {
+			g.setDrained(name, true)
+		}
+	}
 	for _, e := range g.entries {
 		if e.name != nil {
 			e.name.carry(g, old, prev)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/clock"
+	"github.com/sluice-proxy/sluice/internal/sock"
 )
 
 // Server is one upstream endpoint (an address) with its weight, role and
@@ -21,8 +22,9 @@ import (
 // server that already belongs to another group, and a config reload carries
 // health from one generation's servers to the next with Group.Carry.
 type Server struct {
-	// Addr is the address to dial, host:port. For a server the group
-	// resolved from a DNS name it is an IP:port.
+	// Addr is the address to dial, host:port, or "unix:PATH" for a Unix
+	// domain socket. For a server the group resolved from a DNS name it
+	// is an IP:port.
 	Addr string
 	// Name is the configured address the server came from (app.internal:8080
 	// for a resolved server); for an IP-literal server it equals Addr.
@@ -39,6 +41,10 @@ type Server struct {
 	g *Group // the owner; set before the server is published
 
 	outstanding atomic.Int64 // tries picked and not yet reported
+
+	// drained is set while the server is taken out by hand (Group.Drain):
+	// Pick never offers it, by any rule.
+	drained atomic.Bool
 
 	// Health, readable without the lock. Times are Unix nanoseconds of the
 	// group's clock.
@@ -91,9 +97,12 @@ func (s *Server) weight() int {
 // differs.
 // Host returns the host of the server's configured address (Name): the
 // name its TLS certificate is verified against, a DNS name for a server
-// resolved from one. Name must not change, as the rest of the
-// configuration.
+// resolved from one; "" for a Unix socket, which has none. Name must not
+// change, as the rest of the configuration.
 func (s *Server) Host() string {
+	if _, unix := sock.UnixPath(s.Name); unix {
+		return ""
+	}
 	if host, _, err := net.SplitHostPort(s.Name); err == nil {
 		return host
 	}
@@ -187,6 +196,22 @@ func (s *Server) Healthy() bool {
 // and that were not reported yet.
 func (s *Server) Outstanding() int64 {
 	return s.outstanding.Load()
+}
+
+// Ejections returns the server's ejection multiplier: how many ejections
+// by the consecutive-failure rule its last one counted (0: never ejected).
+// It decays, one per BaseEjection after an ejection ends, when the next
+// ejection is decided, so it is an upper bound between ejections.
+func (s *Server) Ejections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ejections
+}
+
+// Drained reports whether the server is taken out by hand (Group.Drain).
+// Its health goes on being tracked, and Healthy says what it is.
+func (s *Server) Drained() bool {
+	return s.drained.Load()
 }
 
 // release takes back one outstanding try, never going below zero.

@@ -130,3 +130,38 @@ func TestReopenLogs(t *testing.T) {
 		t.Errorf("ReopenLogs with the access log on standard error: %v", err)
 	}
 }
+
+// TestAccessLogRouteAndRequestID: the access log names the route and the
+// upstream, and forwarded.request_id (on by default) puts an id in the
+// response and the line; off, neither has one.
+func TestAccessLogRouteAndRequestID(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	for _, tt := range []struct {
+		forwarded string
+		id        bool
+	}{{"", true}, {"forwarded: {request_id: false}\n", false}} {
+		path := filepath.Join(t.TempDir(), "access.log")
+		yaml := fmt.Sprintf("listen: [{address: 127.0.0.1:0}]\n"+
+			"access_log: {path: %s, buffer: 0}\n%s"+
+			"routes: [{host: a.example, path_prefix: /v1/, upstream: app}, {upstream: app}]\n"+
+			"upstreams:\n  app:\n    servers: [{address: %s}]\n", path, tt.forwarded, up.Addr())
+		addr, res := serve(t, yaml, nil)
+		resp, _ := proxytest.Do(t, addr, "GET /v1/x HTTP/1.1\r\nHost: a.example\r\n\r\n")
+		id := resp.Header.Get("X-Request-Id")
+		if (id != "") != tt.id {
+			t.Errorf("request_id %v: response X-Request-Id %q", tt.id, id)
+		}
+		res.Close()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := string(b)
+		if !strings.Contains(line, " route=a.example/v1/ upstream_name=app ") {
+			t.Errorf("line %q lacks route=a.example/v1/ upstream_name=app", line)
+		}
+		if tt.id != strings.Contains(line, " request_id="+id+" ") {
+			t.Errorf("request_id %v: line %q", tt.id, line)
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/retry"
 	"github.com/sluice-proxy/sluice/route"
+	"github.com/sluice-proxy/sluice/static"
 	"github.com/sluice-proxy/sluice/tlsterm"
 	"github.com/sluice-proxy/sluice/upstream"
 )
@@ -116,12 +117,17 @@ func ServerChanged(old, new *Config) []string {
 
 // RestartOnly lists the keys that differ between two configs and that a
 // reload cannot apply: limits.max_idle_upstream_conns, the bound of the
-// connection pool every server of the process shares.
+// connection pool every server of the process shares, and whether there
+// is an admin listener (its address and pprof change on a reload).
 func RestartOnly(old, new *Config) []string {
+	var keys []string
 	if old.Limits.MaxIdleUpstreamConns != new.Limits.MaxIdleUpstreamConns {
-		return []string{"limits.max_idle_upstream_conns"}
+		keys = append(keys, "limits.max_idle_upstream_conns")
 	}
-	return nil
+	if (old.Admin.Address == "") != (new.Admin.Address == "") {
+		keys = append(keys, "admin")
+	}
+	return keys
 }
 
 // listenShape is what of the listeners the server holds: all but their
@@ -195,11 +201,35 @@ func Build(cfg *Config) (*Generation, error) {
 	}
 	routes := make([]route.Route, 0, len(cfg.Routes))
 	for _, r := range cfg.Routes {
-		u := g.Upstreams[r.Upstream]
-		if u == nil {
-			return nil, fmt.Errorf("%s:%d: route to unknown upstream %q", cfg.File, r.Line, r.Upstream)
+		rt := route.Route{Host: r.Host, PathPrefix: r.PathPrefix, Name: r.Upstream}
+		if r.Static == nil {
+			u := g.Upstreams[r.Upstream]
+			if u == nil {
+				return nil, fmt.Errorf("%s:%d: route to unknown upstream %q", cfg.File, r.Line, r.Upstream)
+			}
+			rt.Upstream = u
 		}
-		routes = append(routes, route.Route{Host: r.Host, PathPrefix: r.PathPrefix, Name: r.Upstream, Upstream: u})
+		phases, err := routePhases(&r)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: route: %w", cfg.File, r.Line, err)
+		}
+		rt.Phases = phases
+		if r.Static != nil {
+			// Files answer every request of the route: the phase goes
+			// last, after those that may refuse or rewrite a request.
+			// Its directory stays open until the generation is garbage
+			// collected (os.Root closes itself then), not at Close: a
+			// request of the old generation may still be served after a
+			// reload.
+			files, err := static.New(static.Options{Root: r.Static.Root, Prefix: r.PathPrefix,
+				Index: r.Static.Index, Hidden: r.Static.Dotfiles, CacheControl: r.Static.CacheControl})
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: route: %w", cfg.File, r.Static.Line, err)
+			}
+			rt.Name = "static"
+			rt.Phases = append(rt.Phases, files)
+		}
+		routes = append(routes, rt)
 	}
 	g.Table = route.New(routes...)
 	return g, nil
@@ -236,6 +266,7 @@ func buildUpstream(cfg *Config, u *Upstream, log *slog.Logger) (*upstream.Group,
 		},
 		Retry:    pol,
 		Protocol: u.Protocol,
+		Host:     u.Host,
 	}
 	if u.TLS != nil {
 		t, err := clientTLS(u.TLS)
@@ -387,6 +418,7 @@ func NewServerPool(cfg *Config, g *Generation, errorLog *slog.Logger, p *pool.Po
 			NoXForwardedFor:   !cfg.Forwarded.XForwardedFor,
 			NoXForwardedProto: !cfg.Forwarded.XForwardedProto,
 			NoXForwardedHost:  !cfg.Forwarded.XForwardedHost,
+			NoRequestID:       !cfg.Forwarded.RequestID,
 			NoVia:             !cfg.Forwarded.Via,
 			Trusted:           cfg.Forwarded.Trusted,
 		},

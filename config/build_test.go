@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/internal/proxytest"
@@ -110,5 +111,23 @@ func TestBuildTLSFileError(t *testing.T) {
 	want := "t.yaml:9: upstream app: tls.cert: open " + missing + ": no such file or directory"
 	if err == nil || err.Error() != want {
 		t.Fatalf("Build: %v\nwant %s", err, want)
+	}
+}
+
+// TestBuildUnixServer: a server at "unix:PATH" is reached over its Unix
+// socket, with active health checks on, and the upstream's host replaces
+// the client's Host.
+func TestBuildUnixServer(t *testing.T) {
+	up := upstreamtest.StartUnix(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+		c.Respond(200, r.Get("Host"))
+	})
+	yaml := head(`{address: "`+up.Addr()+`"}`) + "    host: app.internal\n    health: {active: {interval: 50ms}}\n"
+	addr, _ := serve(t, yaml, nil)
+	if code, body := proxytest.Get(t, addr, "/", ""); code != 200 || body != "app.internal" {
+		t.Fatalf("got %d %q, want 200 and the upstream's host", code, body)
+	}
+	// The active checks reach the socket too, with a Host of their own.
+	if !up.WaitRequests(3, 10*time.Second) {
+		t.Fatalf("%d requests at the socket, want the active checks' too", len(up.Requests()))
 	}
 }

@@ -53,6 +53,10 @@ type Config struct {
 	// and sluice upgrade read to signal it. A binary upgrade's new process
 	// replaces it; the process that wrote it removes it as it exits.
 	PIDFile string
+	// Admin (key "admin") configures the admin listener: health and
+	// readiness, metrics, the running config, the upstreams' state with
+	// drain and enable, and the live status page.
+	Admin Admin
 
 	// Routes (key "routes", required, at least one) maps requests to
 	// upstreams. The first route that matches a request wins; a request
@@ -283,9 +287,14 @@ type Forwarded struct {
 	XForwardedHost bool
 	// Via (key "via", default true) appends sluice to the Via header.
 	Via bool
+	// RequestID (key "request_id", default true) gives every request an
+	// id in X-Request-Id: a trusted peer's kept, otherwise one sluice
+	// makes (32 hex digits). It is sent upstream, returned to the client
+	// on every answer, sluice's own included, and logged (request_id).
+	RequestID bool
 	// Trusted (key "trusted", default [] = none) lists the peers (load
 	// balancers, proxies in front of sluice) whose X-Forwarded-For,
-	// -Proto and -Host are kept, For extended with the peer's address;
+	// -Proto and -Host (and X-Request-Id) are kept, For extended with the peer's address;
 	// from every other client those fields are replaced. Each is an
 	// address prefix (10.0.0.0/8) or an address (127.0.0.1, held as
 	// 127.0.0.1/32), stored masked.
@@ -298,6 +307,19 @@ type Metrics struct {
 	// Prometheus metrics at /metrics; "" turns the endpoint off. It may
 	// not equal a listen address.
 	Address string
+}
+
+// Admin configures the admin listener (package admin serves it).
+type Admin struct {
+	// Address (key "address", default "") is the host:port serving /live,
+	// /ready, /metrics, /status, /api/config and /api/upstreams (with
+	// drain and enable); "" turns the listener off. It may not equal a
+	// listen address or metrics.address. A reload (SIGHUP) moves the
+	// listener to a new address; turning it on or off takes a restart.
+	Address string
+	// Pprof (key "pprof", default false) also serves Go's profiler at
+	// /debug/pprof/ on the admin address; a reload applies a change.
+	Pprof bool
 }
 
 // Route sends the requests it matches to an upstream. A route matches
@@ -314,12 +336,121 @@ type Route struct {
 	// hold only printable ASCII other than space, "?" and "#", as a path
 	// does on the wire; other characters must be percent-encoded.
 	PathPrefix string
-	// Upstream (key "upstream", required) names the upstream that
-	// serves the route; it must be defined under "upstreams".
+	// Upstream (key "upstream") names the upstream that serves the
+	// route; it must be defined under "upstreams". A route has either an
+	// upstream or Static, not both.
 	Upstream string
+	// StripPrefix (key "strip_prefix", default false) removes PathPrefix
+	// from the path sent upstream, the query kept: with /api/, /api/x?q=1
+	// goes as /x?q=1 and /api/ as /. A PathPrefix not ending in "/" is
+	// stripped only at a segment boundary: with /api, /api/x goes as /x
+	// and /api as /, and /apix, which the route matches, goes as it came.
+	// Every try sends the stripped path; the access log keeps the
+	// client's and ends with stripped=PREFIX. It needs a path_prefix
+	// other than "/".
+	StripPrefix bool
+	// Headers (key "headers", default none) changes header fields: of the
+	// requests sent upstream, and of the responses the client gets, the
+	// upstream's and those sluice makes itself for the route.
+	Headers RouteHeaders
+	// Allow (key "allow", default [] = every client) and Deny (key
+	// "deny", default [] = none) list client address prefixes (10.0.0.0/8,
+	// or an address, held as /32 or /128). Deny wins over Allow; when
+	// Allow is not empty, only the clients in it are allowed. The address
+	// judged is the client connection's peer, never X-Forwarded-For (not
+	// even from forwarded.trusted peers). A client refused gets 403 with
+	// Proxy-Status error=http_request_denied, and the access log line ends
+	// with access=denied.
+	Allow, Deny []netip.Prefix
+	// Limits (key "limits") bounds the route's requests.
+	Limits RouteLimits
+	// Static (key "static") serves the route's requests from files
+	// instead of an upstream; nil for a route with an upstream.
+	Static *Static
 	// Line is the line of the route in the file, for messages.
 	Line int
 }
+
+// RouteHeaders are a route's header rules, for each direction.
+type RouteHeaders struct {
+	// Request (key "request") changes the head of every try sent
+	// upstream. Host cannot be named: the request was routed by it.
+	Request HeaderRules
+	// Response (key "response") changes every response the client gets
+	// for the route: the upstream's, and sluice's own answers (a 502,
+	// 503, 504, or a 403 or 413 of the route's own rules); a request no
+	// route matches gets a 404 without any.
+	Response HeaderRules
+}
+
+// HeaderRules change a message's fields, in this order: Remove, then Set,
+// then Add. Field names are tokens, matched ignoring case; values hold no
+// control characters (no CR, LF or NUL) and no whitespace at either end.
+// Content-Length, Transfer-Encoding, Trailer and the hop-by-hop fields
+// (Connection, Keep-Alive, Proxy-Connection, TE, Upgrade) cannot be named:
+// sluice frames the body and each connection itself.
+type HeaderRules struct {
+	// Set (key "set", default {}) maps field names to values: each
+	// replaces every field of its name, or is added when there is none.
+	Set []HeaderField
+	// Add (key "add", default {}) maps field names to a value or a list
+	// of values, each added as a field of its own.
+	Add []HeaderField
+	// Remove (key "remove", default []) lists the names of fields removed.
+	Remove []string
+}
+
+// HeaderField is one field a rule sets or adds.
+type HeaderField struct {
+	Name, Value string
+}
+
+// RouteLimits bounds a route's requests.
+type RouteLimits struct {
+	// Body (key "body", default 0 = no limit) bounds a request body's
+	// content: a Content-Length over it gets 413 before anything is sent
+	// upstream (a client waiting for 100 Continue gets the 413 instead); a
+	// chunked body, or an HTTP/2 one without content-length, that grows
+	// past it is cut at the chunk that would pass it, the upstream try
+	// aborted and never retried, and the client gets 413 if no response
+	// byte went to it yet, else its connection is cut. The access log
+	// line ends with body_limit=exceeded.
+	Body int64
+}
+
+// Static serves files from a directory, for a route (package static):
+// the request path after the route's path_prefix names the file under
+// Root, as nginx's alias does (/static/ + css/site.css is
+// ROOT/css/site.css). GET and HEAD only; no directory listings; files
+// and symbolic links out of Root are refused. The access log line of
+// each request ends with static=WHAT (hit, gzip, br, partial,
+// not_modified, not_found...).
+type Static struct {
+	// Root (key "root", required) is the directory served. A relative
+	// path is relative to the directory of the config file (not to
+	// sluice's working directory); it is stored resolved. It must exist
+	// and be a directory when the file is loaded.
+	Root string
+	// Index (key "index", default "index.html") is the file served for
+	// a path naming a directory ("/static/docs/"); "" serves none (404).
+	// A directory's path without its "/" is redirected (301) to the path
+	// with it when the index exists.
+	Index string
+	// Dotfiles (key "dotfiles", default false) serves files and
+	// directories whose names start with "."; by default they get 404
+	// (a forgotten .git or .env is not published), except .well-known.
+	Dotfiles bool
+	// CacheControl (key "cache_control", default "" = none) is the
+	// Cache-Control field of the answers with a file (200, 206, 304),
+	// such as "max-age=31536000, immutable" for files whose names change
+	// with their content (Django's ManifestStaticFilesStorage).
+	CacheControl string
+	// Line is the line of static in the file, for messages.
+	Line int
+}
+
+// DefaultStaticIndex is the index file of a static route that names none.
+const DefaultStaticIndex = "index.html"
 
 // Upstream is a named group of servers that serve the same content,
 // with the timeouts, pooling and retry policy that apply to them.
@@ -339,7 +470,13 @@ type Upstream struct {
 	Retry Retry
 	// TLS (key "tls", default nil: plain TCP) makes the connections to the
 	// servers TLS. The key given, even empty ("tls: {}"), turns it on.
+	// Not with a server at a Unix socket: that is an error.
 	TLS *UpstreamTLS
+	// Host (key "host", default "": the client's Host) replaces the Host
+	// header of the requests sent to the servers; a host name, optionally
+	// with :port. A request that came without a Host (HTTP/1.0) is sent
+	// with the server's address, or "localhost" to a Unix socket.
+	Host string
 	// Protocol (key "protocol", default "http/1.1") is what the servers
 	// are spoken to with: "http/1.1"; "h2", HTTP/2 over TLS (needs tls; a
 	// server whose handshake does not choose h2 is a connect failure);
@@ -399,11 +536,13 @@ type Server struct {
 	Backup bool
 	// Resolve (key "resolve", default 10s, > 0) is how often a server
 	// named by a DNS name is looked up again; each address becomes an
-	// endpoint. Ignored for IP addresses.
+	// endpoint. Ignored for IP addresses and Unix sockets.
 	Resolve time.Duration
 	// Address (key "address", required) is the host:port to dial. The
 	// host may be a DNS name and may not be empty; the port is in
-	// 1..65535.
+	// 1..65535. Or "unix:" and the absolute path of a Unix domain socket
+	// (unix:/run/gunicorn.sock; at most 107 bytes), pooled, retried and
+	// health-checked as a TCP server is.
 	Address string
 	// Weight (key "weight", default 1, 1..1000) is the server's share of
 	// requests relative to the other servers of its upstream.
@@ -630,6 +769,7 @@ func defaults() *Config {
 			XForwardedFor:   true,
 			XForwardedProto: true,
 			XForwardedHost:  true,
+			RequestID:       true,
 			Via:             true,
 		},
 	}

@@ -53,7 +53,7 @@ func TestParseMinimalGetsDefaults(t *testing.T) {
 		},
 		AccessLog: AccessLog{Enabled: true, Format: "text", Path: "", Buffer: 64 << 10, Flush: time.Second},
 		Log:       Log{Level: "info", Format: "text"},
-		Forwarded: Forwarded{XForwardedFor: true, XForwardedProto: true, XForwardedHost: true, Via: true},
+		Forwarded: Forwarded{XForwardedFor: true, XForwardedProto: true, XForwardedHost: true, Via: true, RequestID: true},
 		Metrics:   Metrics{Address: ""},
 		Routes:    []Route{{Upstream: "web", Line: 4}},
 		Upstreams: []*Upstream{{
@@ -118,7 +118,7 @@ timeouts: {header: 5s, idle: 2m, drain: 0, body: 3s, send: 4s, stream_idle: 1h}
 limits: {max_header_bytes: 1MiB, max_headers: 10000, max_idle_upstream_conns: 0, h2: {max_concurrent_streams: 10000, initial_window: 64KiB, max_header_list: 1MiB}}
 access_log: {enabled: false, format: JSON, path: /var/log/sluice.log, buffer: 0, flush: 250ms}
 log: {level: debug, format: json}
-forwarded: {x_forwarded_for: false, x_forwarded_proto: false, x_forwarded_host: false, via: false, trusted: [10.1.2.3/8, 127.0.0.1, "2001:db8::/32"]}
+forwarded: {x_forwarded_for: false, x_forwarded_proto: false, x_forwarded_host: false, via: false, request_id: false, trusted: [10.1.2.3/8, 127.0.0.1, "2001:db8::/32"]}
 metrics: {address: "localhost:9090"}
 routes:
   - host: API.Example.com.
@@ -445,6 +445,9 @@ func TestParseProblem(t *testing.T) {
 		{"duplicate listen address", "listen:\n  - address: 127.0.0.1:8080\n  - address: 127.0.0.1:8080\nroutes: [{upstream: web}]\n" + upstream,
 			3, 14, "listen[1].address", "listed twice (first at line 2)"},
 		{"metrics on a listen address", minimal + "metrics: {address: \"127.0.0.1:8080\"}\n", 9, 20, "metrics.address", "same address as the listener at line 2"},
+		{"admin on a listen address", minimal + "admin: {address: \"127.0.0.1:8080\"}\n", 9, 18, "admin.address", "same address as the listener at line 2"},
+		{"admin on the metrics address", minimal + "metrics: {address: \"127.0.0.1:9090\"}\nadmin: {address: \"127.0.0.1:9090\"}\n", 10, 18, "admin.address", "same address as metrics.address (line 9)"},
+		{"admin pprof not a boolean", minimal + "admin: {pprof: 1}\n", 9, 16, "admin.pprof", "must be true or false"},
 		{"listen not a list", "listen: 127.0.0.1:8080\nroutes: [{upstream: web}]\n" + upstream, 1, 9, "listen", `must be a list, not "127.0.0.1:8080"`},
 		{"section not a mapping", minimal + "limits: 5\n", 9, 9, "limits", "must be a mapping of keys to values, not the number 5"},
 		{"bad enum", minimal + "log: {level: verbose}\n", 9, 14, "log.level", `unknown value "verbose"; want one of debug, info, warn, error`},
@@ -464,6 +467,14 @@ func TestParseProblem(t *testing.T) {
 		{"tls empty ca", minimal + "    tls: {ca: \"\"}\n", 9, 15, "upstreams.web.tls.ca", "must not be empty"},
 		{"tls unknown key", minimal + "    tls: {sni: api.internal}\n", 9, 11, "upstreams.web.tls.sni", "unknown key"},
 		{"tls not a mapping", minimal + "    tls: true\n", 9, 10, "upstreams.web.tls", "must be a mapping"},
+		{"unix without a path", head + "    servers: [{address: \"unix:\"}]\n", 5, 25, "upstreams.web.servers[0].address", `"unix:" has no socket path`},
+		{"unix relative path", head + "    servers: [{address: \"unix:run/app.sock\"}]\n", 5, 25, "upstreams.web.servers[0].address", "must be absolute"},
+		{"unix path too long", head + "    servers: [{address: \"unix:/" + strings.Repeat("a", 107) + "\"}]\n", 5, 25,
+			"upstreams.web.servers[0].address", "is 108 bytes long; a Unix socket's may be at most 107"},
+		{"unix listener", "listen: [{address: \"unix:/run/s.sock\"}]\nroutes: [{upstream: web}]\n" + upstream, 1, 20, "listen[0].address", "sluice listens on TCP only"},
+		{"unix with tls", head + "    servers: [{address: \"127.0.0.1:1\"}, {address: \"unix:/run/app.sock\"}]\n    tls: {}\n", 6, 10,
+			"upstreams.web.tls", "TLS to a Unix socket (unix:/run/app.sock) is not supported"},
+		{"upstream host with a slash", minimal + "    host: a/b\n", 9, 11, "upstreams.web.host", "must be a host name"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -711,8 +722,8 @@ func TestLoadFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.File != "testdata/full.yaml" || len(c.Listen) != 4 || len(c.Routes) != 3 || len(c.Upstreams) != 2 {
-		t.Errorf("got file %q, %d listeners, %d routes, %d upstreams; want testdata/full.yaml, 4, 3, 2",
+	if c.File != "testdata/full.yaml" || len(c.Listen) != 4 || len(c.Routes) != 4 || len(c.Upstreams) != 2 {
+		t.Errorf("got file %q, %d listeners, %d routes, %d upstreams; want testdata/full.yaml, 4, 4, 2",
 			c.File, len(c.Listen), len(c.Routes), len(c.Upstreams))
 	}
 	if web := c.Upstreams[1]; web.Name != "web" || web.Retry.Tries != 1 || len(web.Retry.On) != 0 {
@@ -727,7 +738,7 @@ func TestFullUsesEveryKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &decoder{file: "full.yaml", schema: map[string]bool{}}
+	d := &decoder{file: "testdata/full.yaml", schema: map[string]bool{}} // its static root is relative to it
 	if _, err := d.parse(data); err != nil {
 		t.Fatal(err)
 	}
@@ -821,4 +832,31 @@ func dump(c *Config) string {
 		}
 	}
 	return s
+}
+
+func TestParseAdmin(t *testing.T) {
+	c, err := Parse("t.yaml", []byte(minimal+"admin: {address: \"127.0.0.1:9901\", pprof: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Admin != (Admin{Address: "127.0.0.1:9901", Pprof: true}) {
+		t.Errorf("admin = %+v", c.Admin)
+	}
+	c, err = Parse("t.yaml", []byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Admin != (Admin{}) {
+		t.Errorf("admin by default = %+v, want off", c.Admin)
+	}
+	old := *c
+	c.Admin.Address = "127.0.0.1:9901"
+	if got := RestartOnly(&old, c); !slices.Equal(got, []string{"admin"}) {
+		t.Errorf("turning admin on: RestartOnly = %v, want [admin]", got)
+	}
+	moved := *c
+	moved.Admin = Admin{Address: "127.0.0.1:9902", Pprof: true}
+	if got := RestartOnly(c, &moved); len(got) != 0 {
+		t.Errorf("moving admin, pprof on: RestartOnly = %v, want none (a reload applies them)", got)
+	}
 }

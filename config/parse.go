@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -16,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-proxy/sluice/balance"
+	"github.com/sluice-proxy/sluice/internal/sock"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/retry"
 )
@@ -370,6 +373,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 		routeUpstreams []located // each route's upstream value
 		listenAddrs    []located // each listen address
 		metricsAddr    *yaml.Node
+		adminAddr      *yaml.Node
 	)
 	present := d.mapping(n, "", []field{
 		{"listen", func(n *yaml.Node, path string) {
@@ -457,6 +461,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 				{"x_forwarded_proto", d.boolean(&c.Forwarded.XForwardedProto)},
 				{"x_forwarded_host", d.boolean(&c.Forwarded.XForwardedHost)},
 				{"via", d.boolean(&c.Forwarded.Via)},
+				{"request_id", d.boolean(&c.Forwarded.RequestID)},
 				{"trusted", d.prefixes(&c.Forwarded.Trusted)},
 			})
 		}},
@@ -472,9 +477,22 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 			})
 		}},
 		{"pid_file", d.str(&c.PIDFile, checkNotEmpty)},
+		{"admin", func(n *yaml.Node, path string) {
+			d.mapping(n, path, []field{
+				{"address", func(n *yaml.Node, path string) {
+					if d.str(&c.Admin.Address, nil)(n, path); c.Admin.Address != "" {
+						if d.address(&c.Admin.Address, n, path, true) {
+							adminAddr = n
+						}
+					}
+				}},
+				{"pprof", d.boolean(&c.Admin.Pprof)},
+			})
+		}},
 		{"routes", func(n *yaml.Node, path string) {
 			count := d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
 				r := Route{Line: n.Line}
+				var strip *yaml.Node
 				present := d.mapping(n, path, []field{
 					{"host", d.str(&r.Host, checkHost)},
 					{"path_prefix", d.str(&r.PathPrefix, checkPathPrefix)},
@@ -483,8 +501,15 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 							routeUpstreams = append(routeUpstreams, located{n, path})
 						}
 					}},
+					{"strip_prefix", d.routeStripPrefix(&r, &strip)},
+					{"headers", func(n *yaml.Node, path string) { d.routeHeaders(n, path, &r.Headers) }},
+					{"allow", d.prefixes(&r.Allow)},
+					{"deny", d.prefixes(&r.Deny)},
+					{"limits", func(n *yaml.Node, path string) { d.routeLimits(n, path, &r.Limits) }},
+					{"static", func(n *yaml.Node, path string) { r.Static = d.routeStatic(n, path) }},
 				})
-				d.required(n, path, present, "upstream")
+				d.routeTarget(n, path, present)
+				d.checkStripPrefix(strip, join(path, "strip_prefix"), &r)
 				c.Routes = append(c.Routes, r)
 			})
 			if count == 0 && isList(n) {
@@ -515,6 +540,13 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 	if metricsAddr != nil {
 		if f, dup := seen[metricsAddr.Value]; dup {
 			d.addf(metricsAddr, "metrics.address", "same address as the listener at line %d; metrics need an address of their own", f.Line)
+		}
+	}
+	if adminAddr != nil && !hasPort0(adminAddr.Value) {
+		if f, dup := seen[adminAddr.Value]; dup {
+			d.addf(adminAddr, "admin.address", "same address as the listener at line %d; the admin listener needs an address of its own", f.Line)
+		} else if metricsAddr != nil && metricsAddr.Value == adminAddr.Value {
+			d.addf(adminAddr, "admin.address", "same address as metrics.address (line %d); the admin listener serves /metrics too, so leave metrics.address out", metricsAddr.Line)
 		}
 	}
 	if len(c.Upstreams) > 0 { // else "upstreams" has been reported
@@ -570,7 +602,8 @@ func (d *decoder) upstreams(n *yaml.Node, path string, c *Config) {
 // walkUpstream walks one upstream; key is its name's node, which
 // missing servers are reported at.
 func (d *decoder) walkUpstream(key, n *yaml.Node, path string, u *Upstream) {
-	var hashKeyNode, protocolNode *yaml.Node
+	var hashKeyNode, protocolNode, tlsNode *yaml.Node
+	var unixServer string // the first server at a Unix socket, for messages
 	present := d.mapping(n, path, []field{
 		{"servers", func(n *yaml.Node, path string) {
 			count := d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
@@ -582,6 +615,9 @@ func (d *decoder) walkUpstream(key, n *yaml.Node, path string, u *Upstream) {
 					{"resolve", d.duration(&s.Resolve, true)},
 				})
 				d.required(n, path, present, "address")
+				if _, unix := sock.UnixPath(s.Address); unix && unixServer == "" {
+					unixServer = s.Address
+				}
 				u.Servers = append(u.Servers, s)
 			})
 			if count == 0 && isList(n) {
@@ -616,7 +652,11 @@ func (d *decoder) walkUpstream(key, n *yaml.Node, path string, u *Upstream) {
 			})
 		}},
 		{"retry", func(n *yaml.Node, path string) { d.retry(n, path, &u.Retry) }},
-		{"tls", func(n *yaml.Node, path string) { u.TLS = d.tls(n, path) }},
+		{"tls", func(n *yaml.Node, path string) {
+			tlsNode = n
+			u.TLS = d.tls(n, path)
+		}},
+		{"host", d.str(&u.Host, checkCheckHost)},
 		{"protocol", func(n *yaml.Node, path string) {
 			protocolNode = n
 			d.enum(&u.Protocol, "http/1.1", "h2", "h2c", "auto")(n, path)
@@ -637,6 +677,12 @@ func (d *decoder) walkUpstream(key, n *yaml.Node, path string, u *Upstream) {
 		d.addf(protocolNode, join(path, "protocol"), "%s is HTTP/2 over TLS and this upstream has no tls; use h2c for cleartext HTTP/2, or add tls: {}", u.Protocol)
 	case u.Protocol == "h2c" && u.TLS != nil:
 		d.addf(protocolNode, join(path, "protocol"), "h2c is cleartext HTTP/2 and this upstream has tls; use h2 (or auto)")
+	}
+	if tlsNode != nil && unixServer != "" {
+		// A Unix socket is on this machine, guarded by its file's
+		// permissions; and it has no host name to verify a certificate
+		// against.
+		d.addf(tlsNode, join(path, "tls"), "TLS to a Unix socket (%s) is not supported; remove tls, or reach that server over TCP", unixServer)
 	}
 	if hashKeyNode != nil && u.Balance != "hash" {
 		d.addf(hashKeyNode, join(path, "hash_key"), "only used with balance: hash (balance is %s)", u.Balance)
@@ -869,4 +915,71 @@ func (d *decoder) retryOn(n *yaml.Node, path string, r *Retry) {
 		d.addf(off.n, off.path, "off may not be combined with retry conditions; write [off] alone for no retries")
 	}
 	r.On = on
+}
+
+// routeTarget checks that a route has what answers it: an upstream or
+// static files, one of them.
+func (d *decoder) routeTarget(n *yaml.Node, path string, present map[string]bool) {
+	switch {
+	case present["upstream"] && present["static"]:
+		d.addf(n, join(path, "static"), "a route has an upstream or static files, not both")
+	case !present["upstream"] && !present["static"]:
+		d.addf(n, join(path, "upstream"), "missing; a route needs an upstream (or static: {root: DIR})")
+	}
+}
+
+// routeStatic walks a route's "static" mapping. The root is resolved
+// against the config file's directory and must be a directory now.
+func (d *decoder) routeStatic(n *yaml.Node, path string) *Static {
+	st := &Static{Index: DefaultStaticIndex, Line: n.Line}
+	var rootNode *yaml.Node
+	present := d.mapping(n, path, []field{
+		{"root", func(n *yaml.Node, path string) {
+			if d.str(&st.Root, checkNotEmpty)(n, path); st.Root != "" {
+				rootNode = n
+			}
+		}},
+		{"index", d.str(&st.Index, checkIndex)},
+		{"dotfiles", d.boolean(&st.Dotfiles)},
+		{"cache_control", d.str(&st.CacheControl, checkFieldValue)},
+	})
+	if resolve(n).Kind == yaml.MappingNode {
+		d.required(n, path, present, "root")
+	}
+	if rootNode != nil {
+		if !filepath.IsAbs(st.Root) {
+			st.Root = filepath.Join(filepath.Dir(d.file), st.Root)
+		}
+		switch fi, err := os.Stat(st.Root); {
+		case errors.Is(err, fs.ErrNotExist):
+			d.addf(rootNode, join(path, "root"), "directory %s does not exist (a relative root is relative to the config file's directory)", st.Root)
+		case err != nil:
+			d.addf(rootNode, join(path, "root"), "%v", err)
+		case !fi.IsDir():
+			d.addf(rootNode, join(path, "root"), "%s is not a directory", st.Root)
+		}
+	}
+	return st
+}
+
+// checkIndex validates static.index: a file name, or "" for none.
+func checkIndex(s string) (string, string) {
+	if s != "" && (filepath.Base(s) != s || strings.ContainsAny(s, `/\`) || s[0] == '.') {
+		return "", "must be a file name such as index.html, without a directory"
+	}
+	return s, ""
+}
+
+// checkFieldValue validates a header field's value: visible ASCII, spaces
+// and tabs, not starting or ending with white space (RFC 9110 §5.5).
+func checkFieldValue(s string) (string, string) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < 0x20 && c != '\t') || c >= 0x7f {
+			return "", fmt.Sprintf("must not contain %q: a header field value is visible ASCII", c)
+		}
+	}
+	if strings.TrimSpace(s) != s {
+		return "", "must not start or end with white space"
+	}
+	return s, ""
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-proxy/sluice/internal/sock"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -336,8 +337,15 @@ func (d *decoder) address(dst *string, n *yaml.Node, path string, listen bool) b
 	return true
 }
 
-// checkAddress validates a host:port; see decoder.address.
+// checkAddress validates a host:port, or a server's "unix:PATH"; see
+// decoder.address.
 func checkAddress(s string, listen bool) string {
+	if path, unix := sock.UnixPath(s); unix {
+		if listen {
+			return fmt.Sprintf("%q: sluice listens on TCP only (unix: addresses are for upstream servers)", s)
+		}
+		return checkUnixPath(s, path)
+	}
 	host, port, err := net.SplitHostPort(s)
 	if err != nil {
 		var ae *net.AddrError
@@ -359,6 +367,21 @@ func checkAddress(s string, listen bool) string {
 	// ParseUint accepts neither signs nor spaces.
 	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p < lowest {
 		return fmt.Sprintf("%q: the port must be a number in %d..65535", s, lowest)
+	}
+	return ""
+}
+
+// checkUnixPath validates the path of a server's "unix:PATH" address s.
+func checkUnixPath(s, path string) string {
+	switch {
+	case path == "":
+		return fmt.Sprintf("%q has no socket path, such as unix:/run/gunicorn.sock", s)
+	case path[0] != '/':
+		return fmt.Sprintf("%q: the socket path must be absolute (start with /)", s)
+	case strings.IndexByte(path, 0) >= 0:
+		return fmt.Sprintf("%q: the socket path holds a NUL byte", s)
+	case len(path) > sock.MaxUnixPath:
+		return fmt.Sprintf("%q: the socket path is %d bytes long; a Unix socket's may be at most %d", s, len(path), sock.MaxUnixPath)
 	}
 	return ""
 }

@@ -28,6 +28,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/sock"
 )
 
 // App is the WSGI application the gunicorn scenario serves
@@ -77,11 +79,17 @@ type GunicornOptions struct {
 	// Log receives gunicorn's error log (boots, recycles, failures); nil
 	// discards it.
 	Log io.Writer
+	// Socket, when set, is the path of a Unix domain socket for gunicorn
+	// to bind (--bind unix:PATH) instead of a port on 127.0.0.1. A
+	// socket's path may be at most 107 bytes: t.TempDir() can be too long.
+	Socket string
 }
 
-// Gunicorn is a running gunicorn serving App on 127.0.0.1.
+// Gunicorn is a running gunicorn serving App on 127.0.0.1, or on a Unix
+// socket.
 type Gunicorn struct {
-	// Addr is where it listens, "127.0.0.1:port".
+	// Addr is where it listens, "127.0.0.1:port", or "unix:PATH" (the
+	// form sluice's config takes).
 	Addr string
 	// RecordFile is the file App appends its records to.
 	RecordFile string
@@ -119,9 +127,13 @@ func StartGunicorn(ctx context.Context, o GunicornOptions) (*Gunicorn, error) {
 }
 
 func startGunicorn(ctx context.Context, o GunicornOptions) (*Gunicorn, error) {
-	addr, err := FreeAddr()
-	if err != nil {
-		return nil, err
+	addr, bind := "unix:"+o.Socket, "unix:"+o.Socket
+	if o.Socket == "" {
+		var err error
+		if addr, err = FreeAddr(); err != nil {
+			return nil, err
+		}
+		bind = addr
 	}
 	python := o.Python
 	if python == "" {
@@ -131,7 +143,7 @@ func startGunicorn(ctx context.Context, o GunicornOptions) (*Gunicorn, error) {
 	keepAlive := max(1, int(orDuration(o.KeepAlive, 5*time.Second)/time.Second))
 	args := []string{"-m", "gunicorn",
 		"--chdir", o.Dir,
-		"--bind", addr,
+		"--bind", bind,
 		"--worker-class", "gthread",
 		"--workers", strconv.Itoa(workers),
 		"--threads", strconv.Itoa(threads),
@@ -183,10 +195,19 @@ func startGunicorn(ctx context.Context, o GunicornOptions) (*Gunicorn, error) {
 // waitReady polls App's readiness probe until it answers, gunicorn exits,
 // or timeout passes.
 func (g *Gunicorn) waitReady(ctx context.Context, timeout time.Duration) error {
-	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	tr := &http.Transport{DisableKeepAlives: true}
+	url := "http://" + g.Addr + "/-/ready"
+	if _, unix := sock.UnixPath(g.Addr); unix {
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return sock.Dial(ctx, &d, g.Addr)
+		}
+		url = "http://localhost/-/ready"
+	}
+	client := &http.Client{Timeout: time.Second, Transport: tr}
 	deadline := time.Now().Add(timeout)
 	for {
-		resp, err := client.Get("http://" + g.Addr + "/-/ready")
+		resp, err := client.Get(url)
 		if err == nil {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()

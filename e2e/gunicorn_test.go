@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +35,26 @@ func needGunicorn(t *testing.T) string {
 // Behind sluice, no client may see a 5xx or a transport error, and no
 // request may be processed twice: the POSTs carry no Idempotency-Key, so a
 // POST that may have reached the app must not be sent again.
-func TestGunicornChurn(t *testing.T) {
+func TestGunicornChurn(t *testing.T) { gunicornChurn(t, "") }
+
+// TestGunicornChurnUnix is TestGunicornChurn with gunicorn bound to a Unix
+// socket (--bind unix:PATH): a recycled worker's pooled connections die
+// as they do over TCP (EOF or EPIPE, no reset), and the same rules must
+// hold.
+func TestGunicornChurnUnix(t *testing.T) {
+	// Under os.TempDir(): t.TempDir() can pass the 107 bytes a socket's
+	// path may have.
+	dir, err := os.MkdirTemp("", "gu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	gunicornChurn(t, filepath.Join(dir, "g.sock"))
+}
+
+// gunicornChurn runs the churn scenario against gunicorn on 127.0.0.1, or
+// on the Unix socket at socket when it is not "".
+func gunicornChurn(t *testing.T, socket string) {
 	python := needGunicorn(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -43,6 +63,7 @@ func TestGunicornChurn(t *testing.T) {
 		Python: python,
 		Dir:    t.TempDir(),
 		Log:    &LineWriter{Line: func(s string) { t.Log("gunicorn: " + s) }},
+		Socket: socket,
 	})
 	if err != nil {
 		t.Fatal(err)

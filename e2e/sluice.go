@@ -20,7 +20,8 @@ import (
 // SluiceConfig returns a sluice config file for the scenarios here: one
 // route to one upstream at addr, default retry policy (non_idempotent:
 // keyed), pool max_idle 32, no access log, the error log at warn so that
-// every failed try shows. Each of pool, such as "non_idempotent: dial",
+// every failed try shows, and the clients on 127.0.0.1 trusted, so that
+// the X-Request-Id of each request reaches the upstream as they sent it. Each of pool, such as "non_idempotent: dial",
 // is added to the upstream's pool section. The listen address is a
 // placeholder: StartSluice listens itself.
 func SluiceConfig(addr string, pool ...string) string {
@@ -28,6 +29,7 @@ func SluiceConfig(addr string, pool ...string) string {
   - address: 127.0.0.1:0
 access_log: {enabled: false}
 log: {level: warn, format: json}
+forwarded: {trusted: [127.0.0.1/32]}  # the clients' X-Request-Id reach the upstream
 routes:
   - upstream: app
 upstreams:

@@ -74,6 +74,10 @@ const (
 	// not the server's failure: a graceful GOAWAY is a deploy, a refused
 	// stream is load shed.
 	Refused
+	// Denied: the proxy's own policy refused the request (a route's
+	// allow and deny lists, say) before it went anywhere. Its answer is
+	// Status when set (429 for a rate limit), else 403.
+	Denied
 )
 
 var kindNames = [...]string{
@@ -103,6 +107,7 @@ var kindNames = [...]string{
 	TLSAlert:           "tls_alert_received",
 	TLSCertificate:     "tls_certificate_error",
 	Refused:            "refused_stream",
+	Denied:             "denied",
 }
 
 func (k Kind) String() string {
@@ -207,7 +212,8 @@ func (e *Error) Timeout() bool { return e.Kind.Timeout() || e.Kind == ClientTime
 // (RFC 9209 names in ProxyStatus): 504 for upstream timeouts (nginx's
 // answer, not pingora's 502), 503 when no server is available, 404 when no
 // route matched, 502 for every other upstream failure, the carried status for
-// bad requests, 500 for internal errors.
+// bad requests, 403 (or the carried status) for requests the proxy's policy
+// denied, 500 for internal errors.
 func (e *Error) Answer() int {
 	switch {
 	case e.Kind == UpstreamStatus:
@@ -217,6 +223,11 @@ func (e *Error) Answer() int {
 			return e.Status
 		}
 		return 400
+	case e.Kind == Denied:
+		if e.Status != 0 {
+			return e.Status
+		}
+		return 403
 	case e.Kind == ClientTimeout:
 		return 408
 	case e.Kind.Timeout():
@@ -272,6 +283,8 @@ func (e *Error) ProxyStatus() string {
 		return "tls_certificate_error"
 	case Refused:
 		return "destination_unavailable"
+	case Denied:
+		return "http_request_denied"
 	}
 	return "proxy_internal_error"
 }

@@ -104,6 +104,9 @@ func TestAnswers(t *testing.T) {
 		{New(Internal, Internally, nil), 500, "proxy_internal_error"},
 		{New(Exhausted, Internally, nil), 503, "proxy_internal_error"},
 		{New(Drained, Internally, nil), 503, "proxy_internal_error"},
+		{New(Denied, Downstream, nil), 403, "http_request_denied"},
+		{&Error{Kind: Denied, Source: Downstream, Status: 429}, 429, "http_request_denied"},
+		{&Error{Kind: BadRequest, Source: Downstream, Status: 413}, 413, "http_request_error"},
 	}
 	for _, tt := range tests {
 		if tt.e.Answer() != tt.status || tt.e.ProxyStatus() != tt.ps {

@@ -26,6 +26,8 @@ type Body struct {
 	maxTrailer int
 	trailer    int
 	err        error // sticky: io.EOF once complete
+	limited    bool  // Limit was called: room bounds the data still to come
+	room       int64
 }
 
 type chunkState uint8
@@ -46,6 +48,25 @@ func (b *Body) Init(r *Reader, f Framing, decode bool, maxTrailer int) {
 	*b = Body{r: r, kind: f.Kind, left: f.Length, decode: decode, maxTrailer: maxTrailer}
 	if f.Kind == NoBody || (f.Kind == Length && f.Length == 0) {
 		b.err = io.EOF
+	}
+}
+
+// Limit bounds the body's content (its data: not the chunk-size lines,
+// CRLFs and trailers of chunked framing) to n bytes, n >= 0; it must be
+// called before the first Next, and a second call lowers the bound, never
+// raises it. A body whose Content-Length is over n fails at once: Next
+// returns ErrBodyTooLarge and no byte of it. A chunked body fails at the
+// chunk whose size would take the data past n: Next returns the segments
+// before that chunk's size line, then ErrBodyTooLarge, and never the line
+// itself, so whatever was passed on holds at most n bytes of data. A
+// close-delimited body fails at the read that goes past n.
+func (b *Body) Limit(n int64) {
+	if n < 0 || b.limited && n >= b.room {
+		return
+	}
+	b.limited, b.room = true, n
+	if b.kind == Length && b.left > n && b.err == nil {
+		b.err = ErrBodyTooLarge
 	}
 }
 
@@ -104,9 +125,19 @@ func (b *Body) next() ([]byte, error) {
 		}
 		return seg, err
 	case UntilClose:
-		seg, err := b.take(1 << 62)
+		max := int64(1 << 62)
+		if b.limited {
+			max = b.room + 1
+		}
+		seg, err := b.take(max)
 		if err == ErrTruncated {
 			return nil, io.EOF
+		}
+		if b.limited {
+			if int64(len(seg)) > b.room {
+				return nil, ErrBodyTooLarge
+			}
+			b.room -= int64(len(seg))
 		}
 		return seg, err
 	case Chunked:
@@ -146,6 +177,12 @@ func (b *Body) nextChunked() ([]byte, error) {
 			size, ok := parseChunkLine(line)
 			if !ok {
 				return nil, ErrBadChunk
+			}
+			if b.limited {
+				if size > b.room {
+					return nil, ErrBodyTooLarge
+				}
+				b.room -= size
 			}
 			if size == 0 {
 				b.state = stTrailer

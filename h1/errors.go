@@ -23,6 +23,9 @@ var (
 	ErrBadChunk       = errorf(400, "malformed chunked encoding")
 	ErrChunkLine      = errorf(400, "chunk size line too long")
 	ErrTrailerLarge   = errorf(431, "trailer section larger than the limit")
+	// ErrBodyTooLarge reports a body whose content is over the limit set
+	// with Body.Limit (413 Content Too Large, RFC 9110 §15.5.14).
+	ErrBodyTooLarge = errorf(413, "body larger than the limit")
 	// ErrTruncated reports a message that ended, by the connection closing,
 	// before its framing said it would.
 	ErrTruncated = errors.New("message truncated: connection closed before the end of the body")

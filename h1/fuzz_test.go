@@ -163,6 +163,49 @@ func FuzzChunked(f *testing.F) {
 				}
 			}
 		}
+		// Limit: at the body's data size it changes nothing; one byte
+		// under it, the body fails with ErrBodyTooLarge, having passed on
+		// a prefix of the wire bytes that holds at most the limit's data.
+		size := int64(data.Len())
+		for _, limit := range []int64{size, size - 1} {
+			if limit < 0 {
+				continue
+			}
+			r = NewReader(bytes.NewReader(in))
+			b.Init(r, Framing{Kind: Chunked}, false, 1024)
+			b.Limit(limit)
+			var out bytes.Buffer
+			var err error
+			for {
+				var seg []byte
+				seg, err = b.Next()
+				out.Write(seg)
+				if err != nil {
+					break
+				}
+			}
+			switch {
+			case limit == size && (err != io.EOF || !bytes.Equal(out.Bytes(), raw.Bytes())):
+				t.Fatalf("limit %d at the data size: %v, %q", limit, err, out.Bytes())
+			case limit < size && err != ErrBodyTooLarge:
+				t.Fatalf("limit %d under the data size %d: %v", limit, size, err)
+			case !bytes.HasPrefix(in, out.Bytes()):
+				t.Fatalf("limited pass-through is not a prefix of the input: %q", out.Bytes())
+			}
+			var dec Body
+			dec.Init(NewReader(bytes.NewReader(out.Bytes())), Framing{Kind: Chunked}, true, 1024)
+			var got int64
+			for {
+				seg, err := dec.Next()
+				got += int64(len(seg))
+				if err != nil {
+					break
+				}
+			}
+			if got > limit {
+				t.Fatalf("limit %d, yet %d data bytes were passed on", limit, got)
+			}
+		}
 	})
 }
 

@@ -1,6 +1,9 @@
 package h1
 
-import "bytes"
+import (
+	"bytes"
+	"slices"
+)
 
 // Header is an ordered list of header fields. Names keep the spelling they
 // arrived with and fields keep their order, so a proxied message leaves with
@@ -123,6 +126,15 @@ func (h *Header) delFrom(name string, from int) int {
 // DelAt removes field i.
 func (h *Header) DelAt(i int) {
 	h.fields = append(h.fields[:i], h.fields[i+1:]...)
+}
+
+// Grow makes room for n more fields whose names and values hold size
+// bytes in all, so that adding them allocates nothing: a header built
+// field by field (an answer sluice makes) then costs two allocations, not
+// one for each time its storage doubles.
+func (h *Header) Grow(n, size int) {
+	h.arena = slices.Grow(h.arena, size)
+	h.fields = slices.Grow(h.fields, n)
 }
 
 // Reset empties h, keeping its storage for reuse.

@@ -30,6 +30,14 @@ func (r *Request) SetTarget(t string) {
 	r.t1 = int32(len(r.Header.arena))
 }
 
+// SetTargetBytes is SetTarget for a byte slice, which may alias r's own
+// target (a suffix of it, say): the old bytes stay where they are.
+func (r *Request) SetTargetBytes(t []byte) {
+	r.t0 = int32(len(r.Header.arena))
+	r.Header.arena = append(r.Header.arena, t...)
+	r.t1 = int32(len(r.Header.arena))
+}
+
 // Path returns the target up to any query, for origin-form targets.
 func (r *Request) Path() []byte {
 	t := r.Target()

@@ -239,9 +239,7 @@ func (cc *ClientConn) OpenStream(fields []hpack.HeaderField, end bool) (*ClientS
 	}
 	cs := &ClientStream{
 		cc: cc, id: cc.nextID, head: fc.method == "HEAD",
-		done:  make(chan struct{}),
-		rwake: make(chan struct{}, 1),
-		wwake: make(chan struct{}, 1),
+		done: make(chan struct{}),
 	}
 	cs.recvWin = int64(cc.s.InitialWindow)
 	cs.sendWin = cc.peerWindow

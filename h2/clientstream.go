@@ -21,7 +21,7 @@ type ClientStream struct {
 	head bool // a HEAD request: the response has no content
 
 	done         chan struct{}
-	rwake, wwake chan struct{} // poked when what a blocked reader or writer waits for may have changed
+	rwake, wwake chan struct{} // guarded by cc.mu; see Stream's
 
 	// Guarded by cc.mu.
 	blocks      [][]hpack.HeaderField // response header blocks not yet returned by ReadHeader
@@ -98,8 +98,9 @@ func (cs *ClientStream) ReadHeader() ([]hpack.HeaderField, error) {
 		if !dl.IsZero() && !time.Now().Before(dl) {
 			return nil, &deadlineError{"read", cs.id}
 		}
+		ch := wake(&cs.rwake)
 		cc.mu.Unlock()
-		wait(cs.rwake, dl)
+		wait(ch, dl)
 		cc.mu.Lock()
 	}
 }
@@ -149,8 +150,9 @@ func (cs *ClientStream) Read(p []byte) (int, error) {
 			cc.mu.Unlock()
 			return 0, &deadlineError{"read", cs.id}
 		}
+		ch := wake(&cs.rwake)
 		cc.mu.Unlock()
-		wait(cs.rwake, dl)
+		wait(ch, dl)
 		cc.mu.Lock()
 	}
 }
@@ -171,8 +173,8 @@ func (cs *ClientStream) Trailers() []hpack.HeaderField {
 func (cs *ClientStream) SetReadDeadline(t time.Time) error {
 	cs.cc.mu.Lock()
 	cs.rdl = t
-	cs.cc.mu.Unlock()
 	poke(cs.rwake)
+	cs.cc.mu.Unlock()
 	return nil
 }
 
@@ -184,8 +186,8 @@ func (cs *ClientStream) SetReadDeadline(t time.Time) error {
 func (cs *ClientStream) SetWriteDeadline(t time.Time) error {
 	cs.cc.mu.Lock()
 	cs.wdl = t
-	cs.cc.mu.Unlock()
 	poke(cs.wwake)
+	cs.cc.mu.Unlock()
 	return nil
 }
 
@@ -343,8 +345,9 @@ func (cs *ClientStream) reserve(want int) (int, error) {
 			return 0, &deadlineError{"write", cs.id}
 		}
 		cs.wantCredit = true
+		ch := wake(&cs.wwake)
 		cc.mu.Unlock()
-		wait(cs.wwake, dl)
+		wait(ch, dl)
 		cc.mu.Lock()
 		cs.wantCredit = false
 	}

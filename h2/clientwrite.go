@@ -25,7 +25,8 @@ func (cc *ClientConn) lockWrite() (*writeBuf, error) {
 	}
 	if cc.wb == nil {
 		cc.wb = writeBufs.Get().(*writeBuf)
-		cc.wb.bw.Reset(deadlineWriter{cc.nc, cc.s.WriteTimeout})
+		cc.wb.dw = deadlineWriter{cc.nc, cc.s.WriteTimeout}
+		cc.wb.bw.Reset(&cc.wb.dw)
 	}
 	if err := cc.drain(); err != nil {
 		cc.failWrite(err)
@@ -45,8 +46,7 @@ func (cc *ClientConn) unlockWrite(force bool) error {
 	if err == nil && (force || cc.waiting.Load() == 0 || cc.wb.bw.Buffered() >= writeBufSize/2) {
 		err = cc.wb.bw.Flush()
 		if err == nil && (force || cc.waiting.Load() == 0) {
-			cc.wb.bw.Reset(nil)
-			writeBufs.Put(cc.wb)
+			cc.wb.release()
 			cc.wb = nil
 		}
 	}
@@ -66,8 +66,7 @@ func (cc *ClientConn) failWrite(err error) {
 	}
 	cc.werr = &closedError{err}
 	if cc.wb != nil {
-		cc.wb.bw.Reset(nil)
-		writeBufs.Put(cc.wb)
+		cc.wb.release()
 		cc.wb = nil
 	}
 	cc.log.Debug("h2: upstream write failed", "remote", cc.nc.RemoteAddr(), "err", err)

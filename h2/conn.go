@@ -883,7 +883,12 @@ func (c *Conn) closeStream(st *Stream, err error) {
 			c.returnConn(n)
 		}
 		st.buf, st.off = nil, 0
+		if f := st.onAbort; f != nil {
+			st.onAbort = nil
+			f()
+		}
 	}
+	st.onAbort = nil
 	close(st.done)
 	poke(st.rwake)
 	poke(st.wwake)

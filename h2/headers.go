@@ -20,6 +20,7 @@ type headerBlock struct {
 	frames  int
 	over    bool // past MaxHeaderList: fields dropped, decoding goes on for the HPACK state
 	check   fieldCheck
+	st      *Stream // the stream the block opens, if it is a request's: its fields go in st.hdr
 }
 
 func (c *Conn) onHeaders(f *http2.HeadersFrame) error {
@@ -31,7 +32,11 @@ func (c *Conn) onHeaders(f *http2.HeadersFrame) error {
 	trailers := c.streams[id] != nil
 	c.mu.Unlock()
 	b := &c.blk
-	*b = headerBlock{id: id, end: f.StreamEnded(), fields: b.fields[:0]}
+	*b = headerBlock{id: id, end: f.StreamEnded()}
+	if !trailers {
+		b.st = new(Stream)
+		b.fields = b.st.hdr[:0]
+	}
 	b.selfDep = f.HasPriority() && f.Priority.StreamDep == id
 	b.check.reset(trailers)
 	c.dec.SetEmitEnabled(true)
@@ -60,10 +65,7 @@ func (c *Conn) feed(frag []byte, ended bool) error {
 		return connErr{http2.ErrCodeCompression, "HPACK: " + err.Error()}
 	}
 	err := c.endBlock()
-	b.id = 0
-	if cap(b.fields) > 64 {
-		b.fields = nil
-	}
+	b.id, b.fields, b.st = 0, nil, nil
 	return err
 }
 
@@ -143,8 +145,8 @@ func (c *Conn) endBlock() error {
 		}
 		return streamErr{id, http2.ErrCodeRefusedStream}
 	}
-	st := newStream(c, id, b.fields, b.check.length)
-	b.fields = nil
+	st := b.st
+	st.init(c, id, b.fields, b.check.length)
 	st.recvWin = int64(c.s.InitialWindow)
 	st.sendWin = c.peerWindow
 	if len(c.streams) == 0 && c.s.IdleTimeout > 0 && !c.ending {
@@ -161,6 +163,6 @@ func (c *Conn) endBlock() error {
 		st.remoteEnded, st.noBody = true, true
 	}
 	c.wg.Add(1)
-	go c.runHandler(st)
+	spawn(st)
 	return nil
 }

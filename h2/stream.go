@@ -19,8 +19,16 @@ type Stream struct {
 	length int64 // the request's content-length, -1 when absent
 	noBody bool  // END_STREAM came with the request's header block
 
-	done         chan struct{}
-	rwake, wwake chan struct{} // poked when what a blocked Read or Write waits for may have changed
+	done chan struct{}
+	// hdr holds the request's fields when they fit: the stream and its
+	// header arrive in one allocation.
+	hdr [maxInlineFields]hpack.HeaderField
+
+	// Guarded by c.mu. Poked when what a blocked Read or Write waits for
+	// may have changed; made by the first that blocks (most streams never
+	// do), so a poke before that finds nil and does nothing, as nobody
+	// waits.
+	rwake, wwake chan struct{}
 
 	// Guarded by c.mu.
 	trailers    []hpack.HeaderField
@@ -37,15 +45,26 @@ type Stream struct {
 	closed      bool
 	err         error // why it closed, when not normally
 	rdl, wdl    time.Time
+	onAbort     func() // see OnAbort
 }
 
-func newStream(c *Conn, id uint32, header []hpack.HeaderField, length int64) *Stream {
-	return &Stream{
-		c: c, id: id, header: header, length: length,
-		done:  make(chan struct{}),
-		rwake: make(chan struct{}, 1),
-		wwake: make(chan struct{}, 1),
+// maxInlineFields is how many request fields a Stream holds without
+// another allocation: a browser's GET has about a dozen.
+const maxInlineFields = 16
+
+// init makes st, allocated when its header block began (its fields were
+// decoded into st.hdr when they fit), stream id of c.
+func (st *Stream) init(c *Conn, id uint32, header []hpack.HeaderField, length int64) {
+	st.c, st.id, st.header, st.length = c, id, header, length
+	st.done = make(chan struct{})
+}
+
+// wake returns *ch, making it first: c.mu is held.
+func wake(ch *chan struct{}) chan struct{} {
+	if *ch == nil {
+		*ch = make(chan struct{}, 1)
 	}
+	return *ch
 }
 
 // ID returns the stream identifier.
@@ -84,6 +103,29 @@ func (st *Stream) Trailers() []hpack.HeaderField {
 // Done returns a channel closed when the stream has ended either way: both
 // sides ended, reset by either side, or the connection gone.
 func (st *Stream) Done() <-chan struct{} { return st.done }
+
+// OnAbort arranges for f to be called once if the stream ends abnormally:
+// reset by either side, or its connection gone. f runs on the goroutine
+// that ended the stream, with the connection's lock held: it must be quick
+// and must not call the Stream's or the Conn's methods. If the stream has
+// already ended abnormally, f is called at once. OnAbort(nil) cancels: once
+// it returns, f is not running and will not run. This lets a handler cut a
+// wait of its own (on an upstream, say) when the client gives up, without a
+// goroutine watching Done.
+func (st *Stream) OnAbort(f func()) {
+	c := st.c
+	c.mu.Lock()
+	if f != nil && st.closed {
+		aborted := st.err != nil
+		c.mu.Unlock()
+		if aborted {
+			f()
+		}
+		return
+	}
+	st.onAbort = f
+	c.mu.Unlock()
+}
 
 // Read reads the request body (DATA payloads, padding removed). It returns
 // io.EOF after END_STREAM, a *ResetError once the stream was reset, and
@@ -128,8 +170,9 @@ func (st *Stream) Read(p []byte) (int, error) {
 			c.mu.Unlock()
 			return 0, &deadlineError{"read", st.id}
 		}
+		ch := wake(&st.rwake)
 		c.mu.Unlock()
-		wait(st.rwake, dl)
+		wait(ch, dl)
 		c.mu.Lock()
 	}
 }
@@ -140,8 +183,8 @@ func (st *Stream) Read(p []byte) (int, error) {
 func (st *Stream) SetReadDeadline(t time.Time) error {
 	st.c.mu.Lock()
 	st.rdl = t
-	st.c.mu.Unlock()
 	poke(st.rwake)
+	st.c.mu.Unlock()
 	return nil
 }
 
@@ -152,8 +195,8 @@ func (st *Stream) SetReadDeadline(t time.Time) error {
 func (st *Stream) SetWriteDeadline(t time.Time) error {
 	st.c.mu.Lock()
 	st.wdl = t
-	st.c.mu.Unlock()
 	poke(st.wwake)
+	st.c.mu.Unlock()
 	return nil
 }
 
@@ -395,8 +438,9 @@ func (st *Stream) reserve(want int, block bool) (int, error) {
 			return 0, &deadlineError{"write", st.id}
 		}
 		st.wantCredit = true
+		ch := wake(&st.wwake)
 		c.mu.Unlock()
-		wait(st.wwake, dl)
+		wait(ch, dl)
 		c.mu.Lock()
 		st.wantCredit = false
 	}

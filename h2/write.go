@@ -42,6 +42,7 @@ const (
 type writeBuf struct {
 	bw *bufio.Writer
 	fr *http2.Framer
+	dw deadlineWriter // bw's writer: a pointer to it, in bw, allocates nothing
 }
 
 const writeBufSize = 16 << 10
@@ -61,9 +62,16 @@ type deadlineWriter struct {
 	timeout time.Duration
 }
 
-func (w deadlineWriter) Write(p []byte) (int, error) {
+func (w *deadlineWriter) Write(p []byte) (int, error) {
 	w.nc.SetWriteDeadline(time.Now().Add(w.timeout))
 	return w.nc.Write(p)
+}
+
+// release hands wb back to the pool, holding nothing of its connection.
+func (wb *writeBuf) release() {
+	wb.bw.Reset(nil)
+	wb.dw = deadlineWriter{}
+	writeBufs.Put(wb)
 }
 
 // lockWrite takes the write lock and writes the queued frames. Every
@@ -79,7 +87,8 @@ func (c *Conn) lockWrite() (*writeBuf, error) {
 	}
 	if c.wb == nil {
 		c.wb = writeBufs.Get().(*writeBuf)
-		c.wb.bw.Reset(deadlineWriter{c.nc, c.s.WriteTimeout})
+		c.wb.dw = deadlineWriter{c.nc, c.s.WriteTimeout}
+		c.wb.bw.Reset(&c.wb.dw)
 	}
 	if err := c.drain(); err != nil {
 		c.failWrite(err)
@@ -113,8 +122,7 @@ func (c *Conn) unlockWrite(force bool) error {
 	if err == nil && (force || c.waiting.Load() == 0 || c.wb.bw.Buffered() >= writeBufSize/2) {
 		err = c.wb.bw.Flush()
 		if err == nil && (force || c.waiting.Load() == 0) {
-			c.wb.bw.Reset(nil)
-			writeBufs.Put(c.wb)
+			c.wb.release()
 			c.wb = nil
 		}
 	}
@@ -148,8 +156,7 @@ func (c *Conn) failWrite(err error) {
 	if c.werr == nil {
 		c.werr = ErrConnClosed
 		if c.wb != nil {
-			c.wb.bw.Reset(nil)
-			writeBufs.Put(c.wb)
+			c.wb.release()
 			c.wb = nil
 		}
 		c.log.Debug("h2: write failed", "remote", c.nc.RemoteAddr(), "err", err)

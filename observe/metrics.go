@@ -8,9 +8,11 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-proxy/sluice/fault"
@@ -48,6 +50,14 @@ type Metrics struct {
 	mu    sync.Mutex
 	byUp  sync.Map // upstream name -> *series
 	codes [600]string
+
+	rec *Recorder // told of every try too, when set (Record)
+
+	reloads    *prometheus.CounterVec // result
+	reloadsOK  prometheus.Counter
+	reloadsBad prometheus.Counter
+	loadedAt   prometheus.Gauge
+	hash       atomic.Pointer[string] // the running config's hash, for sluice_config_info
 }
 
 // series caches one upstream's children so the hot path skips label
@@ -128,19 +138,101 @@ func New(p *pool.Pool) *Metrics {
 	for _, f := range proxy.HandshakeFailures() {
 		m.tlsFailures = append(m.tlsFailures, m.tlsFailed.WithLabelValues(f.String()))
 	}
+	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_config_reloads_total",
+		Help: "Config reloads (SIGHUP), by result: success, or failure (the previous config kept serving).",
+	}, []string{"result"})
+	m.reloadsOK, m.reloadsBad = m.reloads.WithLabelValues("success"), m.reloads.WithLabelValues("failure")
+	m.loadedAt = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "sluice_config_load_timestamp_seconds", Help: "When the running config was loaded, in Unix seconds.",
+	})
 	m.reg.MustRegister(m.requests, m.duration, m.tries, m.retries, m.given, m.denied, m.stale, m.aborted, m.faults, m.exhausted,
-		m.handshake, m.tlsFailed)
+		m.handshake, m.tlsFailed, m.reloads, m.loadedAt, configCollector{m},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if p != nil {
 		m.reg.MustRegister(poolCollector{p})
 	}
 	return m
 }
 
+// Record has every try told to r as well, for the admin's status page.
+// Call it before the Metrics are in use.
+func (m *Metrics) Record(r *Recorder) { m.rec = r }
+
+// ConfigLoaded records the config now running: its hash (of the file's
+// bytes, say) and when it was loaded.
+func (m *Metrics) ConfigLoaded(hash string, at time.Time) {
+	m.hash.Store(&hash)
+	m.loadedAt.Set(float64(at.UnixNano()) / 1e9)
+}
+
+// Reloaded counts a config reload: ok, or failed (err not nil).
+func (m *Metrics) Reloaded(err error) {
+	if err != nil {
+		m.reloadsBad.Inc()
+		return
+	}
+	m.reloadsOK.Inc()
+}
+
+// configCollector reports the running config's hash.
+type configCollector struct{ m *Metrics }
+
+var configDesc = prometheus.NewDesc("sluice_config_info",
+	"1, labelled with the hash (SHA-256 of the file) of the config running.", []string{"hash"}, nil)
+
+func (c configCollector) Describe(ch chan<- *prometheus.Desc) { ch <- configDesc }
+
+func (c configCollector) Collect(ch chan<- prometheus.Metric) {
+	if h := c.m.hash.Load(); h != nil {
+		ch <- prometheus.MustNewConstMetric(configDesc, prometheus.GaugeValue, 1, *h)
+	}
+}
+
+// ProxyState is what the metrics read of the proxy server at scrape time;
+// *proxy.Server has it.
+type ProxyState interface {
+	Connections(report func(listener, protocol string))
+	InFlight() int64
+}
+
+// WatchProxy reports srv's open client connections, by listener and
+// protocol, and its requests in flight, at scrape time.
+func (m *Metrics) WatchProxy(srv ProxyState) {
+	m.reg.MustRegister(proxyCollector{srv})
+}
+
+type proxyCollector struct{ srv ProxyState }
+
+var (
+	connectionsDesc = prometheus.NewDesc("sluice_client_connections",
+		"Open client connections, by listener address and protocol (http/1.1, h2).", []string{"listener", "protocol"}, nil)
+	inFlightDesc = prometheus.NewDesc("sluice_requests_in_flight",
+		"Requests whose head was read and whose answer is not yet complete.", nil, nil)
+)
+
+func (c proxyCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- connectionsDesc
+	ch <- inFlightDesc
+}
+
+func (c proxyCollector) Collect(ch chan<- prometheus.Metric) {
+	type key struct{ listener, protocol string }
+	counts := map[key]int{}
+	c.srv.Connections(func(listener, protocol string) { counts[key{listener, protocol}]++ })
+	for k, n := range counts {
+		ch <- prometheus.MustNewConstMetric(connectionsDesc, prometheus.GaugeValue, float64(n), k.listener, k.protocol)
+	}
+	ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, float64(c.srv.InFlight()))
+}
+
 // ServerState is one upstream server's state, for the health gauges.
 type ServerState struct {
 	Upstream, Server string
 	Healthy          bool
-	Outstanding      int64
+	// Drained is set for a server taken out by hand (the admin API).
+	Drained     bool
+	Outstanding int64
 }
 
 // WatchServers reports each server's health and outstanding tries at
@@ -159,11 +251,14 @@ var (
 		[]string{"upstream", "server"}, nil)
 	outstandingDesc = prometheus.NewDesc("sluice_upstream_server_outstanding",
 		"Tries in flight to the server.", []string{"upstream", "server"}, nil)
+	drainedDesc = prometheus.NewDesc("sluice_upstream_server_drained",
+		"1 when the server is taken out by hand (admin API drain), else 0.", []string{"upstream", "server"}, nil)
 )
 
 func (c serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- healthyDesc
 	ch <- outstandingDesc
+	ch <- drainedDesc
 }
 
 func (c serverCollector) Collect(ch chan<- prometheus.Metric) {
@@ -174,6 +269,11 @@ func (c serverCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(healthyDesc, prometheus.GaugeValue, v, s.Upstream, s.Server)
 		ch <- prometheus.MustNewConstMetric(outstandingDesc, prometheus.GaugeValue, float64(s.Outstanding), s.Upstream, s.Server)
+		d := 0.0
+		if s.Drained {
+			d = 1
+		}
+		ch <- prometheus.MustNewConstMetric(drainedDesc, prometheus.GaugeValue, d, s.Upstream, s.Server)
 	})
 }
 
@@ -229,6 +329,9 @@ func (m *Metrics) Try(s *proxy.Session, a *proxy.Attempt) {
 		outcome = reason(a.Err)
 	}
 	child(&ser.tries, m.tries, up, outcome).Inc()
+	if m.rec != nil {
+		m.rec.Try(a)
+	}
 	if a.StaleResend {
 		ser.stale.Inc()
 	}

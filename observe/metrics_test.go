@@ -1,6 +1,7 @@
 package observe
 
 import (
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -20,7 +21,7 @@ func TestMetricsCount(t *testing.T) {
 	defer p.Close()
 	m := New(p)
 	m.WatchServers(func(report func(ServerState)) {
-		report(ServerState{Upstream: "api", Server: "127.0.0.1:1", Healthy: false, Outstanding: 2})
+		report(ServerState{Upstream: "api", Server: "127.0.0.1:1", Healthy: false, Drained: true, Outstanding: 2})
 	})
 	peer := &proxy.Peer{Addr: "127.0.0.1:1", Upstream: "api"}
 	s := &proxy.Session{Start: time.Now(), Status: 200}
@@ -40,10 +41,22 @@ func TestMetricsCount(t *testing.T) {
 	m.ClientFault(proxy.InBody, &fault.Error{Kind: fault.ClientClosed, Source: fault.Downstream})
 	m.ClientFault(proxy.InResponse, &fault.Error{Kind: fault.Internal, Source: fault.Downstream})
 
+	m.ConfigLoaded("abc123", time.Unix(1700000000, 0))
+	m.Reloaded(nil)
+	m.Reloaded(errors.New("bad file"))
+	m.Reloaded(nil)
+
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	out := rec.Body.String()
 	for _, want := range []string{
+		`sluice_upstream_server_drained{server="127.0.0.1:1",upstream="api"} 1`,
+		`sluice_config_info{hash="abc123"} 1`,
+		`sluice_config_load_timestamp_seconds 1.7e+09`,
+		`sluice_config_reloads_total{result="success"} 2`,
+		`sluice_config_reloads_total{result="failure"} 1`,
+		`go_goroutines `,
+		`go_memstats_alloc_bytes `,
 		`sluice_requests_total{code="200",upstream="api"} 1`,
 		`sluice_upstream_tries_total{outcome="connection_closed",upstream="api"} 1`,
 		`sluice_upstream_tries_total{outcome="ok",upstream="api"} 1`,

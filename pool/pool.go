@@ -509,6 +509,19 @@ func (p *Pool) Close() {
 	p.w.close()
 }
 
+// IdleByKey reports the number of idle connections of each key that has
+// any, for an admin page. It holds the pool's lock while it reports:
+// report must not call the pool.
+func (p *Pool) IdleByKey(report func(key string, idle int)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, l := range p.keys {
+		if l.n > 0 {
+			report(k, l.n)
+		}
+	}
+}
+
 // Stats returns the pool's counters.
 func (p *Pool) Stats() Stats {
 	p.mu.Lock()

@@ -2,6 +2,8 @@ package pool
 
 import (
 	"net"
+	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"testing"
@@ -12,7 +14,7 @@ import (
 // end of it.
 func pair(t *testing.T, ln net.Listener) (client, server net.Conn) {
 	t.Helper()
-	c, err := net.Dial("tcp", ln.Addr().String())
+	c, err := net.Dial(ln.Addr().Network(), ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,6 +33,57 @@ func listen(t *testing.T) net.Listener {
 	}
 	t.Cleanup(func() { ln.Close() })
 	return ln
+}
+
+// listenUnix listens on a Unix domain socket in a new directory under
+// os.TempDir() (t.TempDir()'s paths can be too long for a socket).
+func listenUnix(t *testing.T) net.Listener {
+	dir, err := os.MkdirTemp("", "pl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ln, err := net.Listen("unix", filepath.Join(dir, "s.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// TestUnixSocket: a connection to a Unix domain socket that its peer
+// closes while idle is removed by the watcher (or found dead by the check
+// before use), and the check tells an open one from a closed one, as over
+// TCP.
+func TestUnixSocket(t *testing.T) {
+	ln := listenUnix(t)
+	p := New(0, nil)
+	defer p.Close()
+	c, s := pair(t, ln)
+	pc := NewConn(c, "unix:x", &Limits{MaxIdle: 1}, time.Now())
+	if !pc.sys.alive() {
+		t.Fatal("open connection reported dead")
+	}
+	p.Put(pc)
+	s.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Stats().Watched == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := p.Get("unix:x", nil); got != nil {
+		t.Fatal("a connection closed by its peer was handed out")
+	}
+	st := p.Stats()
+	if st.Watched+st.Stale != 1 || (runtime.GOOS == "linux" && st.Watched != 1) {
+		t.Fatalf("stats %+v: want the watcher to have removed it", st)
+	}
+	c2, s2 := pair(t, ln)
+	pc2 := NewConn(c2, "unix:x", &Limits{MaxIdle: 1}, time.Now())
+	s2.Close()
+	time.Sleep(20 * time.Millisecond)
+	if pc2.sys.alive() {
+		t.Fatal("connection closed by peer reported alive")
+	}
 }
 
 type fakeClock struct {
@@ -383,5 +436,20 @@ func TestParseOnceMode(t *testing.T) {
 	}
 	if _, err := ParseOnceMode("always"); err == nil {
 		t.Error("ParseOnceMode accepted always")
+	}
+}
+
+func TestIdleByKey(t *testing.T) {
+	ln := listen(t)
+	p := New(0, nil)
+	defer p.Close()
+	l := &Limits{MaxIdle: 4, IdleTimeout: time.Minute}
+	putNew(t, p, ln, "a", l, 3)
+	putNew(t, p, ln, "b", l, 1)
+	p.Get("b", nil).Close() // b's list stays, empty, until the sweep
+	got := map[string]int{}
+	p.IdleByKey(func(key string, idle int) { got[key] = idle })
+	if len(got) != 1 || got["a"] != 3 {
+		t.Fatalf("IdleByKey reported %v, want a: 3", got)
 	}
 }

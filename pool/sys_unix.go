@@ -37,6 +37,15 @@ type sysConn struct {
 	idle1 func(fd uintptr)
 }
 
+// network names the socket's network in errors, as the net package's
+// do: "tcp", or "unix" for a server on a Unix domain socket.
+func (s *sysConn) network() string {
+	if s.remote != nil {
+		return s.remote.Network()
+	}
+	return "tcp"
+}
+
 func (s *sysConn) init(c net.Conn) {
 	rc, fd, ok := sock.Raw(c)
 	s.fd = fd
@@ -85,7 +94,7 @@ func (s *sysConn) readOnce(fd uintptr, nothing error) {
 	case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK || err == syscall.EINTR:
 		s.got, s.rerr = 0, nothing
 	case err != nil:
-		s.got, s.rerr = 0, &net.OpError{Op: "read", Net: "tcp", Source: s.local, Addr: s.remote, Err: os.NewSyscallError("read", err)}
+		s.got, s.rerr = 0, &net.OpError{Op: "read", Net: s.network(), Source: s.local, Addr: s.remote, Err: os.NewSyscallError("read", err)}
 	case n == 0:
 		s.got, s.rerr = 0, io.EOF
 	default:
@@ -183,7 +192,7 @@ func (s *sysConn) send(req []byte) (n int, tried bool, err error) {
 	n, tried, err = s.wrote, s.sent, s.werr
 	s.out, s.werr = nil, nil
 	if err != nil {
-		err = &net.OpError{Op: "write", Net: "tcp", Source: s.local, Addr: s.remote, Err: os.NewSyscallError("write", err)}
+		err = &net.OpError{Op: "write", Net: s.network(), Source: s.local, Addr: s.remote, Err: os.NewSyscallError("write", err)}
 	}
 	return n, tried, err
 }

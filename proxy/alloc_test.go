@@ -48,9 +48,10 @@ func TestRoundTripAllocations(t *testing.T) {
 }
 
 // TestAccessLogAllocations guards the access log's share: with the default
-// text access log on, a proxied GET allocates at most four times (three
-// today: the target as a string, the log record's attributes past its
-// first five, and the handler's own).
+// text access log on, a proxied GET allocates at most four times (two
+// today: one string holding the texts taken from the request, which the
+// attributes slice, and the log record's attributes past its first five;
+// the request id included).
 func TestAccessLogAllocations(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")

@@ -7,6 +7,7 @@ import (
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/internal/clock"
+	"github.com/sluice-proxy/sluice/internal/sock"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/retry"
 )
@@ -118,7 +119,7 @@ func (s *Session) connect(peer *Peer, pol *retry.Policy, a *Attempt) bool {
 	// No TCP keep-alive probes: the pool's idle watcher and timeouts end
 	// dead connections, and the probes cost system calls on every dial.
 	d := net.Dialer{Timeout: opts.connectTimeout(), KeepAlive: -1}
-	nc, err := d.DialContext(s.srv.expire, "tcp", peer.Addr)
+	nc, err := sock.Dial(s.srv.expire, &d, peer.Addr)
 	if err != nil {
 		a.Err = fault.FromIO(err, fault.PhaseConnect)
 		a.Err.Context = "connecting to " + peer.Addr
@@ -141,6 +142,14 @@ func (s *Session) connect(peer *Peer, pol *retry.Policy, a *Attempt) bool {
 // Shutdown can find it.
 func (s *Session) setUp(pc *pool.Conn) {
 	s.up = pc
+	if s.Stream != 0 {
+		// The stream's abort may cut the connection at any time, from
+		// the HTTP/2 connection's goroutine (streamServe.cut).
+		s.c.upMu.Lock()
+		s.c.upstream.Store(pc)
+		s.c.upMu.Unlock()
+		return
+	}
 	s.c.upstream.Store(pc)
 }
 

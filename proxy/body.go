@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"io"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,15 @@ type reqBody struct {
 	mu      sync.Mutex    // orders stop against the pump's deadline setting
 	stopped bool
 	err     *fault.Error // the client side's failure, from the pump
+
+	// limited is set by Session.LimitBody, which bounds the body's
+	// content to max bytes; over is set once the body was found over it
+	// (by the pump: read after it stopped). sealed is set once the
+	// RequestFilter returned: a limit set later is ignored.
+	limited bool
+	max     int64
+	over    bool
+	sealed  bool
 }
 
 func (rb *reqBody) init(s *Session, f h1.Framing) {
@@ -50,6 +60,31 @@ func (rb *reqBody) init(s *Session, f h1.Framing) {
 	rb.replay = rb.replay[:0]
 	rb.b.Init(&s.c.r, f, false, s.srv.maxHeaderBytes())
 	rb.finished = f.Empty()
+}
+
+// limitTo bounds the body's content to n bytes (see Session.LimitBody).
+func (rb *reqBody) limitTo(n int64) {
+	if n < 0 || rb.sealed || rb.limited && n >= rb.max {
+		return
+	}
+	rb.limited, rb.max = true, n
+	rb.b.Limit(n)
+}
+
+// lengthOver returns the failure of a request whose Content-Length is over
+// the body limit, found before any of the body is read or anything is sent
+// upstream; nil for any other request.
+func (rb *reqBody) lengthOver() *fault.Error {
+	rb.sealed = true
+	if !rb.limited || rb.f.Kind != h1.Length || rb.f.Length <= rb.max {
+		return nil
+	}
+	rb.over = true
+	rb.err = &fault.Error{Kind: fault.BadRequest, Source: fault.Downstream, Status: 413,
+		Context: "the request body's Content-Length, " + strconv.FormatInt(rb.f.Length, 10) +
+			", is over the limit of " + strconv.FormatInt(rb.max, 10) + " bytes; nothing was sent upstream",
+		Cause: h1.ErrBodyTooLarge}
+	return rb.err
 }
 
 // prereadMax is the largest body (by Content-Length) that sluice tries to
@@ -183,9 +218,15 @@ func (rb *reqBody) pump(up *pool.Conn, writeTimeout, headerTimeout time.Duration
 				return
 			}
 			// The client failed mid-body (gone, too slow, or bad chunked
-			// framing): the upstream exchange is aborted, never
-			// completed, and closing it wakes the response side.
+			// framing), or its body grew past the limit: the upstream
+			// exchange is aborted, never completed, and closing it wakes
+			// the response side.
 			rb.err = clientErr(err, "reading the request body")
+			if err == h1.ErrBodyTooLarge {
+				rb.over = true
+				rb.err.Context = "reading the request body: it grew past the limit of " +
+					strconv.FormatInt(rb.max, 10) + " bytes, and the try was aborted"
+			}
 			up.Close()
 			return
 		}
@@ -240,6 +281,7 @@ func (rb *reqBody) drain() bool {
 		drained += int64(len(seg))
 		rb.consumed += int64(len(seg))
 		if err != nil && err != io.EOF || drained > maxDrain {
+			rb.over = rb.over || err == h1.ErrBodyTooLarge
 			return false
 		}
 	}

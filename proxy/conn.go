@@ -33,6 +33,7 @@ type conn struct {
 	tls      *tls.Conn            // nil on a plain connection
 	state    *tls.ConnectionState // the TLS handshake's outcome, once complete
 	ln       *listener            // the listener it came from
+	stream   bool                 // it serves one stream of an HTTP/2 connection (h2.go)
 	r        h1.Reader
 	client   string // the client's IP, for X-Forwarded-For and logs
 	clientIP netip.Addr
@@ -55,6 +56,7 @@ type conn struct {
 	// upstream is the connection of the try in progress, if any, for
 	// Shutdown to cut its wait short when the drain timeout passes.
 	upstream atomic.Pointer[pool.Conn]
+	upMu     sync.Mutex // an HTTP/2 stream's: see setUp
 	// h2 is the HTTP/2 engine serving the connection, once it speaks
 	// HTTP/2, for Shutdown to send its GOAWAY.
 	h2 atomic.Pointer[h2.Conn]
@@ -467,9 +469,11 @@ func (c *conn) awaitHead() next {
 
 // headTimeout answers a head not completed within the header timeout.
 func (c *conn) headTimeout(err error) next {
+	began := c.headBy.Add(-c.srv.headerTimeout()) // the head's first byte
 	c.headBy = time.Time{}
 	c.session()
 	c.borrow()
+	c.s.Start = began
 	c.s.headFault = true
 	c.s.answerError(&fault.Error{Kind: fault.ClientTimeout, Source: fault.Downstream, Context: "reading the request head", Cause: err})
 	c.s.finish()
@@ -546,16 +550,22 @@ func (c *conn) wakeIfIdle() {
 // write sends b to the client within the send timeout (and at most
 // deadlineSlack more).
 func (c *conn) write(b []byte) error {
-	timeout := c.srv.sendTimeout()
-	if by := clock.Now().Add(timeout); c.writeBy.Before(by) {
-		c.writeBy = by.Add(deadlineSlack(timeout))
-		c.nc.SetWriteDeadline(c.writeBy)
-	}
+	c.writeDeadline()
 	n, err := c.nc.Write(b)
 	if c.s != nil {
 		c.s.BytesOut += int64(n)
 	}
 	return err
+}
+
+// writeDeadline makes sure the write deadline on nc is at least the send
+// timeout away.
+func (c *conn) writeDeadline() {
+	timeout := c.srv.sendTimeout()
+	if by := clock.Now().Add(timeout); c.writeBy.Before(by) {
+		c.writeBy = by.Add(deadlineSlack(timeout))
+		c.nc.SetWriteDeadline(c.writeBy)
+	}
 }
 
 // Lingering bounds: how long and how much to discard before closing.

@@ -74,7 +74,7 @@ func (c *conn) serveStream(st *h2.Stream) {
 	sc, sub := &ss.sc, &ss.c
 	sc.reset(st, c.nc)
 	*sub = conn{srv: srv, nc: sc, raw: sc, ln: c.ln, client: c.client, clientIP: c.clientIP,
-		trusted: c.trusted, state: c.state}
+		trusted: c.trusted, state: c.state, stream: true}
 	sub.r.Reset(sc)
 	sub.ready.init(sc, &sub.r, nil, false)
 	srv.mu.Lock()
@@ -107,26 +107,12 @@ func (c *conn) serveStream(st *h2.Stream) {
 		s.answerBadRequest(err)
 		return
 	}
-	if isGRPC(&s.Request.Header) {
-		// A gRPC stream may wait minutes for its next message
-		// (timeouts.stream_idle): when the client cancels it, the wait
-		// for the upstream is cut at once, as the drain timeout cuts it.
-		served, watched := make(chan struct{}), make(chan struct{})
-		defer func() {
-			close(served)
-			<-watched // done with sub before it is reused
-		}()
-		go func() {
-			defer close(watched)
-			select {
-			case <-st.Done():
-				if up := sub.upstream.Load(); up != nil {
-					up.SetDeadline(time.Now())
-				}
-			case <-served:
-			}
-		}()
-	}
+	// A stream may wait long for its upstream (a gRPC stream minutes, for
+	// its next message): when the client resets it, the wait is cut at
+	// once, as the drain timeout cuts it, and the try ends as the
+	// client's fault (see gone).
+	st.OnAbort(ss.cutUp)
+	defer st.OnAbort(nil) // before sub is reset for reuse
 	s.serve()
 }
 
@@ -149,11 +135,29 @@ func (c *conn) gone() bool {
 // comes from sessionPool): its conn and streamConn, allocated together and
 // reused, buffers included, by later streams.
 type streamServe struct {
-	c  conn
-	sc streamConn
+	c     conn
+	sc    streamConn
+	cutUp func() // cut, made once: OnAbort takes it without allocating
 }
 
-var streamPool = sync.Pool{New: func() any { return new(streamServe) }}
+var streamPool = sync.Pool{New: func() any {
+	ss := new(streamServe)
+	ss.cutUp = ss.cut
+	return ss
+}}
+
+// cut ends the wait for the upstream of the try in progress, if any: the
+// stream's client is gone. It runs on the HTTP/2 connection's goroutine;
+// under upMu it cannot touch a connection the session has let go of (to
+// the pool, where another request may have it).
+func (ss *streamServe) cut() {
+	c := &ss.c
+	c.upMu.Lock()
+	if up := c.upstream.Load(); up != nil {
+		up.SetDeadline(time.Now())
+	}
+	c.upMu.Unlock()
+}
 
 // requestFromH2 maps the header block of a request stream onto an
 // HTTP/1.1 request head (RFC 9113 §8.3.1): :authority becomes Host, first,

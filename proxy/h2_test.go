@@ -433,3 +433,28 @@ func TestH2DrainTimeout(t *testing.T) {
 		t.Errorf("the stream got %d %q (%v), want 503 with proxy_internal_error", r.code, r.status, r.err)
 	}
 }
+
+// TestH2ClientResetCutsUpstreamWait: an HTTP/2 client that gives up on a
+// request (a browser navigating away) resets its stream; the wait for a
+// slow upstream ends at once, as the client's fault, not at the upstream's
+// 30 s response-header timeout, holding its connection till then.
+func TestH2ClientResetCutsUpstreamWait(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.Silent())
+	opts := testOptions()
+	opts.ResponseHeaderTimeout = 30 * time.Second
+	hs, client := startH2(t, peers(opts, up.Addr()), h2c())
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		up.WaitRequests(1, 5*time.Second)
+		cancel()
+	}()
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+hs.addr+"/slow", nil)
+	if resp, err := client.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("got %d, want the request cancelled", resp.StatusCode)
+	}
+	waitFor(t, "the request's access log line", func() bool { return strings.Contains(hs.access.String(), "target=/slow") })
+	if line := hs.access.String(); !strings.Contains(line, "error=client_closed") {
+		t.Errorf("access log: %s, want error=client_closed", line)
+	}
+}

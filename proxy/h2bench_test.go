@@ -12,6 +12,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/sluice-proxy/sluice/h2"
 	"github.com/sluice-proxy/sluice/pool"
 )
 
@@ -83,5 +84,56 @@ func BenchmarkProxyRoundTripH2(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkProxyRoundTripToH2 measures one small GET from an HTTP/1.1
+// client on a kept-alive connection to an HTTP/2 upstream (h2c, one shared
+// connection): the upstream side of a gRPC call, without gRPC. The
+// upstream runs in the process: allocs/op count its HTTP/2 server too.
+func BenchmarkProxyRoundTripToH2(b *testing.B) {
+	body := bytes.Repeat([]byte("x"), 64)
+	fields := []hpack.HeaderField{{Name: ":status", Value: "200"}, {Name: "content-type", Value: "text/plain"}, {Name: "content-length", Value: "64"}}
+	up := startH2Upstream(b, nil, nil, func(_ *h2.Conn, st *h2.Stream) { st.WriteResponse(fields, body, true) })
+	opts := &PeerOptions{Protocol: ProtocolH2C, Pool: &pool.Limits{MaxIdle: 16, IdleTimeout: time.Minute}}
+	srv := &Server{Handler: &ordered{peers: []*Peer{{Addr: up.addr(), Options: opts}}}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	}()
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	rt := &roundTripper{nc: nc, req: []byte("GET /bench HTTP/1.1\r\nHost: bench\r\nUser-Agent: bench\r\n\r\n"), buf: make([]byte, 4096)}
+	// Learn the response's length from the first.
+	nc.Write(rt.req)
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n := 0
+	for {
+		m, err := nc.Read(rt.buf[n:])
+		if err != nil {
+			b.Fatal(err)
+		}
+		n += m
+		if i := bytes.Index(rt.buf[:n], []byte("\r\n\r\n")); i >= 0 && n-i-4 >= len(body) {
+			break
+		}
+	}
+	nc.SetReadDeadline(time.Time{})
+	rt.want = n
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := rt.do(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

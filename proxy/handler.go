@@ -1,12 +1,14 @@
 package proxy
 
 import (
+	"os"
 	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/h1"
+	"github.com/sluice-proxy/sluice/internal/sock"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/retry"
 )
@@ -20,8 +22,9 @@ import (
 // other error is a 502 bad_gateway with the error in the log.
 //
 // A Handler may also implement any of the optional hook interfaces below
-// (RequestFilter, UpstreamRequestFilter, ResponseFilter, FailToConnect,
-// ErrorWhileProxy, FailToProxy, Logger); the Server checks once, at start.
+// (RequestFilter, UpstreamRequestFilter, ResponseFilter, AnswerFilter,
+// FailToConnect, ErrorWhileProxy, FailToProxy, Logger); the Server checks
+// once, at start.
 // Hooks are called from the connection's goroutine; a Handler serves many
 // connections at once and must be safe for concurrent use.
 type Handler interface {
@@ -49,6 +52,20 @@ type UpstreamRequestFilter interface {
 // forwarded.
 type ResponseFilter interface {
 	ResponseFilter(s *Session, peer *Peer, resp *h1.Response)
+}
+
+// AnswerFilter may change the header fields of an answer sluice makes
+// itself, before it is written: an error's (502, 503, 504, 413...), or one
+// a RequestFilter or FailToProxy handed back. resp holds the answer's
+// status and fields, copied, so the Response handed back is never changed
+// and may be shared; a change of resp.Status is ignored, and
+// Content-Length, Connection and Transfer-Encoding remain sluice's to set.
+// Responses relayed from an upstream are ResponseFilter's, interim (1xx)
+// responses neither's. It runs for every answer of a Handler that has it,
+// the 400 to a request that broke HTTP/1.1 included (its session may hold
+// a partial head then), and must be cheap.
+type AnswerFilter interface {
+	AnswerFilter(s *Session, resp *h1.Response)
 }
 
 // The error hooks below take part in the retry decision after a failed try,
@@ -107,8 +124,25 @@ type Logger interface {
 // Response is an answer the proxy writes itself.
 type Response struct {
 	Status int
-	Header h1.Header // Content-Length is set from Body
+	Header h1.Header // Content-Length is set from Body (or File)
 	Body   []byte
+	// File, when set, is the body instead of Body: bytes of an open file,
+	// sent as they are read, with sendfile(2) when the client's connection
+	// is plain TCP (over TLS or HTTP/2 they are copied). Each write of it
+	// is bounded by the send timeout, as every write to a client is. The
+	// engine owns the file from the moment the Response is handed to it,
+	// and closes it once the answer is written, or has failed, or needs
+	// no body (HEAD). A file that yields fewer than File.Size bytes
+	// (truncated meanwhile) aborts the response: the client sees a reset,
+	// never a short body that looks whole.
+	File *FileBody
+}
+
+// FileBody is a response body read from an open file: Size bytes from
+// Offset.
+type FileBody struct {
+	File         *os.File
+	Offset, Size int64
 }
 
 // Text returns a plain-text Response.
@@ -123,12 +157,17 @@ func Text(status int, body string) *Response {
 // (a TLS peer works out its pool key and TLS config at its first try). A
 // Peer's fields must not change once it is in use.
 type Peer struct {
-	// Addr is the server's host:port.
+	// Addr is the server's host:port, or "unix:" and the path of a Unix
+	// domain socket ("unix:/run/gunicorn.sock"). A Unix socket is pooled,
+	// health-checked and retried as a TCP server is; a request without a
+	// Host goes to it with "Host: localhost".
 	Addr string
 	// ServerName is the server's name for TLS, when its options make its
 	// connections TLS and their config names none: sent as SNI and
 	// verified against its certificate. Empty means the host of Addr; a
-	// server resolved from a DNS name sets that name.
+	// server resolved from a DNS name sets that name. A Unix socket has
+	// no host: TLS over one needs a name here or in the TLS config (or
+	// InsecureSkipVerify), or its handshake fails saying so.
 	ServerName string
 	// Upstream names the group the peer belongs to, for logs and metrics.
 	Upstream string
@@ -139,6 +178,15 @@ type Peer struct {
 	Tag any
 
 	tls atomic.Pointer[peerTLS] // set at the first try over TLS
+}
+
+// host is the Host sent to the peer for a request that has none: its
+// address, or "localhost" for a Unix socket.
+func (p *Peer) host() string {
+	if _, unix := sock.UnixPath(p.Addr); unix {
+		return "localhost"
+	}
+	return p.Addr
 }
 
 // PeerOptions are the connection and retry settings of a group of peers.

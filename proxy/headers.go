@@ -72,8 +72,9 @@ func (s *Session) buildUpstreamRequest(peer *Peer) {
 		r.Header.Set("Host", peer.Options.Host)
 	case !r.Header.Has("Host"):
 		// An HTTP/1.0 client may send none, but the request goes upstream
-		// as HTTP/1.1, which requires one (RFC 9112 §3.2).
-		r.Header.Add("Host", peer.Addr)
+		// as HTTP/1.1, which requires one (RFC 9112 §3.2). A Unix socket
+		// has no host: "localhost", as nginx sends.
+		r.Header.Add("Host", peer.host())
 	}
 	fw := &s.srv.Forwarding
 	trusted := s.c.trusted
@@ -116,6 +117,13 @@ func (s *Session) buildUpstreamRequest(peer *Peer) {
 	}
 	if !fw.NoVia {
 		r.Header.Add("Via", "1.1 sluice")
+	}
+	if s.idOwn {
+		// Not the trusted peer's: any the client sent is replaced.
+		if r.Header.Has(RequestIDHeader) {
+			r.Header.Del(RequestIDHeader)
+		}
+		r.Header.AddBytes(requestIDName, s.reqID)
 	}
 	if f := s.hooks.upstreamRequestFilter; f != nil {
 		f.UpstreamRequestFilter(s, peer, r)

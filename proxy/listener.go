@@ -42,6 +42,9 @@ type listener struct {
 	// h2c is set when a plain connection that opens with the HTTP/2
 	// preface is served as HTTP/2.
 	h2c bool
+	// addr is the address the listener is bound to, for
+	// Server.Connections.
+	addr string
 	// shed is what a client turned away at accept is sent (accept.go):
 	// a 503 on a plain listener, nothing on a TLS one, whose client
 	// waits for a handshake.

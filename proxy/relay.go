@@ -27,6 +27,10 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 	if rf := s.hooks.responseFilter; rf != nil {
 		rf.ResponseFilter(s, peer, resp)
 	}
+	if s.reqID != nil && !resp.Header.Has(RequestIDHeader) {
+		// The upstream's own (an echo of the id, usually) passes as is.
+		resp.Header.AddBytes(requestIDName, s.reqID)
+	}
 	upKeep := s.respReuse && h1.KeepAlive(resp.Minor, &resp.Header)
 	learnKeepAlive(s, up.Served+1, &resp.Header)
 	closing := resp.Header.HasToken("Connection", "close")

@@ -78,25 +78,32 @@ func TestSeed000(t *testing.T) {
 			{post("/p1", ""), 200, "/p1", 2},
 		}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.mode.String(), func(t *testing.T) {
-			up := upstreamtest.Start(t, upstreamtest.AnswerFirstThenDrop())
-			hs := start(t, inOrder(withPolicy(&retry.Policy{NonIdempotent: tt.mode}), up.Addr()))
-			for _, st := range tt.steps {
-				resp, _ := hs.do(t, st.req)
-				if resp.StatusCode != st.status {
-					t.Logf("pool %+v accepts %d", hs.srv.Pool.Stats(), up.Accepts())
-					t.Fatalf("%s %s: status %d, want %d", strings.Fields(st.req)[0], st.path, resp.StatusCode, st.status)
+	// The same rules hold for a server on a Unix socket.
+	for _, network := range []string{"tcp", "unix"} {
+		for _, tt := range tests {
+			t.Run(network+"/"+tt.mode.String(), func(t *testing.T) {
+				startUp := upstreamtest.Start
+				if network == "unix" {
+					startUp = upstreamtest.StartUnix
 				}
-				if st.status == 502 && !strings.Contains(resp.Header.Get("Proxy-Status"), "error=connection_terminated") {
-					t.Errorf("%s: Proxy-Status %q", st.path, resp.Header.Get("Proxy-Status"))
+				up := startUp(t, upstreamtest.AnswerFirstThenDrop())
+				hs := start(t, inOrder(withPolicy(&retry.Policy{NonIdempotent: tt.mode}), up.Addr()))
+				for _, st := range tt.steps {
+					resp, _ := hs.do(t, st.req)
+					if resp.StatusCode != st.status {
+						t.Logf("pool %+v accepts %d", hs.srv.Pool.Stats(), up.Accepts())
+						t.Fatalf("%s %s: status %d, want %d", strings.Fields(st.req)[0], st.path, resp.StatusCode, st.status)
+					}
+					if st.status == 502 && !strings.Contains(resp.Header.Get("Proxy-Status"), "error=connection_terminated") {
+						t.Errorf("%s: Proxy-Status %q", st.path, resp.Header.Get("Proxy-Status"))
+					}
+					if n := up.Count("", st.path); n != st.sends {
+						t.Logf("pool %+v accepts %d", hs.srv.Pool.Stats(), up.Accepts())
+						t.Fatalf("%s: upstream saw it %d times, want %d", st.path, n, st.sends)
+					}
 				}
-				if n := up.Count("", st.path); n != st.sends {
-					t.Logf("pool %+v accepts %d", hs.srv.Pool.Stats(), up.Accepts())
-					t.Fatalf("%s: upstream saw it %d times, want %d", st.path, n, st.sends)
-				}
-			}
-		})
+			})
+		}
 	}
 }
 

@@ -106,6 +106,14 @@ type Server struct {
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
 	draining  atomic.Bool // read on every request
+	// inFlight counts the requests between their head and their end
+	// (Session.serve). It changes twice per request, from every core, so
+	// it has a cache line of its own, away from draining's.
+	inFlight struct {
+		_ [64]byte
+		n atomic.Int64
+		_ [56]byte
+	}
 	// expired is set when Shutdown's context ended with requests still in
 	// flight; expire cancels the dials of their tries.
 	expired     atomic.Bool
@@ -134,10 +142,16 @@ type Forwarding struct {
 	// X-Forwarded-Host: the Host the client sent; a trusted peer's kept.
 	NoXForwardedHost bool
 	NoVia            bool // Via: "1.1 sluice", appended (RFC 9110 §7.6.3)
-	// Trusted are the peers whose X-Forwarded-For, -Proto and -Host are
-	// kept, each an address prefix (10.0.0.0/8; 127.0.0.1/32 for one
-	// address). nil trusts none. IPv4-mapped IPv6 clients are matched as
-	// IPv4.
+	// X-Request-Id: the request's id (Session.RequestID), a trusted
+	// peer's kept, any other client's replaced by one sluice makes (32
+	// hex digits). It goes upstream, back to the client on every answer
+	// (an upstream's response that has its own keeps it), and into the
+	// access log (request_id).
+	NoRequestID bool
+	// Trusted are the peers whose X-Forwarded-For, -Proto and -Host (and
+	// X-Request-Id) are kept, each an address prefix (10.0.0.0/8;
+	// 127.0.0.1/32 for one address). nil trusts none. IPv4-mapped IPv6
+	// clients are matched as IPv4.
 	Trusted []netip.Prefix
 }
 
@@ -173,6 +187,7 @@ type hooks struct {
 	requestFilter         RequestFilter
 	upstreamRequestFilter UpstreamRequestFilter
 	responseFilter        ResponseFilter
+	answerFilter          AnswerFilter
 	failToConnect         FailToConnect
 	errorWhileProxy       ErrorWhileProxy
 	failToProxy           FailToProxy
@@ -189,6 +204,7 @@ func newHooks(h Handler) *hooks {
 	hk.requestFilter, _ = h.(RequestFilter)
 	hk.upstreamRequestFilter, _ = h.(UpstreamRequestFilter)
 	hk.responseFilter, _ = h.(ResponseFilter)
+	hk.answerFilter, _ = h.(AnswerFilter)
 	hk.failToConnect, _ = h.(FailToConnect)
 	hk.errorWhileProxy, _ = h.(ErrorWhileProxy)
 	hk.failToProxy, _ = h.(FailToProxy)
@@ -273,6 +289,7 @@ func (srv *Server) serve(ln net.Listener, l *listener) error {
 	srv.listeners[ln] = struct{}{}
 	srv.wg.Add(1)
 	srv.mu.Unlock()
+	l.addr = ln.Addr().String()
 	defer srv.wg.Done()
 	defer func() {
 		srv.mu.Lock()
@@ -417,6 +434,34 @@ func (srv *Server) expireDrain(done <-chan struct{}) {
 
 // Draining reports whether Shutdown has begun.
 func (srv *Server) Draining() bool { return srv.draining.Load() }
+
+// InFlight returns the number of requests being served now: read whole
+// head, not yet answered in full, on every listener and protocol.
+func (srv *Server) InFlight() int64 { return srv.inFlight.n.Load() }
+
+// Connections reports each open client connection with the address of
+// the listener that accepted it and its protocol: "h2" once it speaks
+// HTTP/2, "http/1.1" before (a TLS connection still in its handshake
+// included). It holds the server's lock while it reports: report must
+// not call back into the Server. For metrics, at scrape time.
+func (srv *Server) Connections(report func(listener, protocol string)) {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	for c := range srv.conns {
+		if c.stream {
+			continue // an HTTP/2 stream, served on a conn of its own
+		}
+		addr := ""
+		if c.ln != nil {
+			addr = c.ln.addr
+		}
+		proto := "http/1.1"
+		if c.h2.Load() != nil {
+			proto = "h2"
+		}
+		report(addr, proto)
+	}
+}
 
 func (srv *Server) forget(c *conn) {
 	srv.mu.Lock()

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"crypto/tls"
+	"log/slog"
 	"net/netip"
 	"time"
 
@@ -73,8 +74,13 @@ type Session struct {
 	continued bool // a 100 Continue went to the client
 	headFault bool // Err is the head's fault: timed out or malformed
 	scratch   []byte
-	readStart int64 // the upstream reader's count when this try began reading
-	headWrote int64 // bytes of this try's first write: the head, and a body sent with it
+	notes     []slog.Attr        // what phases did, for the access log (Note)
+	reqID     []byte             // the request's id (RequestID): in idBuf, or the trusted peer's field
+	idBuf     [requestIDLen]byte // the id sluice made
+	idOwn     bool               // reqID is sluice's, in idBuf
+	route     string             // the route that took the request (SetRoute)
+	readStart int64              // the upstream reader's count when this try began reading
+	headWrote int64              // bytes of this try's first write: the head, and a body sent with it
 }
 
 // reset prepares the session for the connection's next request, keeping
@@ -95,6 +101,7 @@ func (s *Session) reset() {
 		resp:     s.resp,
 		body:     reqBody{replay: s.body.replay[:0], replayp: s.body.replayp, done: done},
 		scratch:  s.scratch[:0],
+		notes:    s.notes[:0],
 	}
 	s.Request.Reset()
 	s.Client = s.c.client
@@ -114,12 +121,60 @@ func (s *Session) Scratch() []byte { return s.scratch[:0] }
 // KeepScratch hands back a grown scratch buffer for reuse.
 func (s *Session) KeepScratch(b []byte) { s.scratch = b[:0] }
 
+// Note records, for the access log line of the request, what a phase did
+// to it: the line ends with one key=value per note, in the order noted
+// (compressed=zstd, rate_limited=true). Keys should be lower-case words
+// joined by "_", and not those of the line's own fields.
+func (s *Session) Note(key, value string) {
+	s.notes = append(s.notes, slog.String(key, value))
+}
+
+// Notes returns the notes recorded so far, for a Logger; the slice is
+// reused by the connection's next request.
+func (s *Session) Notes() []slog.Attr { return s.notes }
+
+// SetRoute names the route that took the request, for the access log
+// (route); a Handler that routes calls it, with a name of its own rather
+// than one made per request.
+func (s *Session) SetRoute(name string) { s.route = name }
+
+// Route returns the name SetRoute gave the request's route, or "".
+func (s *Session) Route() string { return s.route }
+
+// LimitBody bounds the request body to n bytes of content (its data, not
+// its chunked framing), n >= 0; a RequestFilter calls it. Called again, the
+// lower limit holds. Called after the RequestFilter returned (from a later
+// hook), or with n < 0, it does nothing.
+//
+// A request whose Content-Length is over n is answered 413 (Proxy-Status
+// http_request_error) once the RequestFilter returns, before any upstream
+// is chosen: nothing of it is sent, and the client connection closes after
+// the answer, since the body was not read (a client that sent Expect:
+// 100-continue gets the 413 and no 100). A body without a length (chunked,
+// or HTTP/2 without content-length) is checked as it arrives: at the chunk
+// that would take it past n, nothing more of it is sent, the try's
+// upstream connection (an HTTP/2 upstream's stream) is closed, so the
+// upstream never sees a complete request, and the client gets 413 if no
+// byte of a response has gone to it, else its connection is cut. That
+// request is never retried (the client's failure is a hard limit), and it
+// does not count as unsent: its try's Wrote says what the upstream got,
+// the head at least. The access log line of a request over its limit ends
+// with body_limit=exceeded.
+func (s *Session) LimitBody(n int64) { s.body.limitTo(n) }
+
 // Server returns the server the session belongs to.
 func (s *Session) Server() *Server { return s.srv }
 
 // serve handles the request whose head is in s.Request and reports whether
 // the connection may carry another.
 func (s *Session) serve() bool {
+	s.srv.inFlight.n.Add(1)
+	defer s.srv.inFlight.n.Add(-1)
+	return s.handle()
+}
+
+// handle is serve, between the counts of requests in flight.
+func (s *Session) handle() bool {
 	s.Start = clock.Now()
 	req := &s.Request
 	f, err := s.validate()
@@ -127,6 +182,7 @@ func (s *Session) serve() bool {
 		s.answerBadRequest(err)
 		return false
 	}
+	s.assignRequestID(true)
 	s.keepAlive = h1.KeepAlive(req.Minor, &req.Header)
 	if s.srv.Draining() {
 		s.keepAlive = false
@@ -169,6 +225,13 @@ func (s *Session) serve() bool {
 		s.answer(resp, s.keepAlive && s.framing.Empty())
 		s.finish()
 		return s.keepAlive && s.framing.Empty()
+	}
+	if e := s.body.lengthOver(); e != nil {
+		// Over the body limit a RequestFilter set (LimitBody): 413, and
+		// no upstream hears of it.
+		s.answerError(e)
+		s.finish()
+		return false
 	}
 	s.proxy()
 	s.finish()
@@ -462,6 +525,9 @@ func noPeer(err error) *fault.Error {
 // finish reports a client fault that ended the request, logs the request
 // and tells the observer.
 func (s *Session) finish() {
+	if s.body.over {
+		s.Note("body_limit", "exceeded")
+	}
 	if e := s.Err; e != nil && e.Source == fault.Downstream {
 		stage := InResponse
 		switch {

@@ -296,11 +296,16 @@ func appendFields(dst []hpack.HeaderField, resp *h1.Response) []hpack.HeaderFiel
 	return dst
 }
 
-// commonNames are the response fields most responses carry.
+// commonNames are the fields most responses carry, and those most
+// requests sent upstream carry: lowerName returns them without allocating.
 var commonNames = []string{"content-type", "content-length", "date", "server", "cache-control",
 	"etag", "last-modified", "vary", "content-encoding", "location", "set-cookie", "expires",
 	"x-content-type-options", "x-frame-options", "strict-transport-security", "accept-ranges", "age",
-	"proxy-status", "content-security-policy", "referrer-policy", "access-control-allow-origin"}
+	"proxy-status", "content-security-policy", "referrer-policy", "access-control-allow-origin",
+	"user-agent", "accept", "accept-encoding", "accept-language", "cookie", "authorization", "referer",
+	"origin", "if-none-match", "if-modified-since", "x-forwarded-for", "x-forwarded-proto",
+	"x-forwarded-host", "x-real-ip", "forwarded", "via", "x-request-id", "te", "grpc-timeout",
+	"grpc-encoding", "grpc-accept-encoding", "idempotency-key"}
 
 func isConnectionField(name string) bool {
 	for _, c := range connectionFields {
@@ -312,19 +317,25 @@ func isConnectionField(name string) bool {
 }
 
 // lowerName returns name in lowercase, as HTTP/2 requires: the common
-// names as constants, without allocating.
+// names as constants, without allocating; others in one allocation.
 func lowerName(name []byte) string {
 	for _, c := range commonNames {
 		if len(c) == len(name) && h1.EqualFold(name, c) {
 			return c
 		}
 	}
+	var buf [64]byte
+	b := buf[:0]
+	if len(name) > len(buf) {
+		b = make([]byte, 0, len(name))
+	}
 	for _, c := range name {
 		if 'A' <= c && c <= 'Z' {
-			return string(bytes.ToLower(name))
+			c += 'a' - 'A'
 		}
+		b = append(b, c)
 	}
-	return string(name)
+	return string(b)
 }
 
 func statusText(code int) string {

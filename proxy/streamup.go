@@ -103,9 +103,10 @@ func (u *streamUp) open(head []byte) error {
 	if u.tls {
 		scheme = "https"
 	}
-	fields := []hpack.HeaderField{{Name: ":method", Value: u.method}, {Name: ":scheme", Value: scheme},
-		{Name: ":authority", Value: string(u.req.Header.Get("Host"))}, {Name: ":path", Value: string(u.req.Target())}}
 	h := &u.req.Header
+	fields := make([]hpack.HeaderField, 0, 4+h.Len())
+	fields = append(fields, hpack.HeaderField{Name: ":method", Value: u.method}, hpack.HeaderField{Name: ":scheme", Value: scheme},
+		hpack.HeaderField{Name: ":authority", Value: string(h.Get("Host"))}, hpack.HeaderField{Name: ":path", Value: string(u.req.Target())})
 	for i := 0; i < h.Len(); i++ {
 		name := lowerName(h.Name(i))
 		switch {
@@ -216,6 +217,9 @@ func (u *streamUp) readHead() error {
 	}
 	status := 0
 	b := u.out[:0]
+	if cap(b) == 0 {
+		b = make([]byte, 0, 256) // most heads fit: one allocation, not one per doubling
+	}
 	b = append(b, "HTTP/1.1 "...)
 	hasLength := false
 	for _, f := range fields {

@@ -8,6 +8,7 @@ import (
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/h2"
 	"github.com/sluice-proxy/sluice/internal/clock"
+	"github.com/sluice-proxy/sluice/internal/sock"
 	"github.com/sluice-proxy/sluice/pool"
 )
 
@@ -45,13 +46,15 @@ func alpnFor(p string) []string {
 // takes a stream on one that has room, and another connection is opened
 // only when every open one is at its server's SETTINGS_MAX_CONCURRENT_STREAMS.
 // Connections with no open stream are closed after the peer's pool
-// idle_timeout, and beyond its max_idle (counted in connections).
+// idle_timeout, and beyond its max_idle (counted in connections): looked
+// at by every try of their server, and by a sweep of every server's once a
+// second while the set holds any.
 type muxSet struct {
 	mu      sync.Mutex
 	conns   map[string][]*muxConn
 	dialing map[string]chan struct{} // closed when the dial under way for a key ends
 	closed  bool
-	swept   time.Time // when take last looked at every key
+	sweeper *time.Timer // runs tick while conns holds any
 }
 
 type muxConn struct {
@@ -68,17 +71,6 @@ type muxConn struct {
 func (m *muxSet) take(key string, now time.Time) (mc *muxConn, wait <-chan struct{}, dial bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if now.Sub(m.swept) >= time.Second {
-		// The idle connections of servers no try asks for any more (a
-		// reload removed them, traffic moved) close too, within a second
-		// of any try.
-		m.swept = now
-		for k := range m.conns {
-			if k != key && m.find(k, now) == nil && len(m.conns[k]) == 0 {
-				delete(m.conns, k)
-			}
-		}
-	}
 	if mc = m.find(key, now); mc != nil {
 		return mc, nil, false
 	}
@@ -146,7 +138,36 @@ func (m *muxSet) add(key string, c *muxConn) bool {
 		m.conns = make(map[string][]*muxConn)
 	}
 	m.conns[key] = append(m.conns[key], c)
+	if m.sweeper == nil {
+		m.sweeper = time.AfterFunc(sweepEvery, m.tick)
+	}
 	return true
+}
+
+// sweepEvery is how often the idle connections of every server are looked
+// at, so that those of a server no try asks for any more (a reload removed
+// it, traffic moved, traffic stopped) close too.
+const sweepEvery = time.Second
+
+// tick sweeps every server's connections, and comes again while any are
+// left.
+func (m *muxSet) tick() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	now := time.Now()
+	for k := range m.conns {
+		if m.find(k, now); len(m.conns[k]) == 0 {
+			delete(m.conns, k)
+		}
+	}
+	if len(m.conns) > 0 {
+		m.sweeper.Reset(sweepEvery)
+	} else {
+		m.sweeper = nil
+	}
 }
 
 // close shuts every connection down gracefully (GOAWAY, then close once
@@ -155,6 +176,9 @@ func (m *muxSet) close() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true
+	if m.sweeper != nil {
+		m.sweeper.Stop()
+	}
 	for _, list := range m.conns {
 		for _, c := range list {
 			c.cc.Shutdown()
@@ -198,7 +222,7 @@ func (s *Session) connectH2(peer *Peer, a *Attempt, proto string) bool {
 	}
 	defer s.srv.mux.dialed(key)
 	d := net.Dialer{Timeout: opts.connectTimeout(), KeepAlive: -1}
-	nc, err := d.DialContext(s.srv.expire, "tcp", peer.Addr)
+	nc, err := sock.Dial(s.srv.expire, &d, peer.Addr)
 	if err != nil {
 		a.Err = fault.FromIO(err, fault.PhaseConnect)
 		a.Err.Context = "connecting to " + peer.Addr

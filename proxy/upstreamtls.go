@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/fault"
+	"github.com/sluice-proxy/sluice/internal/sock"
 	"github.com/sluice-proxy/sluice/pool"
 )
 
@@ -83,7 +84,7 @@ func (p *Peer) tlsState(t *TLS) *peerTLS {
 	}
 	if cfg.ServerName == "" {
 		cfg.ServerName = p.ServerName
-		if cfg.ServerName == "" {
+		if _, unix := sock.UnixPath(p.Addr); cfg.ServerName == "" && !unix {
 			cfg.ServerName = p.Addr
 			if host, _, err := net.SplitHostPort(p.Addr); err == nil {
 				cfg.ServerName = host

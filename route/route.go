@@ -26,14 +26,53 @@ type Route struct {
 	Host string
 	// PathPrefix matches the start of the request path; "" matches all.
 	PathPrefix string
-	// Upstream is where matching requests go; Name is for logs.
+	// Upstream is where matching requests go; Name is for logs. A route
+	// whose phases answer every request itself (static files, say) may
+	// have none: a request that reaches it is answered 503.
 	Name     string
 	Upstream Picker
+	// Phases are the route's own handling of the requests it matches
+	// (header rules, limits, compression, static files), run in order.
+	// Each implements one or more of proxy.RequestFilter,
+	// proxy.UpstreamRequestFilter, proxy.ResponseFilter and
+	// proxy.AnswerFilter; New sorts them by what they implement, once, and
+	// ignores a phase that implements none. The first RequestFilter that
+	// answers ends the request. AnswerFilters see the answers sluice makes
+	// itself to the requests the route matched (a phase's own, an error's).
+	Phases []any
+
+	request  []proxy.RequestFilter
+	upstream []proxy.UpstreamRequestFilter
+	response []proxy.ResponseFilter
+	answer   []proxy.AnswerFilter
+	label    string // the route in the access log: host and path prefix
+}
+
+// Label names the route in the access log (route=): its host ("*" for
+// any) followed by its path prefix, such as "api.example.com/v1/",
+// "*.example.com" or "*".
+func (r *Route) Label() string {
+	if r.label != "" {
+		return r.label
+	}
+	return label(r.Host, r.PathPrefix)
+}
+
+func label(host, prefix string) string {
+	if host == "" {
+		host = "*"
+	}
+	return host + prefix
 }
 
 // Table is an ordered list of routes; the first match wins and a request
 // no route matches is answered 404. A Table is immutable once built and
 // safe for concurrent use.
+//
+// A Table is the proxy's Handler: it matches a request once, in its
+// RequestFilter, and keeps the route in the session's Ctx, so that every
+// try and every phase of the request sees the same route even when a
+// phase rewrote the path. A Handler wrapping a Table must leave Ctx to it.
 type Table struct {
 	routes []Route
 }
@@ -43,6 +82,22 @@ func New(routes ...Route) *Table {
 	t := &Table{routes: make([]Route, len(routes))}
 	for i, r := range routes {
 		r.Host = strings.ToLower(r.Host)
+		r.label = label(r.Host, r.PathPrefix)
+		r.request, r.upstream, r.response, r.answer = nil, nil, nil, nil
+		for _, p := range r.Phases {
+			if f, ok := p.(proxy.RequestFilter); ok {
+				r.request = append(r.request, f)
+			}
+			if f, ok := p.(proxy.UpstreamRequestFilter); ok {
+				r.upstream = append(r.upstream, f)
+			}
+			if f, ok := p.(proxy.ResponseFilter); ok {
+				r.response = append(r.response, f)
+			}
+			if f, ok := p.(proxy.AnswerFilter); ok {
+				r.answer = append(r.answer, f)
+			}
+		}
 		t.routes[i] = r
 	}
 	return t
@@ -65,15 +120,76 @@ func (t *Table) Match(host, path []byte) *Route {
 	return nil
 }
 
-// UpstreamPeer routes the session's request and asks the upstream's picker
-// for a peer. The route is looked up on every try; it is cheap and keeps
-// no state in the session.
-func (t *Table) UpstreamPeer(s *proxy.Session) (*proxy.Peer, error) {
+// RequestFilter matches the session's request to its route, keeps the
+// route in s.Ctx and runs the route's request phases. A request no route
+// matches goes on to UpstreamPeer, which answers it.
+func (t *Table) RequestFilter(s *proxy.Session) *proxy.Response {
 	r := t.Match(s.Request.Header.Get("Host"), s.Request.Path())
+	if r == nil {
+		return nil
+	}
+	s.Ctx = r
+	s.SetRoute(r.label)
+	for _, f := range r.request {
+		if resp := f.RequestFilter(s); resp != nil {
+			return resp
+		}
+	}
+	return nil
+}
+
+// route returns the session's route: the one RequestFilter matched, or,
+// for a session that did not pass through it (a Handler wrapping the
+// Table), a match made now.
+func (t *Table) route(s *proxy.Session) *Route {
+	if r, ok := s.Ctx.(*Route); ok {
+		return r
+	}
+	return t.Match(s.Request.Header.Get("Host"), s.Request.Path())
+}
+
+// UpstreamPeer asks the picker of the session's route for a peer.
+func (t *Table) UpstreamPeer(s *proxy.Session) (*proxy.Peer, error) {
+	r := t.route(s)
 	if r == nil {
 		return nil, &fault.Error{Kind: fault.NoRoute, Source: fault.Internally, Context: "no route matches the request"}
 	}
+	s.SetRoute(r.label)
+	if r.Upstream == nil {
+		return nil, &fault.Error{Kind: fault.NoUpstream, Source: fault.Internally, Context: "route " + r.Name + " has no upstream"}
+	}
 	return r.Upstream.Pick(s)
+}
+
+// UpstreamRequestFilter runs the route's phases that change the head sent
+// upstream, on every try.
+func (t *Table) UpstreamRequestFilter(s *proxy.Session, peer *proxy.Peer, req *h1.Request) {
+	if r := t.route(s); r != nil {
+		for _, f := range r.upstream {
+			f.UpstreamRequestFilter(s, peer, req)
+		}
+	}
+}
+
+// ResponseFilter runs the route's phases that change the response head.
+func (t *Table) ResponseFilter(s *proxy.Session, peer *proxy.Peer, resp *h1.Response) {
+	if r := t.route(s); r != nil {
+		for _, f := range r.response {
+			f.ResponseFilter(s, peer, resp)
+		}
+	}
+}
+
+// AnswerFilter runs the route's phases that change the answers sluice makes
+// itself, for a request that RequestFilter matched to a route: a request
+// no route matched (404), or that broke HTTP/1.1 before it was matched,
+// has no route and gets none of them.
+func (t *Table) AnswerFilter(s *proxy.Session, resp *h1.Response) {
+	if r, ok := s.Ctx.(*Route); ok {
+		for _, f := range r.answer {
+			f.AnswerFilter(s, resp)
+		}
+	}
 }
 
 // hostOnly strips the port from a Host value.

@@ -1,6 +1,7 @@
 package route
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/sluice-proxy/sluice/proxy"
@@ -36,5 +37,22 @@ func TestMatch(t *testing.T) {
 	}
 	if New(Route{Host: "x", Upstream: named("x")}).Match([]byte("y"), []byte("/")) != nil {
 		t.Error("no route should match")
+	}
+}
+
+func TestRouteLabel(t *testing.T) {
+	for _, tt := range []struct{ host, prefix, want string }{
+		{"api.example.com", "/v1/", "api.example.com/v1/"},
+		{"*.Example.com", "", "*.example.com"},
+		{"", "/static/", "*/static/"},
+		{"", "", "*"},
+	} {
+		tab := New(Route{Host: tt.host, PathPrefix: tt.prefix})
+		if got := tab.routes[0].Label(); got != tt.want {
+			t.Errorf("Label of host %q, prefix %q = %q, want %q", tt.host, tt.prefix, got, tt.want)
+		}
+		if got := (&Route{Host: strings.ToLower(tt.host), PathPrefix: tt.prefix}).Label(); got != tt.want {
+			t.Errorf("Label of an unbuilt route %q, %q = %q, want %q", tt.host, tt.prefix, got, tt.want)
+		}
 	}
 }

@@ -515,6 +515,9 @@ func (b *bench) startProxy(p proxy, sc scenario, tag string) (*child, int, error
 	if sc.idle {
 		s.idleTimeout = keepIdle(b.opt.settle)
 	}
+	if sc.static {
+		s.static = filepath.Join(b.dir, "upstream", "www", "static")
+	}
 	argv, env, err := p.configure(s)
 	if err != nil {
 		return nil, 0, err

@@ -38,6 +38,9 @@ type site struct {
 	// before the proxy closes it; 0 for the proxy's own (60 s for sluice
 	// and as HAProxy is set, 75 s for nginx, 5 minutes for Caddy).
 	idleTimeout time.Duration
+	// static is the directory the proxy serves /static/ from itself, in
+	// the static scenarios; "" for none.
+	static string
 }
 
 // keepIdle is the idle timeout that keeps the idle scenarios'
@@ -90,15 +93,15 @@ var proxies = []proxy{
 	{name: "nginx", tool: "nginx", pkg: "nginx", version: []string{"-v"}, configure: nginxConfig},
 	// HAProxy logs to syslog, not to a file: it sits out the access log
 	// scenario.
-	{name: "haproxy", tool: "haproxy", pkg: "haproxy", version: []string{"-v"}, configure: haproxyConfig, notIn: []string{"logged"}},
-	{name: "caddy", tool: "caddy", pkg: "caddy", version: []string{"version"}, configure: caddyConfig},
+	{name: "haproxy", tool: "haproxy", pkg: "haproxy", version: []string{"-v"}, configure: haproxyConfig, notIn: []string{"logged", "static-small", "static-1m"}},
+	{name: "caddy", tool: "caddy", pkg: "caddy", version: []string{"version"}, configure: caddyConfig, notIn: []string{"static-small", "static-1m"}},
 	// go-relay (bench/relay) is the least a Go proxy does per request: a
 	// goroutine per connection, Go's netpoller, pooled upstream
 	// connections, nothing else (over TLS, crypto/tls as it comes). It
 	// shows what the runtime costs apart from sluice's own work. It holds
 	// 68 KiB of buffers per connection, so it sits out the idle
 	// scenarios, and it writes no access log. It speaks HTTP/1.1 alone.
-	{name: "go-relay", configure: relayConfig, notIn: []string{"idle", "tls-idle", "logged"},
+	{name: "go-relay", configure: relayConfig, notIn: []string{"idle", "tls-idle", "logged", "static-small", "static-1m"},
 		noH2: "go-relay speaks HTTP/1.1 only (crypto/tls with no ALPN)"},
 }
 
@@ -174,19 +177,23 @@ func sluiceWith(s site, pool string) ([]string, []string, error) {
 	if s.idleTimeout > 0 {
 		timeouts = "timeouts: {idle: " + seconds(s.idleTimeout) + "}\n"
 	}
+	static := ""
+	if s.static != "" {
+		static = fmt.Sprintf("  - {path_prefix: /static/, static: {root: %q}}\n", s.static)
+	}
 	cfg := filepath.Join(s.dir, "sluice.yaml")
 	err := writeFile(cfg, fmt.Sprintf(`listen:
   - address: 127.0.0.1:%d
 %s%saccess_log: %s
 log: {level: error}
 routes:
-  - upstream: app
+%s  - upstream: app
 upstreams:
   app:
     servers:
       - address: %s
     pool: {max_idle: 256, idle_timeout: 60s%s}
-`, s.port, tlsConf, timeouts, accessLog, s.upstream, pool))
+`, s.port, tlsConf, timeouts, accessLog, static, s.upstream, pool))
 	return pinned(proxyCPU, s.binary, "run", "-c", cfg), []string{"GOMAXPROCS=1"}, err
 }
 
@@ -258,6 +265,13 @@ func nginxConfig(s site) ([]string, []string, error) {
 	if s.idleTimeout > 0 {
 		keepalive = "    keepalive_timeout " + seconds(s.idleTimeout) + ";\n"
 	}
+	// Files as nginx is usually set to serve them: sendfile, and the
+	// head in the body's first packet; no open file cache (sluice keeps
+	// none either).
+	static := ""
+	if s.static != "" {
+		static = fmt.Sprintf("        location /static/ { alias %s/; sendfile on; tcp_nopush on; }\n", s.static)
+	}
 	conf := common + fmt.Sprintf(`http {
     access_log %s;
 %s%s    keepalive_requests 1000000;
@@ -270,14 +284,14 @@ func nginxConfig(s site) ([]string, []string, error) {
     server {
         listen 127.0.0.1:%d%s backlog=4096;
 %s        client_max_body_size 1m;
-        location / {
+%s        location / {
             proxy_pass http://app;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
         }
     }
 }
-`, accessLog, nginxTemp(s.dir), keepalive, s.upstream, s.port, listen, tlsConf)
+`, accessLog, nginxTemp(s.dir), keepalive, s.upstream, s.port, listen, tlsConf, static)
 	if err := writeFile(filepath.Join(s.dir, "nginx.conf"), conf); err != nil {
 		return nil, nil, err
 	}
@@ -410,9 +424,16 @@ func upstreamConfig(binary, dir string, port int, noFile uint64, status bool) ([
 	if err := os.MkdirAll(www, 0o755); err != nil {
 		return nil, err
 	}
-	for name, size := range map[string]int{"16k": size16k, "1m": size1m} {
-		b := []byte(strings.Repeat("0123456789abcdef", size/16))
-		if err := os.WriteFile(filepath.Join(www, name), b, 0o644); err != nil {
+	if err := os.MkdirAll(filepath.Join(www, "static"), 0o755); err != nil {
+		return nil, err
+	}
+	files := map[string]string{"16k": strings.Repeat("0123456789abcdef", size16k/16),
+		"1m": strings.Repeat("0123456789abcdef", size1m/16)}
+	// What the proxies serve themselves in the static scenarios.
+	files["static/small.txt"] = smallBody
+	files["static/1m.bin"] = files["1m"]
+	for name, b := range files {
+		if err := writeFile(filepath.Join(www, name), b); err != nil {
 			return nil, err
 		}
 	}

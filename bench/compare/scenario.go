@@ -30,6 +30,10 @@ type scenario struct {
 	// h2 makes the load h2load, HTTP/2 over TLS: the proxies offer h2 by
 	// ALPN beside HTTP/1.1, and the upstream stays HTTP/1.1.
 	h2 bool
+	// static makes the proxies serve path from files, the upstream's
+	// www/static directory, themselves (sluice's static route, nginx's
+	// alias); the upstream is not asked.
+	static bool
 }
 
 var scenarios = []scenario{
@@ -46,16 +50,19 @@ var scenarios = []scenario{
 	{name: "tls-1m", title: "TLS 1 MiB GET", path: "/1m", tls: true},
 	{name: "tls-idle", title: "idle TLS connections", idle: true, tls: true},
 	{name: "h2-small", title: "HTTP/2 small GET (h2load)", path: "/small", tls: true, h2: true},
+	{name: "static-small", title: "small file, static route", path: "/static/small.txt", static: true},
+	{name: "static-1m", title: "1 MiB file, static route", path: "/static/1m.bin", static: true},
 }
 
 // scenarioGroups are names -scenarios takes for several scenarios. The
 // HTTP/2 ones are a group of their own, so that the TLS set still needs
 // no more than wrk and openssl.
 var scenarioGroups = map[string]func(scenario) bool{
-	"all":   func(scenario) bool { return true },
-	"plain": func(sc scenario) bool { return !sc.tls },
-	"tls":   func(sc scenario) bool { return sc.tls && !sc.h2 },
-	"h2":    func(sc scenario) bool { return sc.h2 },
+	"all":    func(scenario) bool { return true },
+	"plain":  func(sc scenario) bool { return !sc.tls && !sc.static },
+	"static": func(sc scenario) bool { return sc.static },
+	"tls":    func(sc scenario) bool { return sc.tls && !sc.h2 },
+	"h2":     func(sc scenario) bool { return sc.h2 },
 }
 
 // expandScenarios replaces each group name in names by its scenarios, in

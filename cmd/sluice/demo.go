@@ -16,15 +16,21 @@ import (
 	"github.com/sluice-proxy/sluice/proxy"
 )
 
+// demoFlags returns the demo's flags, for cmdDemo and for help.
+func demoFlags(stderr io.Writer) (fs *flag.FlagSet, listen *string) {
+	fs = flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen = fs.String("listen", "127.0.0.1:8080", "proxy `address`")
+	return fs, listen
+}
+
 // cmdDemo starts two built-in upstreams and a proxy in front of them. One
 // upstream behaves; the other closes every keep-alive connection when a
 // second request arrives on it, without answering: the race every pooled
 // proxy meets when an upstream's idle timeout or a worker recycle closes a
 // connection just as a request goes out (seed 000).
 func cmdDemo(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	listen := fs.String("listen", "127.0.0.1:8080", "proxy `address`")
+	fs, listen := demoFlags(stderr)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

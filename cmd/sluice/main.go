@@ -7,11 +7,14 @@
 //	sluice reload -c sluice.yaml    make the running sluice reload the file
 //	sluice upgrade -c sluice.yaml   replace the running sluice by the binary on disk
 //	sluice demo                     a proxy and built-in upstreams to try
-//	sluice version
+//	sluice version                  the version, commit, build time and Go version
+//	sluice help                     every command and its flags (COMMAND -h: one)
 package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,7 +23,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"runtime"
 	"runtime/pprof"
 	"slices"
 	"sync"
@@ -32,9 +34,6 @@ import (
 	"github.com/sluice-proxy/sluice/upgrade"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -43,6 +42,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		usage(stderr)
 		return 2
+	}
+	if wantsHelp(args[1:]) {
+		// sluice COMMAND -h: the command's flags, on stdout, exit 0.
+		return commandHelp(args[0], stdout, stderr)
 	}
 	switch args[0] {
 	case "run":
@@ -56,27 +59,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "upgrade":
 		return cmdSignal("upgrade", upgradeSignal, args[1:], stdout, stderr)
 	case "version":
-		fmt.Fprintf(stdout, "sluice %s (%s)\n", version, runtime.Version())
-		return 0
-	case "help", "-h", "--help":
+		return cmdVersion(args[1:], stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 {
+			return commandHelp(args[1], stdout, stderr)
+		}
 		usage(stdout)
 		return 0
 	}
 	fmt.Fprintf(stderr, "sluice: unknown command %q\n", args[0])
 	usage(stderr)
 	return 2
-}
-
-func usage(w io.Writer) {
-	fmt.Fprint(w, `usage:
-  sluice run -c FILE       serve as the config file says (-cpuprofile FILE to profile)
-  sluice validate -c FILE  check a config file
-  sluice reload -c FILE    check FILE, and make the sluice run of its pid_file reload it (SIGHUP)
-  sluice upgrade -c FILE   make the sluice run of FILE's pid_file start the executable again,
-                           handing over its sockets, and drain once the new process serves (SIGUSR2)
-  sluice demo              run a proxy with built-in upstreams to try
-  sluice version
-`)
 }
 
 type flags struct {
@@ -134,11 +127,12 @@ func cmdRun(args []string, stderr io.Writer) int {
 			out.Close()
 		}()
 	}
-	cfg, err := config.Load(path)
+	cfg, hash, err := loadConfig(path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
+	loadedAt := time.Now()
 	log := newLog(stderr, cfg)
 	slog.SetDefault(log)
 	logDescriptorLimit(log, cfg)
@@ -149,13 +143,34 @@ func cmdRun(args []string, stderr io.Writer) int {
 		log.Error("starting", "error", err)
 		return 1
 	}
-	r, err := start(path, cfg, stderr, log, in)
+	r, err := start(path, cfg, loaded{hash, loadedAt}, stderr, log, in)
 	in.Close() // the sockets the config no longer lists; the pipe on failure
 	if err != nil {
 		log.Error("starting", "error", err)
 		return 1
 	}
 	return r.serve()
+}
+
+// loadConfig reads and parses the config file at path, and returns it
+// with the SHA-256 of the file's bytes, which names the config running in
+// the admin API and the metrics.
+func loadConfig(path string) (*config.Config, string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", err
+	}
+	cfg, err := config.Parse(path, data)
+	if err != nil {
+		return nil, "", err
+	}
+	sum := sha256.Sum256(data)
+	return cfg, hex.EncodeToString(sum[:]), nil
+}
+
+// logAdmin logs where the admin listener serves.
+func logAdmin(log *slog.Logger, bound net.Addr, pprof bool) {
+	log.Info("admin", "address", bound.String(), "status", "http://"+bound.String()+"/status", "pprof", pprof)
 }
 
 // logCertificates logs the certificates read from the files of each TLS

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluice-proxy/sluice/admin"
 	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/observe"
@@ -68,9 +69,16 @@ type running struct {
 	listeners *config.Listeners
 	gen       atomic.Pointer[config.Generation]
 
-	metrics     *observe.Metrics // nil without a metrics endpoint so far
+	metrics     *observe.Metrics // nil without metrics.address and admin.address so far
 	metricsLn   net.Listener     // the endpoint's socket; nil when off
 	stopMetrics func()
+	current     current // srv, for the metrics and the admin listener
+
+	recorder  *observe.Recorder // nil without admin.address
+	admin     *admin.Server     // nil without admin.address
+	adminCfg  config.Admin      // the admin section serving, which a reload may change
+	adminLn   net.Listener      // its socket
+	adminStop func()            // stops the admin listener
 
 	draining sync.WaitGroup // servers a reload replaced
 	failed   chan error     // an accept loop that ended on its own
@@ -91,7 +99,7 @@ func newLog(w io.Writer, cfg *config.Config) *slog.Logger {
 // every accept loop running, the pid file written and systemd and the old
 // process of an upgrade told. On error nothing is left running (the
 // inherited sockets not taken are closed by the caller).
-func start(path string, cfg *config.Config, stderr io.Writer, log *slog.Logger, in *upgrade.Inherited) (r *running, err error) {
+func start(path string, cfg *config.Config, l loaded, stderr io.Writer, log *slog.Logger, in *upgrade.Inherited) (r *running, err error) {
 	if abs, err := filepath.Abs(path); err == nil {
 		path = abs
 	}
@@ -132,8 +140,12 @@ func start(path string, cfg *config.Config, stderr io.Writer, log *slog.Logger, 
 		failed: make(chan error, 1), sig: sig,
 	}
 	r.gen.Store(gen)
+	r.current.p.Store(srv)
 	gen.Start(ctx)
 	stopAll := func() {
+		if r.adminStop != nil {
+			r.adminStop()
+		}
 		for _, s := range r.sockets {
 			s.close()
 		}
@@ -153,13 +165,22 @@ func start(path string, cfg *config.Config, stderr io.Writer, log *slog.Logger, 
 			stopAll()
 		}
 	}()
+	if observed(cfg) {
+		r.ensureMetrics()
+		r.metrics.ConfigLoaded(l.hash, l.at)
+		srv.Observer = r.metrics
+	}
 	if cfg.Metrics.Address != "" {
 		ln, err := metricsListener(cfg.Metrics.Address, in)
 		if err != nil {
 			return nil, err
 		}
 		r.moveMetrics(ln)
-		srv.Observer = r.metrics
+	}
+	if cfg.Admin.Address != "" {
+		if err := r.startAdmin(cfg, l, in); err != nil {
+			return nil, fmt.Errorf("admin: %w", err)
+		}
 	}
 	for _, l := range cfg.Listen {
 		s, err := bind(l.Address, in)
@@ -174,6 +195,9 @@ func start(path string, cfg *config.Config, stderr io.Writer, log *slog.Logger, 
 		return nil, fmt.Errorf("starting ACME: %w", err)
 	}
 	r.serveAll(srv, listeners, r.sockets, nil, log)
+	if r.admin != nil {
+		r.admin.SetListening(true) // connections queue until served
+	}
 	if cfg.PIDFile != "" {
 		if err = writePIDFile(cfg.PIDFile); err != nil {
 			return nil, err
@@ -241,6 +265,10 @@ func metricsListener(addr string, in *upgrade.Inherited) (net.Listener, error) {
 	return ln, nil
 }
 
+// observed reports whether cfg has the servers report to metrics: for
+// the metrics endpoint or the admin listener.
+func observed(cfg *config.Config) bool { return cfg.Metrics.Address != "" || cfg.Admin.Address != "" }
+
 // ensureMetrics makes the metrics the servers report to, once.
 func (r *running) ensureMetrics() {
 	if r.metrics != nil {
@@ -249,9 +277,10 @@ func (r *running) ensureMetrics() {
 	m := observe.New(r.pool)
 	m.WatchServers(func(report func(observe.ServerState)) {
 		r.gen.Load().Servers(func(upstream string, s *balance.Server) {
-			report(observe.ServerState{Upstream: upstream, Server: s.Addr, Healthy: s.Healthy(), Outstanding: s.Outstanding()})
+			report(observe.ServerState{Upstream: upstream, Server: s.Addr, Healthy: s.Healthy(), Drained: s.Drained(), Outstanding: s.Outstanding()})
 		})
 	})
+	m.WatchProxy(&r.current)
 	r.metrics = m
 }
 
@@ -399,6 +428,9 @@ func (r *running) startUpgrade(done chan<- upgraded) {
 	if tl, ok := r.metricsLn.(*net.TCPListener); ok {
 		socks = append(socks, upgrade.Socket{Address: metricsSocket + r.cfg.Metrics.Address, Conn: tl})
 	}
+	if tl, ok := r.adminLn.(*net.TCPListener); ok {
+		socks = append(socks, upgrade.Socket{Address: adminSocket + r.adminCfg.Address, Conn: tl})
+	}
 	r.log.Info("binary upgrade: starting the new process", "path", r.exe, "sockets", len(socks))
 	exe, args := r.exe, []string{"run", "-c", r.path}
 	go func() {
@@ -423,6 +455,10 @@ func (r *running) stop(handedOver bool) {
 	}
 	if r.stopMetrics != nil {
 		r.stopMetrics()
+	}
+	if r.admin != nil {
+		r.admin.SetListening(false)
+		r.adminStop()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeouts.Drain)
 	defer cancel()

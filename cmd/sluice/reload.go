@@ -28,9 +28,10 @@ import (
 // old one drains. The metrics endpoint moves when its address changes.
 // The pid file is written at its new path, and the old one removed.
 func (r *running) reload() {
-	cfg, err := config.Load(r.path)
+	cfg, hash, err := loadConfig(r.path)
 	if err != nil {
 		r.log.Error("reload failed; still serving the previous configuration", "error", err)
+		r.reloaded(err, "", nil)
 		return
 	}
 	if keys := config.RestartOnly(r.cfg, cfg); len(keys) > 0 {
@@ -47,6 +48,7 @@ func (r *running) reload() {
 	fail := func(err error) {
 		slog.SetDefault(r.log)
 		r.log.Error("reload failed; still serving the previous configuration", "error", err)
+		r.reloaded(err, "", nil)
 	}
 	gen, err := config.Build(cfg)
 	if err != nil {
@@ -54,7 +56,7 @@ func (r *running) reload() {
 		return
 	}
 	changed := config.ServerChanged(r.cfg, cfg)
-	if (r.cfg.Metrics.Address == "") != (cfg.Metrics.Address == "") {
+	if observed(r.cfg) != observed(cfg) {
 		changed = append(changed, "metrics") // the server's Observer
 	}
 	moveMetrics := cfg.Metrics.Address != r.cfg.Metrics.Address
@@ -64,6 +66,8 @@ func (r *running) reload() {
 			fail(err)
 			return
 		}
+	}
+	if observed(cfg) {
 		r.ensureMetrics()
 	}
 	old := r.gen.Load()
@@ -92,6 +96,8 @@ func (r *running) reload() {
 		r.log.Info("ACME certificates no longer managed", "domains", m.Domains())
 	}
 	old.Close()
+	r.reloaded(nil, hash, gen)
+	r.moveAdmin(cfg.Admin)
 	if cfg.PIDFile != r.cfg.PIDFile {
 		if cfg.PIDFile != "" {
 			if err := writePIDFile(cfg.PIDFile); err != nil {
@@ -126,7 +132,7 @@ func (r *running) replaceServer(cfg *config.Config, gen *config.Generation, old 
 	if err != nil {
 		return 0, err
 	}
-	if cfg.Metrics.Address != "" {
+	if observed(cfg) {
 		srv.Observer = r.metrics
 	}
 	next := make([]*socket, len(cfg.Listen))
@@ -175,6 +181,7 @@ func (r *running) replaceServer(cfg *config.Config, gen *config.Generation, old 
 	}
 	oldSrv, oldRes, drain := r.srv, r.res, r.cfg.Timeouts.Drain
 	r.sockets, r.srv, r.res, r.listeners = next, srv, res, listeners
+	r.current.p.Store(srv)
 	r.gen.Store(gen)
 	r.draining.Add(1)
 	go func() {

@@ -41,7 +41,7 @@ func startRunning(t *testing.T, body string) *started {
 		t.Fatal(err)
 	}
 	log := &syncBuffer{}
-	r, err := start(path, cfg, log, newLog(log, cfg), nil)
+	r, err := start(path, cfg, loaded{}, log, newLog(log, cfg), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

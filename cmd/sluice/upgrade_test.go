@@ -183,7 +183,7 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	pidFile := filepath.Join(dir, "sluice.pid")
 	config := fmt.Sprintf("listen: [{address: 127.0.0.1:0}, {address: 127.0.0.1:0, protocols: [h2c, http/1.1]}]\n"+
 		"access_log: {enabled: false}\nlog: {level: info}\ntimeouts: {drain: 5s}\npid_file: %s\n"+
-		"metrics: {address: 127.0.0.1:0}\n"+
+		"metrics: {address: 127.0.0.1:0}\nadmin: {address: 127.0.0.1:0}\n"+
 		"routes: [{upstream: app}]\nupstreams:\n  app:\n    servers: [{address: %s}]\n", pidFile, up.Addr())
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
@@ -267,6 +267,19 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	}
 	l1.end()
 	l2.end()
+	// The metrics and admin listeners went over with the others: each
+	// new process serves them on the first one's sockets.
+	for _, name := range []string{"metrics", "admin"} {
+		m := regexp.MustCompile(`msg=`+name+` address=(\S+)`).FindAllStringSubmatch(log.buf.String(), -1)
+		if len(m) != 4 {
+			t.Errorf("%d %s lines, want 4 (one per process)", len(m), name)
+		}
+		for _, a := range m[1:] {
+			if a[1] != m[0][1] {
+				t.Errorf("%s at %s after an upgrade, %s before", name, a[1], m[0][1])
+			}
+		}
+	}
 	for _, l := range []*load{l1, l2} {
 		if n := l.failed.Load(); n > 0 {
 			t.Errorf("%d of %d requests failed during the upgrades: %v", n, n+l.ok.Load(), l.errs)

@@ -143,8 +143,9 @@ func (c *Conn) Close() {
 	if c.tls != nil {
 		c.tls.CloseWrite()
 	}
-	if tc, ok := c.raw.(*net.TCPConn); ok {
-		tc.CloseWrite()
+	// TCP and Unix connections both close one direction.
+	if hc, ok := c.raw.(interface{ CloseWrite() error }); ok {
+		hc.CloseWrite()
 	} else {
 		c.raw.Close()
 	}

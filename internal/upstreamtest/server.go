@@ -1,7 +1,8 @@
 // Package upstreamtest provides scriptable HTTP/1.1 upstreams for tests of
 // the proxy.
 //
-// A Server is a raw TCP server on 127.0.0.1 (StartTLS: TLS over it) that
+// A Server is a raw TCP server on 127.0.0.1 (StartTLS: TLS over it;
+// StartUnix: on a Unix domain socket instead) that
 // reads requests with its own small parser, deliberately independent of the
 // proxy's, so that the two cross-check each other. It records every request it reads, byte for byte,
 // with the connection and the position on that connection it arrived at, and
@@ -20,6 +21,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -76,14 +79,36 @@ func StartTLS(t testing.TB, cfg *tls.Config, h Handler) *Server {
 	return start(t, h.stream(), cfg)
 }
 
+// StartUnix is Start on a Unix domain socket in a new directory under
+// os.TempDir() (t.TempDir()'s paths can pass the 107 bytes a socket's path
+// may have), removed when the test ends. Addr returns "unix:" and the
+// socket's path, the form sluice dials.
+func StartUnix(t testing.TB, h Handler) *Server {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ut")
+	if err != nil {
+		t.Fatalf("upstreamtest: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ln, err := net.Listen("unix", filepath.Join(dir, "s.sock"))
+	if err != nil {
+		t.Fatalf("upstreamtest: %v", err)
+	}
+	return serveOn(t, ln, h.stream(), nil)
+}
+
 func start(t testing.TB, h StreamHandler, cfg *tls.Config) *Server {
 	t.Helper()
-	if h == nil {
-		h = OK("").stream()
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("upstreamtest: %v", err)
+	}
+	return serveOn(t, ln, h, cfg)
+}
+
+func serveOn(t testing.TB, ln net.Listener, h StreamHandler, cfg *tls.Config) *Server {
+	if h == nil {
+		h = OK("").stream()
 	}
 	s := &Server{
 		t:     t,
@@ -114,8 +139,14 @@ func Dead(t testing.TB) string {
 	return addr
 }
 
-// Addr returns the address the server listens on, "127.0.0.1:port".
-func (s *Server) Addr() string { return s.ln.Addr().String() }
+// Addr returns the address the server listens on, "127.0.0.1:port", or
+// "unix:PATH" for a server started by StartUnix.
+func (s *Server) Addr() string {
+	if a, ok := s.ln.Addr().(*net.UnixAddr); ok {
+		return "unix:" + a.Name
+	}
+	return s.ln.Addr().String()
+}
 
 // Close stops accepting, closes every connection and waits until every
 // goroutine of the server, handlers included, has returned. It may be called
