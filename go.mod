@@ -3,8 +3,10 @@ module github.com/sluice-proxy/sluice
 go 1.26.0
 
 require (
+	github.com/andybalholm/brotli v1.3.0
 	github.com/caddyserver/certmagic v0.25.6
 	github.com/chromedp/chromedp v0.23.0
+	github.com/klauspost/compress v1.20.4
 	github.com/mholt/acmez/v3 v3.1.7
 	github.com/miekg/dns v1.1.73
 	go.uber.org/zap v1.28.0

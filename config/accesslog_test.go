@@ -151,12 +151,15 @@ func TestAccessLogRouteAndRequestID(t *testing.T) {
 		if (id != "") != tt.id {
 			t.Errorf("request_id %v: response X-Request-Id %q", tt.id, id)
 		}
+		// The line is written once the answer went out (buffer 0: at
+		// once), maybe after the client read it.
+		var line string
+		proxytest.WaitFor(t, "the access log line", func() bool {
+			b, _ := os.ReadFile(path)
+			line = string(b)
+			return strings.HasSuffix(line, "\n")
+		})
 		res.Close()
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		line := string(b)
 		if !strings.Contains(line, " route=a.example/v1/ upstream_name=app ") {
 			t.Errorf("line %q lacks route=a.example/v1/ upstream_name=app", line)
 		}

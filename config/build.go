@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/acme"
 	"github.com/sluice-proxy/sluice/balance"
+	"github.com/sluice-proxy/sluice/compress"
 	"github.com/sluice-proxy/sluice/h2"
 	"github.com/sluice-proxy/sluice/internal/logbuf"
 	"github.com/sluice-proxy/sluice/pool"
@@ -214,6 +215,13 @@ func Build(cfg *Config) (*Generation, error) {
 			return nil, fmt.Errorf("%s:%d: route: %w", cfg.File, r.Line, err)
 		}
 		rt.Phases = phases
+		if r.Compress != nil {
+			p, err := buildCompress(r.Compress)
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: route compress: %w", cfg.File, r.Line, err)
+			}
+			rt.Phases = append(rt.Phases, p)
+		}
 		if r.Static != nil {
 			// Files answer every request of the route: the phase goes
 			// last, after those that may refuse or rewrite a request.
@@ -459,4 +467,18 @@ func Level(name string) slog.Level {
 		return slog.LevelInfo
 	}
 	return l
+}
+
+// buildCompress makes a route's compression phase.
+func buildCompress(c *Compress) (*compress.Phase, error) {
+	opts := compress.Options{MinSize: c.MinSize, Types: c.Types,
+		ZstdLevel: c.Level.Zstd, BrotliLevel: c.Level.Brotli, GzipLevel: c.Level.Gzip}
+	for _, name := range c.Algorithms {
+		alg, ok := compress.ParseAlgorithm(name)
+		if !ok {
+			return nil, fmt.Errorf("unknown algorithm %q", name)
+		}
+		opts.Algorithms = append(opts.Algorithms, alg)
+	}
+	return compress.New(opts)
 }

@@ -367,6 +367,9 @@ type Route struct {
 	// Static (key "static") serves the route's requests from files
 	// instead of an upstream; nil for a route with an upstream.
 	Static *Static
+	// Compress (key "compress", default nil: off) compresses the route's
+	// responses; the key given, even empty ("compress: {}"), turns it on.
+	Compress *Compress
 	// Line is the line of the route in the file, for messages.
 	Line int
 }
@@ -451,6 +454,44 @@ type Static struct {
 
 // DefaultStaticIndex is the index file of a static route that names none.
 const DefaultStaticIndex = "index.html"
+
+// Compress is a route's response compression (package compress): a
+// response of one of Types, of at least MinSize bytes (or of unknown
+// length), to a client whose Accept-Encoding accepts one of Algorithms,
+// is compressed as it streams through (chunked; Content-Length dropped;
+// ETag weakened; Vary: Accept-Encoding). Never a response already
+// encoded, a 206, one marked Cache-Control: no-transform (or to a request
+// so marked), nor HEAD, 204 and 304 responses. The access log line of a
+// compressed response ends with compressed=ALGORITHM.
+type Compress struct {
+	// Algorithms (key "algorithms", default [zstd, br, gzip]) are the
+	// codings offered, in order of preference: among those the client
+	// gives the same q-value, the first wins. Each is zstd, br or gzip,
+	// once.
+	Algorithms []string
+	// MinSize (key "min_size", default 1KiB) is the smallest
+	// Content-Length compressed; a response of unknown length is
+	// compressed whatever its size. 0 compresses any size.
+	MinSize int64
+	// Types (key "types", default [text/*, application/json,
+	// application/javascript, application/xml, image/svg+xml]) are the
+	// media types compressed: type/subtype, type/* or */*, matched
+	// against Content-Type ignoring case and parameters.
+	Types []string
+	// Level (key "level", default {zstd: 3, br: 4, gzip: 5}): each
+	// algorithm's level in its own scale, zstd 1..22, br 1..11, gzip
+	// 1..9; an algorithm left out keeps its default.
+	Level CompressLevel
+}
+
+// CompressLevel holds a compression level per algorithm; 0 is the
+// algorithm's default.
+type CompressLevel struct {
+	Zstd, Brotli, Gzip int
+}
+
+// DefaultCompressMinSize is Compress.MinSize's default.
+const DefaultCompressMinSize = 1 << 10
 
 // Upstream is a named group of servers that serve the same content,
 // with the timeouts, pooling and retry policy that apply to them.

@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-proxy/sluice/balance"
+	"github.com/sluice-proxy/sluice/compress"
 	"github.com/sluice-proxy/sluice/internal/sock"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/retry"
@@ -507,6 +508,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 					{"deny", d.prefixes(&r.Deny)},
 					{"limits", func(n *yaml.Node, path string) { d.routeLimits(n, path, &r.Limits) }},
 					{"static", func(n *yaml.Node, path string) { r.Static = d.routeStatic(n, path) }},
+					{"compress", func(n *yaml.Node, path string) { r.Compress = d.routeCompress(n, path) }},
 				})
 				d.routeTarget(n, path, present)
 				d.checkStripPrefix(strip, join(path, "strip_prefix"), &r)
@@ -982,4 +984,59 @@ func checkFieldValue(s string) (string, string) {
 		return "", "must not start or end with white space"
 	}
 	return s, ""
+}
+
+// routeCompress walks a route's "compress" mapping (see Compress).
+func (d *decoder) routeCompress(n *yaml.Node, path string) *Compress {
+	c := &Compress{MinSize: DefaultCompressMinSize}
+	d.mapping(n, path, []field{
+		{"algorithms", func(n *yaml.Node, path string) {
+			c.Algorithms = []string{}
+			seen := map[string]int{}
+			count := d.sequence(n, path, func(i int, n *yaml.Node, path string) {
+				var name string
+				known := []string{"zstd", "br", "gzip"}
+				d.enum(&name, known...)(n, path)
+				if name == "" {
+					return
+				}
+				if first, dup := seen[name]; dup {
+					d.addf(n, path, "%s is listed twice (first at line %d)", name, first)
+					return
+				}
+				seen[name] = n.Line
+				c.Algorithms = append(c.Algorithms, name)
+			})
+			if count == 0 && isList(n) {
+				d.addf(n, path, "at least one algorithm is required: zstd, br or gzip (leave the key out for all three)")
+			}
+		}},
+		{"min_size", d.size(&c.MinSize, 0, 1<<30)},
+		{"types", func(n *yaml.Node, path string) {
+			c.Types = []string{}
+			count := d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
+				var t string
+				d.str(&t, func(s string) (string, string) {
+					if err := compress.CheckType(s); err != nil {
+						return "", err.Error()
+					}
+					return strings.ToLower(s), ""
+				})(n, path)
+				if t != "" {
+					c.Types = append(c.Types, t)
+				}
+			})
+			if count == 0 && isList(n) {
+				d.addf(n, path, "at least one media type is required, such as [text/*, application/json]")
+			}
+		}},
+		{"level", func(n *yaml.Node, path string) {
+			d.mapping(n, path, []field{
+				{"zstd", d.integer(&c.Level.Zstd, between(1, 22))},
+				{"br", d.integer(&c.Level.Brotli, between(1, 11))},
+				{"gzip", d.integer(&c.Level.Gzip, between(1, 9))},
+			})
+		}},
+	})
+	return c
 }

@@ -76,8 +76,8 @@ func (b *Body) Done() bool { return b.err == io.EOF }
 
 // Ready reports whether Next would return without reading: the bytes it
 // needs are buffered, or the body has ended. It may report false when Next
-// would not read (in decode mode it does not look past a chunk line), never
-// true when Next would.
+// would not read (in decode mode it looks past one chunk's framing only,
+// not past trailers), never true when Next would.
 func (b *Body) Ready() bool {
 	if b.err != nil {
 		return true
@@ -86,10 +86,42 @@ func (b *Body) Ready() bool {
 	switch {
 	case b.kind == Chunked && b.state == stData:
 		return len(buffered) > 0
+	case b.kind == Chunked && b.decode:
+		return b.framingReady(buffered)
 	case b.kind == Chunked:
-		return !b.decode && bytes.IndexByte(buffered, '\n') >= 0
+		return bytes.IndexByte(buffered, '\n') >= 0
 	}
 	return len(buffered) > 0
+}
+
+// framingReady reports, in decode mode between chunks, whether buf holds
+// the framing up to the next chunk's data and a byte of that data, or the
+// last chunk and the empty trailer section: Next then returns without
+// reading. Anything less, or anything odd, is false.
+func (b *Body) framingReady(buf []byte) bool {
+	switch b.state {
+	case stDataEnd:
+		if len(buf) < 2 || buf[0] != '\r' || buf[1] != '\n' {
+			return false
+		}
+		buf = buf[2:]
+	case stSize:
+	default:
+		return false
+	}
+	i := bytes.IndexByte(buf, '\n')
+	if i < 1 || i+1 > maxChunkLine || buf[i-1] != '\r' {
+		return false
+	}
+	size, ok := parseChunkLine(buf[:i+1])
+	if !ok {
+		return false
+	}
+	rest := buf[i+1:]
+	if size == 0 {
+		return len(rest) >= 2 && rest[0] == '\r' && rest[1] == '\n'
+	}
+	return len(rest) > 0
 }
 
 // Next returns the next segment of the body. The slice aliases the Reader's

@@ -41,6 +41,14 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 		s.srv.Pool.MarkClosing(up.Key)
 	}
 	stripHopByHop(&resp.Header, false)
+	if s.transform != nil {
+		// A ResponseFilter installed a BodyFilter.
+		if !s.respFrame.Empty() {
+			s.relayFiltered(peer, a, upKeep)
+			return
+		}
+		s.dropFilter()
+	}
 
 	frame := s.respFrame
 	decode := frame.Kind == h1.Chunked && s.Request.Minor == 0

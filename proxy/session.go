@@ -81,11 +81,16 @@ type Session struct {
 	route     string             // the route that took the request (SetRoute)
 	readStart int64              // the upstream reader's count when this try began reading
 	headWrote int64              // bytes of this try's first write: the head, and a body sent with it
+	transform BodyFilter         // the response body's filter (FilterBody)
+	filtered  filterOut          // what transform wrote, not yet sent
 }
 
 // reset prepares the session for the connection's next request, keeping
 // its buffers.
 func (s *Session) reset() {
+	if s.transform != nil {
+		s.dropFilter() // installed for a response that never came
+	}
 	attempts := s.Attempts[:cap(s.Attempts)]
 	clear(attempts)
 	done := s.body.done
