@@ -35,7 +35,6 @@ import (
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/observe"
 	"github.com/sluice-proxy/sluice/pool"
-	"github.com/sluice-proxy/sluice/proxy"
 )
 
 // Server is the admin listener's state and handlers. Set the exported
@@ -47,8 +46,10 @@ type Server struct {
 	// Generation returns the generation of routes and upstreams the proxy
 	// serves now (a reload swaps it); nil means none is loaded yet.
 	Generation func() *config.Generation
-	// Proxy is the proxy server, for its connections; nil leaves them out.
-	Proxy *proxy.Server
+	// Proxy is the proxy server (a *proxy.Server, or what stands for the
+	// one serving now when a reload may replace it), for its connections;
+	// nil leaves them out.
+	Proxy Proxy
 	// Pool is the proxy's pool of upstream connections, for each server's
 	// idle connections; nil leaves them out.
 	Pool *pool.Pool
@@ -143,6 +144,12 @@ func (a *Server) Listen(addr string) (bound net.Addr, stop func(), err error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	return ln.Addr(), a.Serve(ln), nil
+}
+
+// Serve is Listen on a listener of the caller's (one a binary upgrade
+// handed over, say); stop closes it.
+func (a *Server) Serve(ln net.Listener) (stop func()) {
 	hs := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	done := make(chan struct{})
 	go func() {
@@ -151,7 +158,15 @@ func (a *Server) Listen(addr string) (bound net.Addr, stop func(), err error) {
 			a.log().Error("admin listener", "error", err)
 		}
 	}()
-	return ln.Addr(), func() { hs.Close(); <-done }, nil
+	return func() { hs.Close(); <-done }
+}
+
+// Proxy is what the admin listener reads of the proxy server;
+// *proxy.Server has it.
+type Proxy interface {
+	Draining() bool
+	Connections(report func(listener, protocol string))
+	InFlight() int64
 }
 
 // ready answers 200 when the listeners are open (and not shutting down), a

@@ -104,14 +104,15 @@ func (g *Generation) Carry(old *Generation) {
 	}
 }
 
-// RestartOnly lists the sections that differ between two configs and that
-// a reload cannot apply: a reload swaps routes and upstreams, and the TLS
-// settings (certificates, min_version, client_auth, acme) of the listeners
-// that stay; the listeners themselves (their addresses, whether they have tls
-// or redirect), client timeouts, limits, logs, forwarding headers,
-// metrics and whether there is an admin listener are the server's and
-// change on restart (the admin listener's address and pprof do not).
-func RestartOnly(old, new *Config) []string {
+// ServerChanged lists the sections that differ between two configs and
+// that the proxy server itself holds: the listeners (their addresses,
+// whether they have tls or redirect, their protocols), client timeouts,
+// limits, the access log, the log, and the forwarding headers. A reload
+// that changes none of them swaps routes and upstreams, and the TLS
+// settings (certificates, min_version, client_auth, acme) of the
+// listeners, in the running server; one that changes any starts a new
+// server beside it (see sluice run).
+func ServerChanged(old, new *Config) []string {
 	var diff []string
 	for _, c := range []struct {
 		name string
@@ -123,10 +124,6 @@ func RestartOnly(old, new *Config) []string {
 		{"access_log", old.AccessLog, new.AccessLog},
 		{"log", old.Log, new.Log},
 		{"forwarded", old.Forwarded, new.Forwarded},
-		{"metrics", old.Metrics, new.Metrics},
-		// The admin listener moves, and turns pprof on or off, on a
-		// reload; turning it on or off takes a restart.
-		{"admin", old.Admin.Address == "", new.Admin.Address == ""},
 	} {
 		if !reflect.DeepEqual(c.a, c.b) {
 			diff = append(diff, c.name)
@@ -135,11 +132,27 @@ func RestartOnly(old, new *Config) []string {
 	return diff
 }
 
-// listenShape is what of the listeners a reload cannot change.
+// RestartOnly lists the keys that differ between two configs and that a
+// reload cannot apply: limits.max_idle_upstream_conns, the bound of the
+// connection pool every server of the process shares, and whether there
+// is an admin listener (its address and pprof change on a reload).
+func RestartOnly(old, new *Config) []string {
+	var keys []string
+	if old.Limits.MaxIdleUpstreamConns != new.Limits.MaxIdleUpstreamConns {
+		keys = append(keys, "limits.max_idle_upstream_conns")
+	}
+	if (old.Admin.Address == "") != (new.Admin.Address == "") {
+		keys = append(keys, "admin")
+	}
+	return keys
+}
+
+// listenShape is what of the listeners the server holds: all but their
+// TLS settings, which a reload swaps in place.
 func listenShape(ls []Listener) []Listener {
 	shape := make([]Listener, len(ls))
 	for i, l := range ls {
-		shape[i] = Listener{Address: l.Address, RedirectHTTPS: l.RedirectHTTPS, HTTPSPort: l.HTTPSPort}
+		shape[i] = Listener{Address: l.Address, RedirectHTTPS: l.RedirectHTTPS, HTTPSPort: l.HTTPSPort, Protocols: l.Protocols}
 		if l.TLS != nil {
 			shape[i].TLS = &ListenerTLS{}
 		}
@@ -471,6 +484,19 @@ func Policy(r Retry) (*retry.Policy, error) {
 // the resources it opened for it: its connection pool and access log,
 // which Resources.Close closes after the server's Shutdown.
 func NewServer(cfg *Config, g *Generation, errorLog *slog.Logger) (*proxy.Server, *Resources, error) {
+	return NewServerPool(cfg, g, errorLog, nil)
+}
+
+// NewServerPool is NewServer with the connection pool p, when not nil,
+// instead of a new one: the server a reload starts beside the running one
+// shares its pool, which the new server's Resources.Close leaves open.
+func NewServerPool(cfg *Config, g *Generation, errorLog *slog.Logger, p *pool.Pool) (*proxy.Server, *Resources, error) {
+	res := &Resources{pool: p}
+	if p == nil {
+		p = pool.New(max(1, cfg.Limits.MaxIdleUpstreamConns), nil)
+		res.pool = p
+		res.ownPool = true
+	}
 	srv := &proxy.Server{
 		Handler:           g.Table,
 		HeaderTimeout:     cfg.Timeouts.Header,
@@ -493,16 +519,17 @@ func NewServer(cfg *Config, g *Generation, errorLog *slog.Logger) (*proxy.Server
 			NoVia:             !cfg.Forwarded.Via,
 			Trusted:           cfg.Forwarded.Trusted,
 		},
-		Pool:     pool.New(max(1, cfg.Limits.MaxIdleUpstreamConns), nil),
+		Pool:     p,
 		ErrorLog: errorLog,
 	}
-	res := &Resources{pool: srv.Pool}
 	if cfg.AccessLog.Enabled {
 		var w io.Writer = os.Stderr
 		if cfg.AccessLog.Path != "" {
 			f, err := openLogFile(cfg.AccessLog.Path)
 			if err != nil {
-				srv.Pool.Close()
+				if res.ownPool {
+					p.Close()
+				}
 				return nil, nil, fmt.Errorf("access log: %w", err)
 			}
 			w, res.file = f, f

@@ -49,6 +49,11 @@ type Config struct {
 	// Metrics (key "metrics") configures the Prometheus endpoint.
 	Metrics Metrics
 
+	// PIDFile (key "pid_file", default "": none) is a file sluice run
+	// writes its process ID to as it starts serving, which sluice reload
+	// and sluice upgrade read to signal it. A binary upgrade's new process
+	// replaces it; the process that wrote it removes it as it exits.
+	PIDFile string
 	// Admin (key "admin") configures the admin listener: health and
 	// readiness, metrics, the running config, the upstreams' state with
 	// drain and enable, and the live status page.

@@ -87,8 +87,9 @@ const acmeReadyWait = 10 * time.Second
 // answers TLS-ALPN-01 on its first TLS listener that runs, and HTTP-01 on
 // a plain listener bound to the same address but for its port
 // (0.0.0.0:80 beside 0.0.0.0:443), when there is one; the CA validates
-// with either. A manager none of whose listeners runs (one a reload added,
-// which needs a restart) is not started.
+// with either. A manager none of whose listeners runs among ls (one for a
+// listener a reload added, when ls are the running server's) is not
+// started.
 func (ls *Listeners) StartACME(ctx context.Context, g *Generation, bound []net.Addr) error {
 	var started []*acme.Manager
 	defer func() {

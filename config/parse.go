@@ -477,6 +477,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 				}},
 			})
 		}},
+		{"pid_file", d.str(&c.PIDFile, checkNotEmpty)},
 		{"admin", func(n *yaml.Node, path string) {
 			d.mapping(n, path, []field{
 				{"address", func(n *yaml.Node, path string) {

@@ -12,14 +12,15 @@ import (
 // Resources are what NewServer opens beside the proxy server: its
 // connection pool and its access log.
 type Resources struct {
-	pool *pool.Pool
-	log  *logbuf.Writer // nil without an access log
-	file *logFile       // nil when the access log goes to standard error
+	pool    *pool.Pool
+	ownPool bool           // made by NewServer; a pool given to NewServerPool is its caller's
+	log     *logbuf.Writer // nil without an access log
+	file    *logFile       // nil when the access log goes to standard error
 }
 
 // Close, after the server's Shutdown, writes what the access log holds,
-// closes its file and closes the pool (stopping its watcher). It returns
-// the first error.
+// closes its file and closes the pool (stopping its watcher) unless it was
+// given to NewServerPool. It returns the errors joined.
 func (r *Resources) Close() error {
 	var errs []error
 	if r.log != nil {
@@ -28,7 +29,9 @@ func (r *Resources) Close() error {
 	if r.file != nil {
 		errs = append(errs, r.file.Close())
 	}
-	r.pool.Close()
+	if r.ownPool {
+		r.pool.Close()
+	}
 	return errors.Join(errs...)
 }
 

@@ -184,9 +184,10 @@ func TestBuildTLSFiles(t *testing.T) {
 	}
 }
 
-// A reload applies new TLS settings to the listeners that stay; what
-// changes the listeners themselves needs a restart.
-func TestRestartOnlyTLS(t *testing.T) {
+// A reload applies new TLS settings to the listeners that stay in the
+// running server; what changes the listeners themselves needs a new
+// server; only the pool's bound needs a restart.
+func TestServerChanged(t *testing.T) {
 	parse := func(listen, forwarded string) *Config {
 		c, err := Parse("t.yaml", []byte("listen:\n"+listen+rest+forwarded))
 		if err != nil {
@@ -208,11 +209,21 @@ func TestRestartOnlyTLS(t *testing.T) {
 		{"redirect added", parse(plain, ""), parse(redirect, ""), []string{"listen"}},
 		{"another address", parse(tlsOne, ""), parse(strings.Replace(tlsOne, "8443", "9443", 1), ""), []string{"listen"}},
 		{"trusted peers", parse(tlsOne, ""), parse(tlsOne, "forwarded: {trusted: [10.0.0.0/8]}\n"), []string{"forwarded"}},
+		{"protocols", parse(tlsOne, ""), parse(tlsOne+"    protocols: [http/1.1]\n", ""), []string{"listen"}},
+		{"timeouts, limits, logs", parse(plain, ""),
+			parse(plain, "timeouts: {header: 3s}\nlimits: {max_headers: 50}\naccess_log: {format: json}\nlog: {level: debug}\n"),
+			[]string{"timeouts", "limits", "access_log", "log"}},
 	}
 	for _, tt := range tests {
-		if got := RestartOnly(tt.old, tt.new); !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("%s: RestartOnly %v, want %v", tt.name, got, tt.want)
+		if got := ServerChanged(tt.old, tt.new); !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%s: ServerChanged %v, want %v", tt.name, got, tt.want)
 		}
+		if got := RestartOnly(tt.old, tt.new); got != nil {
+			t.Errorf("%s: RestartOnly %v, want none", tt.name, got)
+		}
+	}
+	if got := RestartOnly(parse(plain, ""), parse(plain, "limits: {max_idle_upstream_conns: 5}\n")); !reflect.DeepEqual(got, []string{"limits.max_idle_upstream_conns"}) {
+		t.Errorf("pool bound: RestartOnly %v", got)
 	}
 }
 

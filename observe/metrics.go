@@ -189,13 +189,20 @@ func (c configCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// ProxyState is what the metrics read of the proxy server at scrape time;
+// *proxy.Server has it.
+type ProxyState interface {
+	Connections(report func(listener, protocol string))
+	InFlight() int64
+}
+
 // WatchProxy reports srv's open client connections, by listener and
 // protocol, and its requests in flight, at scrape time.
-func (m *Metrics) WatchProxy(srv *proxy.Server) {
+func (m *Metrics) WatchProxy(srv ProxyState) {
 	m.reg.MustRegister(proxyCollector{srv})
 }
 
-type proxyCollector struct{ srv *proxy.Server }
+type proxyCollector struct{ srv ProxyState }
 
 var (
 	connectionsDesc = prometheus.NewDesc("sluice_client_connections",

@@ -67,6 +67,11 @@ type conn struct {
 	// one deadline change per slack, not one per write.
 	writeBy time.Time
 
+	// drainGraced is set once the connection had its drainIdleGrace;
+	// drainNext when a request served inline (serveInline) found the
+	// server draining after its answer had kept the connection alive.
+	drainGraced, drainNext bool
+
 	// mu guards idle, set while the goroutine waits for the next request,
 	// so that Shutdown can wake exactly those.
 	mu   sync.Mutex
@@ -216,9 +221,8 @@ func (c *conn) serve() {
 		if !c.s.serve() {
 			return
 		}
-		if c.srv.Draining() {
-			return
-		}
+		// Draining, a connection whose answer kept it alive ends in
+		// awaitRequest (drainWaiting).
 	}
 }
 
@@ -242,18 +246,25 @@ func (c *conn) readRequest() next {
 // in c.s, closeIt or parked.
 func (c *conn) awaitRequest() next {
 	if !c.beginIdle() {
-		return closeIt
+		return c.drainWaiting()
 	}
 	for {
 		c.left = readHead
 		err := c.ready.fillIdle()
 		c.setIdle(false)
 		if err == nil {
+			if c.drainNext {
+				c.drainNext = false
+				return c.drainWaiting()
+			}
 			return c.left
 		}
-		if !isTimeout(err) || c.srv.Draining() || !c.parkDue {
-			// Closed, reset, idle too long, or woken by Shutdown:
-			// nothing had begun, so nothing is owed.
+		if isTimeout(err) && c.srv.Draining() {
+			return c.drainWaiting()
+		}
+		if !isTimeout(err) || !c.parkDue {
+			// Closed, reset, or idle too long: nothing had begun, so
+			// nothing is owed.
 			return closeIt
 		}
 		// parkAfter has passed: park, or wait on with the goroutine.
@@ -266,6 +277,42 @@ func (c *conn) awaitRequest() next {
 		}
 	}
 }
+
+// drainWaiting is the end of a wait for the next request as the server
+// drains, and of a request answered as the drain began whose answer kept
+// the connection alive. A request whose bytes have come is read and
+// served, its answer closing the connection. Otherwise the connection gets drainIdleGrace
+// for one: a client that was busy on it a moment ago is likely sending its
+// next request as the drain begins, and closed under that request, the
+// connection would be reset and the client could not tell whether the
+// request was processed. A connection that stays quiet for the grace, or
+// that had been idle for long (a parked one), is closed: nothing had
+// begun, so nothing is owed. That covers the first request of a connection
+// accepted as the drain began too (whose bytes are there at accept, on
+// Linux).
+func (c *conn) drainWaiting() next {
+	if c.pending() {
+		return readHead
+	}
+	if c.drainGraced {
+		return closeIt
+	}
+	c.drainGraced = true
+	c.nc.SetReadDeadline(clock.Now().Add(drainIdleGrace))
+	c.left = readHead
+	if err := c.ready.fillIdle(); err == nil {
+		if c.drainNext { // a request came and was served inline, kept alive
+			c.drainNext = false
+			return c.drainWaiting()
+		}
+		return c.left
+	}
+	return closeIt
+}
+
+// drainIdleGrace is how long a connection waiting for its next request as
+// the server drains is given for one (drainWaiting).
+const drainIdleGrace = 250 * time.Millisecond
 
 // beginIdle starts a wait for the next request: the connection gives back
 // its buffers and Session, and its read deadline becomes the time to park
@@ -313,7 +360,7 @@ func (c *conn) serveInline() bool {
 		if rest != 0 {
 			return false // for the serve loop, which can read the rest
 		}
-		if !c.s.serve() || c.srv.Draining() {
+		if !c.s.serve() {
 			c.left = closeIt
 			return false
 		}
@@ -323,7 +370,7 @@ func (c *conn) serveInline() bool {
 		return false
 	}
 	if !c.beginIdle() {
-		c.left = closeIt
+		c.left, c.drainNext = closeIt, true // drainWaiting, once out of the wait
 		return false
 	}
 	return true

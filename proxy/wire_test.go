@@ -688,3 +688,30 @@ func TestBareLFHeadForwardedWithCRLF(t *testing.T) {
 		t.Fatalf("upstream got head %q, want CRLF line ends only", raw)
 	}
 }
+
+// A client busy on a kept-alive connection a moment ago, whose next
+// request comes just after the drain began, gets it answered (with
+// Connection: close) instead of a connection closed under it.
+func TestShutdownServesNextRequest(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	hs := start(t, peers(testOptions(), up.Addr()))
+	c := hs.dial(t)
+	if resp, _ := c.roundTrip("GET /first HTTP/1.1\r\nHost: a\r\n\r\n"); resp.StatusCode != 200 || resp.Close {
+		t.Fatalf("first: %d close=%v", resp.StatusCode, resp.Close)
+	}
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		shut <- hs.srv.Shutdown(ctx)
+	}()
+	waitFor(t, "the drain", hs.srv.Draining)
+	time.Sleep(20 * time.Millisecond) // the connection has been woken up
+	resp, body := c.roundTrip("GET /next HTTP/1.1\r\nHost: a\r\n\r\n")
+	if resp.StatusCode != 200 || body != "ok" || !resp.Close {
+		t.Fatalf("next request during the drain: %d %q close=%v", resp.StatusCode, body, resp.Close)
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+}

@@ -19,10 +19,14 @@ type command struct {
 
 // commands are sluice's commands, in the order help lists them.
 var commands = []command{
-	{"run", "serve as the config file says (SIGHUP reloads it, SIGUSR1 reopens the access log)",
+	{"run", "serve as the config file says (SIGHUP reloads it, SIGUSR1 reopens the access log, SIGUSR2 upgrades the binary)",
 		func(w io.Writer) { parseFlags("run", []string{"-h"}, w) }},
 	{"validate", "check a config file: exit 1 with every problem, its line and column",
 		func(w io.Writer) { parseFlags("validate", []string{"-h"}, w) }},
+	{"reload", "check the config file, then make the sluice run of its pid_file reload it (SIGHUP)",
+		func(w io.Writer) { parseFlags("reload", []string{"-h"}, w) }},
+	{"upgrade", "make the sluice run of the config file's pid_file start the binary at its path on its sockets, and drain once that serves (SIGUSR2)",
+		func(w io.Writer) { parseFlags("upgrade", []string{"-h"}, w) }},
 	{"demo", "run a proxy in front of two built-in upstreams, one that drops kept-alive connections",
 		func(w io.Writer) {
 			fs, _ := demoFlags(w)

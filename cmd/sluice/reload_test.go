@@ -1,71 +1,310 @@
+//go:build unix
+
 package main
 
 import (
-	"context"
+	"bufio"
 	"fmt"
 	"io"
-	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 )
 
+// started is a sluice run started in this process, with its config file
+// and log.
+type started struct {
+	*running
+	path string
+	log  *syncBuffer
+}
+
+// startRunning writes body as the config file and starts serving it as sluice
+// run does (without the signal loop: the test calls reload); the cleanup
+// stops it.
+func startRunning(t *testing.T, body string) *started {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &syncBuffer{}
+	r, err := start(path, cfg, loaded{}, log, newLog(log, cfg), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.stop(false) })
+	return &started{running: r, path: path, log: log}
+}
+
+// reloadWith writes body as the config file and reloads it.
+func (s *started) reloadWith(t *testing.T, body string) {
+	t.Helper()
+	if err := os.WriteFile(s.path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.reload()
+}
+
+// addr returns the address listener i is bound to.
+func (s *started) addr(i int) string { return s.sockets[i].ln.Addr().String() }
+
+const upstreamsOf = "routes: [{upstream: app}]\nupstreams:\n  app:\n    servers: [{address: %s}]\n"
+
 // A reload swaps routes and upstreams while the server keeps serving, and
 // a broken file leaves the running configuration alone.
 func TestReload(t *testing.T) {
 	a := upstreamtest.Start(t, upstreamtest.OK("a"))
 	b := upstreamtest.Start(t, upstreamtest.OK("b"))
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
-	write := func(upstream string) {
-		body := fmt.Sprintf("listen: [{address: 127.0.0.1:0}]\naccess_log: {enabled: false}\nroutes: [{upstream: app}]\nupstreams:\n  app:\n    servers: [{address: %s}]\n", upstream)
-		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	conf := func(upstream string) string {
+		return "listen: [{address: 127.0.0.1:0}]\naccess_log: {enabled: false}\n" + fmt.Sprintf(upstreamsOf, upstream)
 	}
-	write(a.Addr())
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gen, err := config.Build(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, closer, err := config.NewServer(cfg, gen, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	listeners, err := config.NewListeners(cfg, gen)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &running{path: path, cfg: cfg, srv: srv, listeners: listeners, ctx: context.Background(), log: log}
-	r.gen.Store(gen)
-	t.Cleanup(func() { // registered before Serve's, so it runs after the Shutdown
-		r.gen.Load().Close()
-		closer.Close()
-	})
-	addr := proxytest.Serve(t, srv)
+	s := startRunning(t, conf(a.Addr()))
+	srv := s.srv
 	get := func() string {
-		_, body := proxytest.Get(t, addr, "/", "")
+		_, body := proxytest.Get(t, s.addr(0), "/", "")
 		return body
 	}
 	if got := get(); got != "a" {
 		t.Fatalf("before reload: %q", got)
 	}
-	write(b.Addr())
-	r.reload()
+	s.reloadWith(t, conf(b.Addr()))
 	if got := get(); got != "b" {
 		t.Fatalf("after reload: %q", got)
 	}
-	os.WriteFile(path, []byte("listen: [{address: 127.0.0.1:0}]\nroutes: [{upstream: nowhere}]\n"), 0o644)
-	r.reload()
+	if s.srv != srv {
+		t.Error("a reload of routes and upstreams started a new server")
+	}
+	s.reloadWith(t, "listen: [{address: 127.0.0.1:0}]\nroutes: [{upstream: nowhere}]\n")
 	if got := get(); got != "b" {
 		t.Fatalf("after a broken reload: %q", got)
+	}
+	if !strings.Contains(s.log.String(), "reload failed; still serving the previous configuration") {
+		t.Errorf("the broken reload is not logged:\n%s", s.log.String())
+	}
+}
+
+// holdUpstream answers /hold/... once release is closed, and anything
+// else at once; held counts the requests waiting.
+func holdUpstream(t *testing.T) (u *upstreamtest.Server, release chan struct{}) {
+	release = make(chan struct{})
+	u = upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+		if strings.HasPrefix(r.Target, "/hold/") {
+			select {
+			case <-release:
+			case <-c.Done():
+				return
+			}
+		}
+		c.Respond(200, "ok "+r.Target)
+	})
+	return u, release
+}
+
+// inFlight sends GET path on a new connection to addr and returns a
+// channel that gets the response's status, body and whether it closes, or
+// the error.
+func inFlight(t *testing.T, addr, path string) <-chan string {
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	fmt.Fprintf(nc, "GET %s HTTP/1.1\r\nHost: test\r\n\r\n", path)
+	got := make(chan string, 1)
+	go func() {
+		nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(nc), nil)
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		body, _ := io.ReadAll(resp.Body)
+		got <- fmt.Sprintf("%d %s close=%v", resp.StatusCode, body, resp.Close)
+	}()
+	return got
+}
+
+// A reload adds a listener and removes one: the listener that stays keeps
+// its socket (and never refuses a client), a request in flight on the old
+// server finishes, one in flight on a removed listener too, and the
+// removed listener's address refuses clients afterwards.
+func TestReloadListeners(t *testing.T) {
+	up, release := holdUpstream(t)
+	rest := "access_log: {enabled: false}\n" + fmt.Sprintf(upstreamsOf, up.Addr())
+	one := "listen: [{address: 127.0.0.1:0}]\n" + rest
+	two := "listen: [{address: 127.0.0.1:0}, {address: 127.0.0.1:0, protocols: [h2c, http/1.1]}]\n" + rest
+	s := startRunning(t, one)
+	first, ln := s.addr(0), s.sockets[0].ln
+	oldSrv := s.srv
+
+	held := inFlight(t, first, "/hold/1")
+	proxytest.WaitFor(t, "the held request at the upstream", func() bool { return up.Count("GET", "/hold/1") == 1 })
+	s.reloadWith(t, two)
+	if s.srv == oldSrv {
+		t.Fatal("a new listener did not start a new server")
+	}
+	if len(s.sockets) != 2 || s.sockets[0].ln != ln || s.addr(0) != first {
+		t.Fatalf("the listener that stays changed socket: %v", s.sockets)
+	}
+	second := s.addr(1)
+	for _, a := range []string{first, second} {
+		if code, body := proxytest.Get(t, a, "/x", ""); code != 200 || body != "ok /x" {
+			t.Fatalf("GET %s after adding a listener: %d %q", a, code, body)
+		}
+	}
+	held2 := inFlight(t, second, "/hold/2")
+	proxytest.WaitFor(t, "the request held on the second listener", func() bool { return up.Count("GET", "/hold/2") == 1 })
+
+	s.reloadWith(t, one)
+	if len(s.sockets) != 1 || s.sockets[0].ln != ln {
+		t.Fatalf("after removing a listener: %v", s.sockets)
+	}
+	if nc, err := net.Dial("tcp", second); err == nil {
+		nc.Close()
+		t.Errorf("the removed listener %s still accepts", second)
+	}
+	if code, _ := proxytest.Get(t, first, "/x", ""); code != 200 {
+		t.Fatalf("GET after removing a listener: %d", code)
+	}
+	close(release)
+	// Both requests were in flight on servers that drain: answered, and
+	// their connections closed.
+	for i, ch := range []<-chan string{held, held2} {
+		if got, want := <-ch, fmt.Sprintf("200 ok /hold/%d close=true", i+1); got != want {
+			t.Errorf("held request %d: %q, want %q", i+1, got, want)
+		}
+	}
+}
+
+// A listener that cannot be bound (its address taken) fails the reload,
+// which changes nothing.
+func TestReloadBindFails(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	rest := "access_log: {enabled: false}\n" + fmt.Sprintf(upstreamsOf, up.Addr())
+	s := startRunning(t, "listen: [{address: 127.0.0.1:0}]\n"+rest)
+	srv, addr := s.srv, s.addr(0)
+	s.reloadWith(t, fmt.Sprintf("listen: [{address: 127.0.0.1:0}, {address: %s}]\ntimeouts: {header: 3s}\n", taken.Addr())+rest)
+	if s.srv != srv || len(s.sockets) != 1 || s.cfg.Timeouts.Header == 3*time.Second {
+		t.Fatal("a reload that could not bind changed the server")
+	}
+	if !strings.Contains(s.log.String(), "reload failed; still serving the previous configuration") ||
+		!strings.Contains(s.log.String(), "address already in use") {
+		t.Errorf("the failed reload is not logged with why:\n%s", s.log.String())
+	}
+	if code, _ := proxytest.Get(t, addr, "/", ""); code != 200 {
+		t.Fatalf("after the failed reload: %d", code)
+	}
+}
+
+// Each key the server holds changes on reload: limits, client timeouts,
+// forwarding fields, the access log (path and format), the log (level and
+// format), and the metrics endpoint's address.
+func TestReloadServerKeys(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	dir := t.TempDir()
+	log1, log2 := filepath.Join(dir, "access1.log"), filepath.Join(dir, "access2.log")
+	before := fmt.Sprintf("listen: [{address: 127.0.0.1:0}]\naccess_log: {path: %s, buffer: 0}\nlog: {level: info, format: text}\n"+
+		"metrics: {address: 127.0.0.1:0}\ntimeouts: {header: 1h}\n", log1) + fmt.Sprintf(upstreamsOf, up.Addr())
+	after := fmt.Sprintf("listen: [{address: 127.0.0.1:0}]\naccess_log: {path: %s, buffer: 0, format: json}\nlog: {level: debug, format: json}\n"+
+		"metrics: {address: 127.0.0.1:0}\ntimeouts: {header: 200ms}\nlimits: {max_headers: 3}\nforwarded: {via: false}\n", log2) + fmt.Sprintf(upstreamsOf, up.Addr())
+	s := startRunning(t, before)
+	addr := s.addr(0)
+	metricsAddr := s.metricsLn.Addr().String()
+	fields := "A: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\n"
+
+	if code, _ := proxytest.Get(t, addr, "/before", fields); code != 200 {
+		t.Fatalf("before: %d", code)
+	}
+	if via := up.Requests()[0].Get("Via"); via == "" {
+		t.Fatal("before: no Via")
+	}
+	s.reloadWith(t, after)
+	// Metrics: the address in the file is 127.0.0.1:0 both times: the
+	// endpoint stays where it is.
+	if got := s.metricsLn.Addr().String(); got != metricsAddr {
+		t.Errorf("metrics moved from %s to %s with the same address in the file", metricsAddr, got)
+	}
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+
+	if code, _ := proxytest.Get(t, addr, "/after", fields); code != 431 {
+		t.Errorf("limits.max_headers 3 after reload: %d, want 431", code)
+	}
+	if code, _ := proxytest.Get(t, addr, "/after", ""); code != 200 {
+		t.Fatalf("after: %d", code)
+	}
+	reqs := up.Requests()
+	if via := reqs[len(reqs)-1].Get("Via"); via != "" {
+		t.Errorf("forwarded.via false after reload, still sent: %q", via)
+	}
+	// timeouts.header 200ms: a head that never ends is answered 408.
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	io.WriteString(nc, "GET / HTTP/1.1\r\nHost: test\r\n")
+	nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if line, _ := bufio.NewReader(nc).ReadString('\n'); !strings.HasPrefix(line, "HTTP/1.1 408") {
+		t.Errorf("a head cut short after timeouts.header 200ms: %q, want 408", line)
+	}
+	// Access log: the old file has the first request, as text; the new
+	// one the later ones, as JSON. (buffer: 0 writes each line at once;
+	// the old server's log is closed once it has drained.)
+	proxytest.WaitFor(t, "the access log lines", func() bool {
+		b1, _ := os.ReadFile(log1)
+		b2, _ := os.ReadFile(log2)
+		return strings.Contains(string(b1), "target=/before") && strings.Contains(string(b2), `"target":"/after"`)
+	})
+	if b1, _ := os.ReadFile(log1); strings.Contains(string(b1), "/after") {
+		t.Errorf("the old access log got a request after the reload: %s", b1)
+	}
+	// Log: the reload's own line is JSON already.
+	if !strings.Contains(s.log.String(), `"msg":"reloaded"`) {
+		t.Errorf("log.format json after reload, yet:\n%s", s.log.String())
+	}
+
+	// A new metrics address moves the endpoint; the old one closes.
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newMetrics := free.Addr().String()
+	free.Close()
+	s.reloadWith(t, strings.Replace(after, "metrics: {address: 127.0.0.1:0}", "metrics: {address: "+newMetrics+"}", 1))
+	resp, err = http.Get("http://" + newMetrics + "/metrics")
+	if err != nil {
+		t.Fatalf("metrics at the new address: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "sluice_requests_total") {
+		t.Errorf("metrics at the new address: %.200s", body)
+	}
+	if nc, err := net.Dial("tcp", metricsAddr); err == nil {
+		nc.Close()
+		t.Errorf("the old metrics address %s still accepts", metricsAddr)
 	}
 }

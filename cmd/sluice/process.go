@@ -1,0 +1,483 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/sluice-proxy/sluice/admin"
+	"github.com/sluice-proxy/sluice/balance"
+	"github.com/sluice-proxy/sluice/config"
+	"github.com/sluice-proxy/sluice/observe"
+	"github.com/sluice-proxy/sluice/pool"
+	"github.com/sluice-proxy/sluice/proxy"
+	"github.com/sluice-proxy/sluice/ratelimit"
+	"github.com/sluice-proxy/sluice/upgrade"
+)
+
+// upgradeTimeout bounds the wait for the new process of a binary upgrade
+// to say it serves; past it, that process is killed and this one goes on.
+const upgradeTimeout = 30 * time.Second
+
+// metricsSocket is the name the metrics endpoint's socket is handed over
+// under in an upgrade (listen addresses are host:port, never this).
+const metricsSocket = "metrics "
+
+// running is the proxy as sluice run serves it: the process's listening
+// sockets, the server that accepts on them with the generation of routes
+// and upstreams it serves, and the servers a reload replaced, which drain.
+//
+// A reload (SIGHUP) that changes only routes, upstreams and the TLS
+// settings of listeners swaps them in the running server. One that
+// changes anything the server holds (listeners, client timeouts, limits,
+// logs, forwarding; config.ServerChanged) starts a new server on the
+// sockets it keeps and the ones it binds, hands each kept socket over
+// (the old server's accept loop ends, the new one's starts, clients wait
+// in the socket's queue meanwhile), closes the sockets no longer listed,
+// and drains the old server as SIGTERM would: its requests in flight
+// finish, its idle connections close. Every server shares one upstream
+// connection pool. A binary upgrade (SIGUSR2) hands every socket to a new
+// process the same way (package upgrade).
+//
+// The fields are the signal loop's (serve): reloads and the end of an
+// upgrade run on it, one at a time.
+type running struct {
+	path   string // the config file, absolute
+	exe    string // the executable, as it was at start
+	stderr io.Writer
+	ctx    context.Context
+	cancel context.CancelFunc // ends ctx, as the process stops
+	log    *slog.Logger
+	notify *notifier
+
+	cfg       *config.Config // as last applied
+	pool      *pool.Pool     // shared by every server
+	sockets   []*socket      // for each of cfg.Listen
+	srv       *proxy.Server  // the server accepting on the sockets
+	res       *config.Resources
+	listeners *config.Listeners
+	gen       atomic.Pointer[config.Generation]
+
+	metrics     *observe.Metrics // nil without metrics.address and admin.address so far
+	metricsLn   net.Listener     // the endpoint's socket; nil when off
+	stopMetrics func()
+	current     current // srv, for the metrics and the admin listener
+
+	recorder  *observe.Recorder // nil without admin.address
+	admin     *admin.Server     // nil without admin.address
+	adminCfg  config.Admin      // the admin section serving, which a reload may change
+	adminLn   net.Listener      // its socket
+	adminStop func()            // stops the admin listener
+
+	draining sync.WaitGroup // servers a reload replaced
+	failed   chan error     // an accept loop that ended on its own
+	// sig receives the signals serve acts on, caught from the start:
+	// once the pid file is written, or systemd or the old process of an
+	// upgrade told, a SIGHUP must not find the default action (exit).
+	sig chan os.Signal
+}
+
+// newLog returns the error and event log cfg asks for, on w.
+func newLog(w io.Writer, cfg *config.Config) *slog.Logger {
+	return slog.New(config.Handler(w, cfg.Log.Format, config.Level(cfg.Log.Level)))
+}
+
+// start readies the proxy cfg (read from path) describes: builds it, binds
+// its listeners (taking those inherited from the process an upgrade
+// replaces, in), starts its metrics endpoint, and serves. It returns with
+// every accept loop running, the pid file written and systemd and the old
+// process of an upgrade told. On error nothing is left running (the
+// inherited sockets not taken are closed by the caller).
+func start(path string, cfg *config.Config, l loaded, stderr io.Writer, log *slog.Logger, in *upgrade.Inherited) (r *running, err error) {
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	log.Info("sluice run", "version", version, "pid", os.Getpid(), "upgrade", in != nil)
+	sig := make(chan os.Signal, 1)
+	signals := []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+	signals = append(append(signals, reopenSignals...), upgradeSignals...)
+	signal.Notify(sig, signals...)
+	defer func() {
+		if err != nil {
+			signal.Stop(sig)
+		}
+	}()
+	exe, err := os.Executable()
+	if err != nil {
+		log.Warn("the executable's path is unknown; binary upgrades will fail", "error", err)
+	}
+	gen, err := config.Build(cfg)
+	if err != nil {
+		return nil, err
+	}
+	listeners, err := config.NewListeners(cfg, gen)
+	if err != nil {
+		return nil, err
+	}
+	logCertificates(log, gen)
+	ctx, cancel := context.WithCancel(context.Background())
+	p := pool.New(max(1, cfg.Limits.MaxIdleUpstreamConns), nil)
+	srv, res, err := config.NewServerPool(cfg, gen, log, p)
+	if err != nil {
+		cancel()
+		p.Close()
+		return nil, err
+	}
+	r = &running{
+		path: path, exe: exe, stderr: stderr, ctx: ctx, cancel: cancel, log: log, notify: newNotifier(),
+		cfg: cfg, pool: p, srv: srv, res: res, listeners: listeners,
+		failed: make(chan error, 1), sig: sig,
+	}
+	r.gen.Store(gen)
+	r.current.p.Store(srv)
+	gen.Start(ctx)
+	stopAll := func() {
+		if r.adminStop != nil {
+			r.adminStop()
+		}
+		for _, s := range r.sockets {
+			s.close()
+		}
+		quick, stop := context.WithTimeout(context.Background(), time.Second)
+		srv.Shutdown(quick) // the clients accepted before the failure
+		stop()
+		if r.stopMetrics != nil {
+			r.stopMetrics()
+		}
+		cancel()
+		gen.Close()
+		res.Close()
+		p.Close()
+	}
+	defer func() {
+		if err != nil {
+			stopAll()
+		}
+	}()
+	if observed(cfg) {
+		r.ensureMetrics()
+		r.metrics.ConfigLoaded(l.hash, l.at)
+		srv.Observer = r.metrics
+	}
+	if cfg.Metrics.Address != "" {
+		ln, err := metricsListener(cfg.Metrics.Address, in)
+		if err != nil {
+			return nil, err
+		}
+		r.moveMetrics(ln)
+	}
+	if cfg.Admin.Address != "" {
+		if err := r.startAdmin(cfg, l, in); err != nil {
+			return nil, fmt.Errorf("admin: %w", err)
+		}
+	}
+	for _, l := range cfg.Listen {
+		s, err := bind(l.Address, in)
+		if err != nil {
+			return nil, fmt.Errorf("listening on %s: %w", l.Address, err)
+		}
+		r.sockets = append(r.sockets, s)
+	}
+	// The ACME managers start once their challenges' listeners are bound,
+	// before serving; their certificates come in the background.
+	if err = listeners.StartACME(ctx, gen, r.bound()); err != nil {
+		return nil, fmt.Errorf("starting ACME: %w", err)
+	}
+	r.serveAll(srv, listeners, r.sockets, nil, log)
+	if r.admin != nil {
+		r.admin.SetListening(true) // connections queue until served
+	}
+	if cfg.PIDFile != "" {
+		if err = writePIDFile(cfg.PIDFile); err != nil {
+			return nil, err
+		}
+	}
+	if in == nil {
+		if err := r.notify.send("READY=1", "STATUS=serving"); err != nil {
+			log.Warn("telling systemd", "error", err)
+		}
+	}
+	if err := in.Ready(); err != nil {
+		log.Warn("telling the old process of the upgrade that this one serves", "error", err)
+	}
+	return r, nil
+}
+
+// bound returns the address each socket is bound to.
+func (r *running) bound() []net.Addr {
+	b := make([]net.Addr, len(r.sockets))
+	for i, s := range r.sockets {
+		b[i] = s.ln.Addr()
+	}
+	return b
+}
+
+// serveAll starts srv's accept loops on sockets, as listeners say, each
+// logged as listening; those in kept are handed over from the server that
+// accepts on them (their loops stopped first).
+func (r *running) serveAll(srv *proxy.Server, listeners *config.Listeners, sockets []*socket, kept map[*socket]bool, log *slog.Logger) {
+	bound := make([]net.Addr, len(sockets))
+	for i, s := range sockets {
+		bound[i] = s.ln.Addr()
+	}
+	for i, s := range sockets {
+		o := listeners.Options(i, bound)
+		attrs := []any{"address", s.ln.Addr().String()}
+		if o.TLS != nil {
+			attrs = append(attrs, "tls", true)
+		}
+		if len(o.Protocols) > 0 {
+			attrs = append(attrs, "protocols", o.Protocols)
+		}
+		if rd, ok := o.Handler.(*proxy.RedirectHTTPS); ok {
+			attrs = append(attrs, "redirect_https_port", rd.Port)
+		}
+		if kept[s] {
+			s.stop()
+		}
+		s.serve(srv, o, r.failed)
+		log.Info("listening", attrs...)
+	}
+}
+
+// metricsListener returns a listener on addr for the metrics endpoint:
+// the socket inherited from an upgrade's old process when there is one
+// (in), else a new one.
+func metricsListener(addr string, in *upgrade.Inherited) (net.Listener, error) {
+	ln, ok, err := in.Take(metricsSocket + addr)
+	if err != nil || ok {
+		return ln, err
+	}
+	if ln, err = net.Listen("tcp", addr); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	return ln, nil
+}
+
+// observed reports whether cfg has the servers report to metrics: for
+// the metrics endpoint or the admin listener.
+func observed(cfg *config.Config) bool { return cfg.Metrics.Address != "" || cfg.Admin.Address != "" }
+
+// ensureMetrics makes the metrics the servers report to, once.
+func (r *running) ensureMetrics() {
+	if r.metrics != nil {
+		return
+	}
+	m := observe.New(r.pool)
+	m.WatchServers(func(report func(observe.ServerState)) {
+		r.gen.Load().Servers(func(upstream string, s *balance.Server) {
+			report(observe.ServerState{Upstream: upstream, Server: s.Addr, Healthy: s.Healthy(), Drained: s.Drained(), Outstanding: s.Outstanding()})
+		})
+	})
+	m.WatchProxy(&r.current)
+	m.WatchRateLimits(func(report func(observe.RateLimitState)) {
+		r.gen.Load().RateLimits(func(route string, c ratelimit.Counts) {
+			report(observe.RateLimitState{Route: route, Allowed: c.Allowed, Limited: c.Limited, StoreError: c.StoreError})
+		})
+	})
+	r.metrics = m
+}
+
+// moveMetrics stops the metrics endpoint that runs, if one does, and
+// serves it on ln, unless ln is nil.
+func (r *running) moveMetrics(ln net.Listener) {
+	if r.stopMetrics != nil {
+		r.stopMetrics()
+		r.stopMetrics, r.metricsLn = nil, nil
+	}
+	if ln == nil {
+		return
+	}
+	r.ensureMetrics()
+	r.metricsLn = ln
+	r.stopMetrics = serveMetrics(ln, r.metrics, r.log)
+}
+
+// serveMetrics serves /metrics on ln until stop is called.
+func serveMetrics(ln net.Listener, m *observe.Metrics, log *slog.Logger) (stop func()) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m.Handler())
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(ln)
+	log.Info("metrics", "address", ln.Addr().String(), "path", "/metrics")
+	return func() { hs.Close() }
+}
+
+// upgraded is the outcome of a binary upgrade.
+type upgraded struct {
+	pid int
+	err error
+}
+
+// serve runs until SIGINT or SIGTERM, or a binary upgrade's new process
+// serves, then drains: no new connections, in-flight requests get up to
+// timeouts.drain to finish. SIGHUP reloads, SIGUSR1 reopens the access
+// log, SIGUSR2 upgrades. It returns the exit code.
+func (r *running) serve() int {
+	sig := r.sig
+	upgrades := make(chan upgraded, 1)
+	upgrading := false
+	code := 0
+	handedOver := false
+wait:
+	for {
+		select {
+		case s := <-sig:
+			switch {
+			case s == syscall.SIGHUP:
+				if upgrading {
+					r.log.Warn("reload refused: a binary upgrade is under way; send it again once it is over")
+					continue
+				}
+				r.notify.send(reloading()...)
+				r.reload()
+				r.notify.send("READY=1", "STATUS=serving")
+			case slices.Contains(reopenSignals, s):
+				r.reopen()
+			case slices.Contains(upgradeSignals, s):
+				if upgrading {
+					r.log.Warn("binary upgrade refused: one is under way")
+					continue
+				}
+				upgrading = true
+				r.startUpgrade(upgrades)
+			default:
+				if upgrading { // its outcome first: the sockets are being handed over
+					r.log.Info("shutting down once the binary upgrade under way is over", "signal", s.String())
+					u := <-upgrades
+					if u.err == nil {
+						r.log.Info("binary upgrade: the new process serves; draining", "pid", u.pid, "drain", r.cfg.Timeouts.Drain)
+						r.notify.send(fmt.Sprintf("MAINPID=%d", u.pid), "READY=1", "STATUS=serving")
+						handedOver = true
+						break wait
+					}
+					r.upgradeFailed(u.err)
+				}
+				r.log.Info("shutting down", "signal", s.String(), "drain", r.cfg.Timeouts.Drain)
+				r.notify.send("STOPPING=1")
+				break wait
+			}
+		case u := <-upgrades:
+			upgrading = false
+			if u.err != nil {
+				r.upgradeFailed(u.err)
+				continue
+			}
+			// The new process accepts on every socket: this one stops
+			// and hands systemd over to it.
+			r.notify.send(fmt.Sprintf("MAINPID=%d", u.pid), "READY=1", "STATUS=serving")
+			r.log.Info("binary upgrade: the new process serves; draining", "pid", u.pid, "drain", r.cfg.Timeouts.Drain)
+			handedOver = true
+			break wait
+		case err := <-r.failed:
+			r.log.Error("serving", "error", err)
+			code = 1
+			break wait
+		}
+	}
+	r.stop(handedOver)
+	return code
+}
+
+// upgradeFailed logs why a binary upgrade failed, and writes the pid file
+// again, which the new process may have written before it failed.
+func (r *running) upgradeFailed(err error) {
+	r.log.Error("binary upgrade failed; still serving", "error", err)
+	if r.cfg.PIDFile != "" {
+		if err := writePIDFile(r.cfg.PIDFile); err != nil {
+			r.log.Error("rewriting the pid file", "error", err)
+		}
+	}
+}
+
+// reopen reopens the access log file, for log rotation.
+func (r *running) reopen() {
+	cfg := r.cfg
+	if !cfg.AccessLog.Enabled || cfg.AccessLog.Path == "" {
+		r.log.Info("no access log file to reopen")
+		return
+	}
+	if err := r.res.ReopenLogs(); err != nil {
+		r.log.Error("reopening the access log", "path", cfg.AccessLog.Path, "error", err)
+		return
+	}
+	r.log.Info("access log reopened", "path", cfg.AccessLog.Path)
+}
+
+// startUpgrade starts the executable sluice run was started from (read
+// from disk again, so a new binary installed at its path) with this
+// process's sockets, and sends the outcome to done once the new process
+// serves or has failed.
+func (r *running) startUpgrade(done chan<- upgraded) {
+	if r.exe == "" {
+		done <- upgraded{err: errors.New("the executable's path is unknown")}
+		return
+	}
+	// The sockets stay open until the outcome is known: the signal loop
+	// neither reloads nor stops while an upgrade is under way.
+	var socks []upgrade.Socket
+	for _, s := range r.sockets {
+		socks = append(socks, upgrade.Socket{Address: s.address, Conn: s.ln})
+	}
+	if tl, ok := r.metricsLn.(*net.TCPListener); ok {
+		socks = append(socks, upgrade.Socket{Address: metricsSocket + r.cfg.Metrics.Address, Conn: tl})
+	}
+	if tl, ok := r.adminLn.(*net.TCPListener); ok {
+		socks = append(socks, upgrade.Socket{Address: adminSocket + r.adminCfg.Address, Conn: tl})
+	}
+	r.log.Info("binary upgrade: starting the new process", "path", r.exe, "sockets", len(socks))
+	exe, args := r.exe, []string{"run", "-c", r.path}
+	go func() {
+		p, err := upgrade.Start(r.ctx, exe, args, socks, upgradeTimeout)
+		if err != nil {
+			done <- upgraded{err: err}
+			return
+		}
+		done <- upgraded{pid: p.Pid}
+	}()
+}
+
+// stop ends serving: the accept loops stop and the sockets close (the
+// new process of an upgrade holds its own copies of them), then the
+// server drains for timeouts.drain, with those a reload replaced, and
+// the pool, logs, background work and pid file (when still this
+// process's) are let go.
+func (r *running) stop(handedOver bool) {
+	defer signal.Stop(r.sig)
+	for _, s := range r.sockets {
+		s.close()
+	}
+	if r.stopMetrics != nil {
+		r.stopMetrics()
+	}
+	if r.admin != nil {
+		r.admin.SetListening(false)
+		r.adminStop()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeouts.Drain)
+	defer cancel()
+	if err := r.srv.Shutdown(ctx); err != nil {
+		r.log.Warn("drain timeout passed; remaining connections closed", "error", err)
+	}
+	r.draining.Wait()
+	r.cancel()
+	r.res.Close()
+	r.pool.Close()
+	r.gen.Load().Close()
+	if r.cfg.PIDFile != "" && !handedOver {
+		removePIDFile(r.cfg.PIDFile)
+	}
+	r.log.Info("stopped")
+}

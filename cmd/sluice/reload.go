@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+
+	"github.com/sluice-proxy/sluice/config"
+)
+
+// reload reads the config file again and applies all of it without
+// dropping a connection, or, when it does not load, build or bind, changes
+// nothing and logs why.
+//
+// Routes and upstreams are swapped: requests in flight finish with the
+// generation they started with, and servers that stay keep their health
+// state. The TLS listeners that stay read their certificates, keys and
+// client CAs again: new handshakes get them, connections already open
+// keep theirs. An ACME manager whose acme section stays goes on (its
+// certificates kept, nothing asked again); one for a new or changed
+// section starts, and the one it replaces, or whose section is gone,
+// stops.
+//
+// When the file changes what the server holds (config.ServerChanged:
+// listeners, client timeouts, limits, logs, forwarding; or turns metrics
+// on or off), a new server takes over the sockets (see running) and the
+// old one drains. The metrics endpoint moves when its address changes.
+// The pid file is written at its new path, and the old one removed.
+func (r *running) reload() {
+	cfg, hash, err := loadConfig(r.path)
+	if err != nil {
+		r.log.Error("reload failed; still serving the previous configuration", "error", err)
+		r.reloaded(err, "", nil)
+		return
+	}
+	if keys := config.RestartOnly(r.cfg, cfg); len(keys) > 0 {
+		r.log.Warn("reload: these keys changed and take effect only on restart", "keys", keys)
+	}
+	// The new generation's balancers and ACME managers log to
+	// slog.Default as Build makes them: the new log, put back to the old
+	// one if the reload fails.
+	log := r.log
+	if cfg.Log != r.cfg.Log {
+		log = newLog(r.stderr, cfg)
+	}
+	slog.SetDefault(log)
+	fail := func(err error) {
+		slog.SetDefault(r.log)
+		r.log.Error("reload failed; still serving the previous configuration", "error", err)
+		r.reloaded(err, "", nil)
+	}
+	gen, err := config.Build(cfg)
+	if err != nil {
+		fail(err)
+		return
+	}
+	changed := config.ServerChanged(r.cfg, cfg)
+	if observed(r.cfg) != observed(cfg) {
+		changed = append(changed, "metrics") // the server's Observer
+	}
+	moveMetrics := cfg.Metrics.Address != r.cfg.Metrics.Address
+	var metricsLn net.Listener
+	if moveMetrics && cfg.Metrics.Address != "" {
+		if metricsLn, err = metricsListener(cfg.Metrics.Address, nil); err != nil {
+			fail(err)
+			return
+		}
+	}
+	if observed(cfg) {
+		r.ensureMetrics()
+	}
+	old := r.gen.Load()
+	tlsListeners := 0 // those the new TLS settings reached
+	if len(changed) == 0 {
+		gen.Carry(old)
+		gen.Start(r.ctx)
+		if err := r.listeners.StartACME(r.ctx, gen, r.bound()); err != nil {
+			r.log.Error("reload: starting ACME", "error", err)
+		}
+		r.srv.SetHandler(gen.Table)
+		tlsListeners = len(r.listeners.Reload(gen))
+		r.gen.Store(gen)
+	} else if tlsListeners, err = r.replaceServer(cfg, gen, old, log); err != nil {
+		if metricsLn != nil {
+			metricsLn.Close()
+		}
+		fail(err)
+		return
+	}
+	r.log = log
+	if moveMetrics {
+		r.moveMetrics(metricsLn)
+	}
+	for _, m := range old.ACME() { // those gen did not carry over
+		r.log.Info("ACME certificates no longer managed", "domains", m.Domains())
+	}
+	old.Close()
+	r.reloaded(nil, hash, gen)
+	r.moveAdmin(cfg.Admin)
+	if cfg.PIDFile != r.cfg.PIDFile {
+		if cfg.PIDFile != "" {
+			if err := writePIDFile(cfg.PIDFile); err != nil {
+				r.log.Error("reload: writing the pid file", "error", err)
+			}
+		}
+		if r.cfg.PIDFile != "" {
+			removePIDFile(r.cfg.PIDFile)
+		}
+	}
+	r.cfg = cfg
+	logCertificates(r.log, gen)
+	attrs := []any{"routes", len(cfg.Routes), "upstreams", len(cfg.Upstreams), "listeners", len(cfg.Listen), "tls_listeners", tlsListeners}
+	if len(changed) > 0 {
+		attrs = append(attrs, "new_server", changed)
+	}
+	r.log.Info("reloaded", attrs...)
+}
+
+// replaceServer starts a server for cfg, serving gen, on the sockets of
+// the listeners cfg keeps (matched by address, in order) and on new ones
+// for those it adds; hands the kept sockets over; closes those cfg no
+// longer lists; and drains the old server in the background. It returns
+// the number of TLS listeners. The new server logs to log. When a new
+// listener cannot be bound, it undoes what it did and returns the error.
+func (r *running) replaceServer(cfg *config.Config, gen *config.Generation, old *config.Generation, log *slog.Logger) (int, error) {
+	listeners, err := config.NewListeners(cfg, gen)
+	if err != nil {
+		return 0, err
+	}
+	srv, res, err := config.NewServerPool(cfg, gen, log, r.pool)
+	if err != nil {
+		return 0, err
+	}
+	if observed(cfg) {
+		srv.Observer = r.metrics
+	}
+	next := make([]*socket, len(cfg.Listen))
+	kept := make(map[*socket]bool)
+	for j, l := range cfg.Listen {
+		for _, s := range r.sockets {
+			if !kept[s] && s.address == l.Address {
+				next[j] = s
+				kept[s] = true
+				break
+			}
+		}
+	}
+	for j, l := range cfg.Listen {
+		if next[j] != nil {
+			continue
+		}
+		s, err := bind(l.Address, nil)
+		if err != nil {
+			for k, s := range next {
+				if s != nil && !kept[s] && k < j {
+					s.close()
+				}
+			}
+			res.Close()
+			return 0, fmt.Errorf("listening on %s: %w", l.Address, err)
+		}
+		next[j] = s
+	}
+
+	gen.Carry(old)
+	gen.Start(r.ctx)
+	bound := make([]net.Addr, len(next))
+	for i, s := range next {
+		bound[i] = s.ln.Addr()
+	}
+	if err := listeners.StartACME(r.ctx, gen, bound); err != nil {
+		r.log.Error("reload: starting ACME", "error", err)
+	}
+	r.serveAll(srv, listeners, next, kept, log)
+	for _, s := range r.sockets {
+		if !kept[s] {
+			s.close()
+			r.log.Info("stopped listening; its connections drain", "address", s.ln.Addr().String())
+		}
+	}
+	oldSrv, oldRes, drain := r.srv, r.res, r.cfg.Timeouts.Drain
+	r.sockets, r.srv, r.res, r.listeners = next, srv, res, listeners
+	r.current.p.Store(srv)
+	r.gen.Store(gen)
+	r.draining.Add(1)
+	go func() {
+		defer r.draining.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), drain)
+		defer cancel()
+		if err := oldSrv.Shutdown(ctx); err != nil {
+			log.Warn("reload: drain timeout passed; the old server's remaining connections closed", "error", err)
+		}
+		oldRes.Close()
+	}()
+	n := 0
+	for _, l := range cfg.Listen {
+		if l.TLS != nil {
+			n++
+		}
+	}
+	return n, nil
+}
