@@ -113,9 +113,13 @@ func TestStatusPageInBrowser(t *testing.T) {
 	cell := func(server, field string) string {
 		return fmt.Sprintf(`tr[data-server=%q] td[data-field=%q]`, server, field)
 	}
+	// text reads an element's text in one evaluation in the page: the
+	// page redraws its tables each second, and a node found by one call
+	// may be gone by the next.
 	text := func(sel string) string {
 		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		js := fmt.Sprintf(`(() => { const e = document.querySelector(%q); return e ? e.textContent : "" })()`, sel)
+		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
 		if err != nil {
 			t.Fatalf("reading %s: %v", sel, err)
 		}
