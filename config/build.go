@@ -518,6 +518,7 @@ func NewServerPool(cfg *Config, g *Generation, errorLog *slog.Logger, p *pool.Po
 			NoRequestID:       !cfg.Forwarded.RequestID,
 			NoVia:             !cfg.Forwarded.Via,
 			Trusted:           cfg.Forwarded.Trusted,
+			ClientFromXFF:     cfg.Forwarded.ClientIP == "x_forwarded_for",
 		},
 		Pool:     p,
 		ErrorLog: errorLog,

@@ -358,6 +358,15 @@ type Forwarded struct {
 	// address prefix (10.0.0.0/8) or an address (127.0.0.1, held as
 	// 127.0.0.1/32), stored masked.
 	Trusted []netip.Prefix
+	// ClientIP (key "client_ip", default "peer") says who the client is:
+	// "peer", the address of the connection; or "x_forwarded_for": for a
+	// request from a trusted peer, the rightmost address in its
+	// X-Forwarded-For that is not itself trusted (the leftmost when all
+	// are), as nginx's real_ip module with real_ip_recursive. That address
+	// is then the client for allow and deny lists, rate limits by
+	// client_ip, hash balancing and the access log (which adds peer=, the
+	// connection's address). It needs trusted peers.
+	ClientIP string
 }
 
 // Metrics configures the Prometheus metrics endpoint.
@@ -416,8 +425,9 @@ type Route struct {
 	// "deny", default [] = none) list client address prefixes (10.0.0.0/8,
 	// or an address, held as /32 or /128). Deny wins over Allow; when
 	// Allow is not empty, only the clients in it are allowed. The address
-	// judged is the client connection's peer, never X-Forwarded-For (not
-	// even from forwarded.trusted peers). A client refused gets 403 with
+	// judged is the client's: the connection's peer, or what a trusted
+	// peer's X-Forwarded-For names with forwarded.client_ip:
+	// x_forwarded_for. A client refused gets 403 with
 	// Proxy-Status error=http_request_denied, and the access log line ends
 	// with access=denied.
 	Allow, Deny []netip.Prefix
@@ -874,6 +884,7 @@ func defaults() *Config {
 			XForwardedHost:  true,
 			RequestID:       true,
 			Via:             true,
+			ClientIP:        "peer",
 		},
 	}
 }

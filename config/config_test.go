@@ -53,7 +53,7 @@ func TestParseMinimalGetsDefaults(t *testing.T) {
 		},
 		AccessLog: AccessLog{Enabled: true, Format: "text", Path: "", Buffer: 64 << 10, Flush: time.Second},
 		Log:       Log{Level: "info", Format: "text"},
-		Forwarded: Forwarded{XForwardedFor: true, XForwardedProto: true, XForwardedHost: true, Via: true, RequestID: true},
+		Forwarded: Forwarded{XForwardedFor: true, XForwardedProto: true, XForwardedHost: true, Via: true, RequestID: true, ClientIP: "peer"},
 		Metrics:   Metrics{Address: ""},
 		Routes:    []Route{{Upstream: "web", Line: 4}},
 		Upstreams: []*Upstream{{
@@ -118,7 +118,7 @@ timeouts: {header: 5s, idle: 2m, drain: 0, body: 3s, send: 4s, stream_idle: 1h}
 limits: {max_header_bytes: 1MiB, max_headers: 10000, max_idle_upstream_conns: 0, h2: {max_concurrent_streams: 10000, initial_window: 64KiB, max_header_list: 1MiB}}
 access_log: {enabled: false, format: JSON, path: /var/log/sluice.log, buffer: 0, flush: 250ms}
 log: {level: debug, format: json}
-forwarded: {x_forwarded_for: false, x_forwarded_proto: false, x_forwarded_host: false, via: false, request_id: false, trusted: [10.1.2.3/8, 127.0.0.1, "2001:db8::/32"]}
+forwarded: {x_forwarded_for: false, x_forwarded_proto: false, x_forwarded_host: false, via: false, request_id: false, trusted: [10.1.2.3/8, 127.0.0.1, "2001:db8::/32"], client_ip: x_forwarded_for}
 metrics: {address: "localhost:9090"}
 routes:
   - host: API.Example.com.
@@ -178,7 +178,7 @@ upstreams:
 		AccessLog: AccessLog{Enabled: false, Format: "json", Path: "/var/log/sluice.log", Buffer: 0, Flush: 250 * time.Millisecond},
 		Log:       Log{Level: "debug", Format: "json"},
 		Forwarded: Forwarded{Trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"),
-			netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("2001:db8::/32")}},
+			netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("2001:db8::/32")}, ClientIP: "x_forwarded_for"},
 		Metrics: Metrics{Address: "localhost:9090"},
 		Routes: []Route{
 			{Host: "api.example.com", PathPrefix: "/v1/", Upstream: "a.b-c_1", Line: 21},
@@ -453,6 +453,8 @@ func TestParseProblem(t *testing.T) {
 		{"bad enum", minimal + "log: {level: verbose}\n", 9, 14, "log.level", `unknown value "verbose"; want one of debug, info, warn, error`},
 		{"enum typo", minimal + "access_log: {format: jsn}\n", 9, 22, "access_log.format", `(did you mean "json"?)`},
 		{"YAML 1.1 boolean", minimal + "forwarded: {via: yes}\n", 9, 18, "forwarded.via", `must be true or false, not "yes"`},
+		{"client_ip without trusted peers", minimal + "forwarded: {client_ip: x_forwarded_for}\n", 9, 24, "forwarded.client_ip", "needs forwarded.trusted"},
+		{"client_ip unknown", minimal + "forwarded: {client_ip: real_ip, trusted: [10.0.0.0/8]}\n", 9, 24, "forwarded.client_ip", "want one of peer, x_forwarded_for"},
 		{"number as boolean", minimal + "access_log: {enabled: 1}\n", 9, 23, "access_log.enabled", "must be true or false, not the number 1"},
 		{"string given a list", minimal + "access_log: {path: [a]}\n", 9, 20, "access_log.path", "must be a single value, not a list"},
 		{"access log buffer too large", minimal + "access_log: {buffer: 32MiB}\n", 9, 22, "access_log.buffer", "must be between 0B and 16MiB"},

@@ -375,6 +375,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 		listenAddrs    []located // each listen address
 		metricsAddr    *yaml.Node
 		adminAddr      *yaml.Node
+		clientIPNode   *yaml.Node // forwarded.client_ip: x_forwarded_for
 	)
 	present := d.mapping(n, "", []field{
 		{"listen", func(n *yaml.Node, path string) {
@@ -464,6 +465,11 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 				{"via", d.boolean(&c.Forwarded.Via)},
 				{"request_id", d.boolean(&c.Forwarded.RequestID)},
 				{"trusted", d.prefixes(&c.Forwarded.Trusted)},
+				{"client_ip", func(n *yaml.Node, path string) {
+					if d.enum(&c.Forwarded.ClientIP, "peer", "x_forwarded_for")(n, path); c.Forwarded.ClientIP == "x_forwarded_for" {
+						clientIPNode = n
+					}
+				}},
 			})
 		}},
 		{"metrics", func(n *yaml.Node, path string) {
@@ -541,6 +547,9 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 			continue
 		}
 		seen[a.n.Value] = a.n
+	}
+	if clientIPNode != nil && len(c.Forwarded.Trusted) == 0 {
+		d.addf(clientIPNode, "forwarded.client_ip", "x_forwarded_for needs forwarded.trusted: only a trusted peer's X-Forwarded-For may name the client")
 	}
 	if metricsAddr != nil {
 		if f, dup := seen[metricsAddr.Value]; dup {

@@ -395,12 +395,13 @@ func (s *Session) logAccess() {
 	b = appendSeconds(b, time.Since(s.Start))
 	text := string(b)
 
-	var attrs [24]slog.Attr
+	var attrs [28]slog.Attr
 	a := attrs[:0]
-	a = append(a,
-		slog.String("client", s.Client),
-		slog.String("method", s.Request.Method()),
-	)
+	a = append(a, slog.String("client", s.Client))
+	if s.Peer != s.Client {
+		a = append(a, slog.String("peer", s.Peer))
+	}
+	a = append(a, slog.String("method", s.Request.Method()))
 	if host > target {
 		a = append(a, slog.String("host", text[target:host]))
 	}

@@ -69,3 +69,65 @@ func TestForwardedFieldsTrustedOrNot(t *testing.T) {
 		})
 	}
 }
+
+// clientOf answers every request with the client the session judges by,
+// and its peer, without an upstream.
+type clientOf struct{}
+
+func (clientOf) UpstreamPeer(*Session) (*Peer, error) { return nil, nil }
+func (clientOf) RequestFilter(s *Session) *Response {
+	return Text(200, s.ClientIP.String()+" "+s.Client+" "+s.Peer)
+}
+
+// TestClientFromXFF: with Forwarding.ClientFromXFF, a trusted peer's
+// X-Forwarded-For names the client (the rightmost address that is not
+// itself trusted); an untrusted peer's names nobody.
+func TestClientFromXFF(t *testing.T) {
+	loopback := netip.MustParsePrefix("127.0.0.0/8")
+	lan := netip.MustParsePrefix("10.0.0.0/8")
+	tests := []struct {
+		name    string
+		trusted []netip.Prefix
+		fields  string
+		client  string
+	}{
+		{"one hop", []netip.Prefix{loopback}, "X-Forwarded-For: 203.0.113.7\r\n", "203.0.113.7"},
+		{"trusted hops skipped", []netip.Prefix{loopback, lan}, "X-Forwarded-For: 198.51.100.1, 203.0.113.7, 10.0.0.2\r\n", "203.0.113.7"},
+		{"an untrusted hop stops the walk", []netip.Prefix{loopback}, "X-Forwarded-For: 203.0.113.7, 10.0.0.2\r\n", "10.0.0.2"},
+		{"fields joined, last first", []netip.Prefix{loopback, lan}, "X-Forwarded-For: 203.0.113.7\r\nX-Forwarded-For: 10.1.1.1\r\n", "203.0.113.7"},
+		{"all trusted: the leftmost", []netip.Prefix{loopback, lan}, "X-Forwarded-For: 10.0.0.9, 10.0.0.2\r\n", "10.0.0.9"},
+		{"address and port", []netip.Prefix{loopback}, "X-Forwarded-For: [2001:db8::5]:443\r\n", "2001:db8::5"},
+		{"IPv4-mapped", []netip.Prefix{loopback}, "X-Forwarded-For: ::ffff:203.0.113.7\r\n", "203.0.113.7"},
+		{"garbage: the peer", []netip.Prefix{loopback}, "X-Forwarded-For: unknown\r\n", "127.0.0.1"},
+		{"garbage left of an address", []netip.Prefix{loopback, lan}, "X-Forwarded-For: junk, 203.0.113.7\r\n", "203.0.113.7"},
+		{"none: the peer", []netip.Prefix{loopback}, "", "127.0.0.1"},
+		{"peer not trusted", []netip.Prefix{lan}, "X-Forwarded-For: 203.0.113.7\r\n", "127.0.0.1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hs := start(t, clientOf{}, func(s *Server) { s.Forwarding.Trusted, s.Forwarding.ClientFromXFF = tt.trusted, true })
+			resp, body := hs.do(t, "GET / HTTP/1.1\r\nHost: h\r\n"+tt.fields+"\r\n")
+			if want := tt.client + " " + tt.client + " 127.0.0.1"; resp.StatusCode != 200 || body != want {
+				t.Errorf("%d %q, want the client judged %q", resp.StatusCode, body, want)
+			}
+			waitFor(t, "the access log line", func() bool { return strings.Contains(hs.access.String(), "status=200") })
+			line := hs.access.String()
+			if !strings.Contains(line, "client="+tt.client+" ") || strings.Contains(line, "peer=") != (tt.client != "127.0.0.1") {
+				t.Errorf("access log %q: want client=%s, and peer= when it differs", line, tt.client)
+			}
+		})
+	}
+
+	// Upstream, X-Forwarded-For still extends the peer's list with the
+	// peer's own address.
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	hs := start(t, peers(testOptions(), up.Addr()), func(s *Server) {
+		s.Forwarding.Trusted, s.Forwarding.ClientFromXFF = []netip.Prefix{loopback}, true
+	})
+	if resp, _ := hs.do(t, "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 203.0.113.7\r\n\r\n"); resp.StatusCode != 200 {
+		t.Fatal(resp.Status)
+	}
+	if got := up.Requests()[0].Get("X-Forwarded-For"); got != "203.0.113.7, 127.0.0.1" {
+		t.Errorf("X-Forwarded-For upstream %q, want the list extended with the peer", got)
+	}
+}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"net/netip"
 
 	"github.com/sluice-proxy/sluice/h1"
 )
@@ -89,12 +90,12 @@ func (s *Session) buildUpstreamRequest(peer *Peer) {
 					v = append(append(v, ", "...), r.Header.Value(j)...)
 				}
 			}
-			v = append(append(v, ", "...), s.Client...)
+			v = append(append(v, ", "...), s.Peer...)
 			r.Header.Set("X-Forwarded-For", string(v))
 		} else if i >= 0 {
-			r.Header.Set("X-Forwarded-For", s.Client)
+			r.Header.Set("X-Forwarded-For", s.Peer)
 		} else {
-			r.Header.Add("X-Forwarded-For", s.Client)
+			r.Header.Add("X-Forwarded-For", s.Peer)
 		}
 	}
 	if !fw.NoXForwardedProto && !(trusted && r.Header.Has("X-Forwarded-Proto")) {
@@ -128,4 +129,56 @@ func (s *Session) buildUpstreamRequest(peer *Peer) {
 	if f := s.hooks.upstreamRequestFilter; f != nil {
 		f.UpstreamRequestFilter(s, peer, r)
 	}
+}
+
+// clientFromXFF makes the client the one a trusted peer's X-Forwarded-For
+// names (Forwarding.ClientFromXFF): walking its entries from the right,
+// the first address that is not itself trusted; the leftmost when all
+// are. An entry that is not an address (or an address and port) ends the
+// walk with what was found so far, as nginx's real_ip module does.
+func (s *Session) clientFromXFF() {
+	h := &s.Request.Header
+	fw := &s.srv.Forwarding
+	var found netip.Addr
+	// Fields from last to first, each list from its end: the rightmost
+	// entry was added by the nearest proxy.
+	for i := h.Len() - 1; i >= 0; i-- {
+		if !h1.EqualFold(h.Name(i), "X-Forwarded-For") {
+			continue
+		}
+		v := h.Value(i)
+		for len(v) > 0 {
+			entry := v
+			if j := bytes.LastIndexByte(v, ','); j >= 0 {
+				entry, v = v[j+1:], v[:j]
+			} else {
+				v = nil
+			}
+			addr, ok := parseForwardedAddr(bytes.TrimSpace(entry))
+			if !ok {
+				goto done
+			}
+			found = addr
+			if !fw.trusts(addr) {
+				goto done
+			}
+		}
+	}
+done:
+	if found.IsValid() {
+		s.ClientIP = found
+		s.Client = found.String()
+	}
+}
+
+// parseForwardedAddr parses an X-Forwarded-For entry: an address, or an
+// address and port ("192.0.2.1:1234", "[2001:db8::1]:443").
+func parseForwardedAddr(b []byte) (netip.Addr, bool) {
+	if a, err := netip.ParseAddr(string(b)); err == nil {
+		return a.Unmap(), true
+	}
+	if ap, err := netip.ParseAddrPort(string(b)); err == nil {
+		return ap.Addr().Unmap(), true
+	}
+	return netip.Addr{}, false
 }

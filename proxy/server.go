@@ -153,6 +153,17 @@ type Forwarding struct {
 	// 127.0.0.1/32 for one address). nil trusts none. IPv4-mapped IPv6
 	// clients are matched as IPv4.
 	Trusted []netip.Prefix
+	// ClientFromXFF makes a Trusted peer's X-Forwarded-For say who the
+	// client is, as nginx's real_ip module does (with real_ip_recursive):
+	// the client is the rightmost address in it that is not itself
+	// Trusted (the leftmost when all are; the peer when the field is
+	// missing or its rightmost entry is not an address). Session.Client
+	// and ClientIP are then that address for everything that judges the
+	// client: hooks, allow and deny lists, rate limits and hash balancing
+	// by address, and the access log, which adds peer= (Session.Peer,
+	// the connection's address) when they differ. The X-Forwarded-For
+	// sent upstream still extends the list with the peer's address.
+	ClientFromXFF bool
 }
 
 // trusts reports whether the X-Forwarded-* fields of the client at ip

@@ -24,8 +24,12 @@ type Session struct {
 	// removed and forwarding fields added.
 	Request h1.Request
 	// Client is the client's IP address; ClientIP is the same, parsed.
+	// Behind a trusted proxy with Forwarding.ClientFromXFF, they are the
+	// address its X-Forwarded-For names; Peer is always the address of
+	// the connection the request came on.
 	Client   string
 	ClientIP netip.Addr
+	Peer     string
 	// TLS is the state of the client connection's TLS handshake; nil on a
 	// plain connection. It must not be changed.
 	TLS *tls.ConnectionState
@@ -109,7 +113,7 @@ func (s *Session) reset() {
 		notes:    s.notes[:0],
 	}
 	s.Request.Reset()
-	s.Client = s.c.client
+	s.Client, s.Peer = s.c.client, s.c.client
 	s.ClientIP = s.c.clientIP
 	s.TLS = s.c.state
 	if l := s.c.ln; l != nil && l.hooks != nil {
@@ -191,6 +195,9 @@ func (s *Session) handle() bool {
 	s.keepAlive = h1.KeepAlive(req.Minor, &req.Header)
 	if s.srv.Draining() {
 		s.keepAlive = false
+	}
+	if s.c.trusted && s.srv.Forwarding.ClientFromXFF {
+		s.clientFromXFF()
 	}
 	if req.Method() == "CONNECT" {
 		// sluice is a reverse proxy, not a tunnel for clients.
