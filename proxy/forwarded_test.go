@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 )
 
@@ -130,4 +131,37 @@ func TestClientFromXFF(t *testing.T) {
 	if got := up.Requests()[0].Get("X-Forwarded-For"); got != "203.0.113.7, 127.0.0.1" {
 		t.Errorf("X-Forwarded-For upstream %q, want the list extended with the peer", got)
 	}
+}
+
+// FuzzClientFromXFF: whatever a trusted peer sends in X-Forwarded-For,
+// the client judged is the peer or an address the field holds.
+func FuzzClientFromXFF(f *testing.F) {
+	for _, v := range []string{"203.0.113.7", "198.51.100.1, 203.0.113.7, 10.0.0.2", "[2001:db8::5]:443",
+		"::ffff:1.2.3.4", "unknown", "junk, 10.0.0.1", ",,,", " 1.2.3.4 ,", "1.2.3.4:99999"} {
+		f.Add(v)
+	}
+	srv := &Server{Forwarding: Forwarding{Trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, ClientFromXFF: true}}
+	peer := netip.MustParseAddr("10.9.9.9")
+	f.Fuzz(func(t *testing.T, v string) {
+		s := &Session{srv: srv, Client: peer.String(), ClientIP: peer, Peer: peer.String()}
+		if h1.ParseRequest(&s.Request, []byte("GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: "+v+"\r\n\r\n"), 100) != nil {
+			return
+		}
+		s.clientFromXFF()
+		if s.ClientIP == peer {
+			return
+		}
+		if !s.ClientIP.IsValid() || s.Client != s.ClientIP.String() {
+			t.Fatalf("%q: client %q (%v)", v, s.Client, s.ClientIP)
+		}
+		found := false
+		for _, e := range strings.Split(string(s.Request.Header.Get("X-Forwarded-For")), ",") {
+			if a, ok := parseForwardedAddr([]byte(strings.TrimSpace(e))); ok && a == s.ClientIP {
+				found = true
+			}
+		}
+		if !found {
+			t.Fatalf("%q: client %v is not in the field", v, s.ClientIP)
+		}
+	})
 }
