@@ -54,16 +54,12 @@ func TestAllowed(t *testing.T) {
 	}
 }
 
-type onePeer struct{ p *proxy.Peer }
-
-func (o onePeer) Pick(*proxy.Session) (*proxy.Peer, error) { return o.p, nil }
-
 // TestDeniedOverSockets checks a route's list against a real client on
 // 127.0.0.1: denied, it gets 403 with Proxy-Status, the upstream never
 // hears of the request, and the access log notes it.
 func TestDeniedOverSockets(t *testing.T) {
 	up := upstreamtest.Start(t, upstreamtest.OK("hello"))
-	peer := onePeer{&proxy.Peer{Addr: up.Addr()}}
+	peer := proxytest.Peer{P: &proxy.Peer{Addr: up.Addr()}}
 	tbl := route.New(
 		route.Route{PathPrefix: "/open", Upstream: peer, Phases: []any{&List{Allow: prefixes("127.0.0.1/32")}}},
 		route.Route{PathPrefix: "/internal", Upstream: peer, Phases: []any{&List{Allow: prefixes("10.0.0.0/8")}}},

@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/net/http2"
 
+	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/route"
@@ -88,31 +88,10 @@ func origin(c *upstreamtest.Conn, r *upstreamtest.Request) {
 	}
 }
 
-type fixed struct{ p *proxy.Peer }
-
-func (f fixed) Pick(*proxy.Session) (*proxy.Peer, error) { return f.p, nil }
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // serve runs sluice with one route whose phase compresses with opts, to an
 // upstream answering with h, and returns its address (HTTP/1.1 and h2c)
 // and access log.
-func serve(t testing.TB, h upstreamtest.Handler, opts Options) (string, *lockedBuffer) {
+func serve(t testing.TB, h upstreamtest.Handler, opts Options) (string, *proxytest.Buffer) {
 	t.Helper()
 	up := upstreamtest.Start(t, h)
 	p, err := New(opts)
@@ -120,9 +99,9 @@ func serve(t testing.TB, h upstreamtest.Handler, opts Options) (string, *lockedB
 		t.Fatal(err)
 	}
 	opt := &proxy.PeerOptions{ReadTimeout: 5 * time.Second, ResponseHeaderTimeout: 5 * time.Second}
-	tbl := route.New(route.Route{Name: "api", Upstream: fixed{&proxy.Peer{Addr: up.Addr(), Options: opt}},
+	tbl := route.New(route.Route{Name: "api", Upstream: proxytest.Peer{P: &proxy.Peer{Addr: up.Addr(), Options: opt}},
 		Phases: []any{p}})
-	access := &lockedBuffer{}
+	access := &proxytest.Buffer{}
 	srv := &proxy.Server{Handler: tbl,
 		ErrorLog:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 		AccessLog: slog.New(slog.NewTextHandler(access, nil)),

@@ -13,10 +13,6 @@ import (
 	"github.com/sluice-proxy/sluice/route"
 )
 
-type onePeer struct{ p *proxy.Peer }
-
-func (o onePeer) Pick(*proxy.Session) (*proxy.Peer, error) { return o.p, nil }
-
 // TestBodyOverSockets checks the phase in a route beside a headers phase:
 // a body over the limit gets sluice's 413 with the route's response rules
 // and never reaches the upstream; one within it passes, chunked or not;
@@ -27,7 +23,7 @@ func TestBodyOverSockets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	peer := onePeer{&proxy.Peer{Addr: up.Addr()}}
+	peer := proxytest.Peer{P: &proxy.Peer{Addr: up.Addr()}}
 	tbl := route.New(
 		route.Route{PathPrefix: "/upload", Upstream: peer, Phases: []any{Body{Max: 10}, sec}},
 		route.Route{Upstream: peer},

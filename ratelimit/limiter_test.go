@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,23 +16,18 @@ import (
 	"github.com/sluice-proxy/sluice/route"
 )
 
-// peer picks one fixed peer.
-type peer struct{ p *proxy.Peer }
-
-func (p peer) Pick(*proxy.Session) (*proxy.Peer, error) { return p.p, nil }
-
 // serveLimited serves routes, each with its limiter, in front of an
 // upstream answering 200 "ok", and returns the proxy's address and its
 // access log.
-func serveLimited(t *testing.T, limiters map[string]*ratelimit.Limiter) (string, *lockedBuffer) {
+func serveLimited(t *testing.T, limiters map[string]*ratelimit.Limiter) (string, *proxytest.Buffer) {
 	t.Helper()
 	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
 	var routes []route.Route
 	for prefix, l := range limiters {
 		routes = append(routes, route.Route{PathPrefix: prefix, Name: prefix,
-			Upstream: peer{&proxy.Peer{Addr: up.Addr()}}, Phases: []any{l}})
+			Upstream: proxytest.Peer{P: &proxy.Peer{Addr: up.Addr()}}, Phases: []any{l}})
 	}
-	log := new(lockedBuffer)
+	log := new(proxytest.Buffer)
 	addr := proxytest.Serve(t, &proxy.Server{Handler: route.New(routes...),
 		ErrorLog:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 		AccessLog: slog.New(slog.NewTextHandler(log, nil)),
@@ -130,7 +124,7 @@ func (failing) Take([]byte, ratelimit.Policy, time.Time) (ratelimit.Decision, er
 // TestLimiterStoreError checks OnStoreError: Allow lets requests through,
 // Deny answers 503; both are noted and counted, and logged once for many.
 func TestLimiterStoreError(t *testing.T) {
-	var errLog lockedBuffer
+	var errLog proxytest.Buffer
 	logger := slog.New(slog.NewTextHandler(&errLog, nil))
 	p := ratelimit.Policy{Rate: ratelimit.Rate{Count: 1, Period: time.Second}, Burst: 1}
 	allow := &ratelimit.Limiter{Name: "allow", Store: failing{}, Policy: p, Log: logger}
@@ -199,23 +193,6 @@ func TestParseKey(t *testing.T) {
 			t.Errorf("ParseKey(%q) = %v, %v; want %v", tt.in, got, ok, tt.want)
 		}
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestLimiterAllocations checks that an allowed request of a key the

@@ -120,7 +120,7 @@ func instance(t *testing.T, up, redisAddr string, p ratelimit.Policy, timeout ti
 	l = &ratelimit.Limiter{Name: "api", Key: ratelimit.Route{}, Policy: p,
 		Store: &ratelimit.Redis{Client: client, Prefix: "sluice:api:", Timeout: timeout},
 		Log:   slog.New(slog.NewTextHandler(io.Discard, nil))}
-	tbl := route.New(route.Route{Name: "api", Upstream: peer{&proxy.Peer{Addr: up}}, Phases: []any{l}})
+	tbl := route.New(route.Route{Name: "api", Upstream: proxytest.Peer{P: &proxy.Peer{Addr: up}}, Phases: []any{l}})
 	addr = proxytest.Serve(t, &proxy.Server{Handler: tbl, ErrorLog: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	return addr, l
 }
@@ -247,7 +247,7 @@ func TestRedisDown(t *testing.T) {
 			Log:   slog.New(slog.NewTextHandler(io.Discard, nil))}
 		limiters = append(limiters, l)
 		routes = append(routes, route.Route{PathPrefix: c.prefix, Name: c.prefix,
-			Upstream: peer{&proxy.Peer{Addr: up.Addr()}}, Phases: []any{l}})
+			Upstream: proxytest.Peer{P: &proxy.Peer{Addr: up.Addr()}}, Phases: []any{l}})
 	}
 	addr := proxytest.Serve(t, &proxy.Server{Handler: route.New(routes...),
 		ErrorLog: slog.New(slog.NewTextHandler(io.Discard, nil))})

@@ -4,7 +4,6 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/sluice-proxy/sluice/h1"
@@ -12,11 +11,6 @@ import (
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 	"github.com/sluice-proxy/sluice/proxy"
 )
-
-// peer picks one fixed peer.
-type peer struct{ p *proxy.Peer }
-
-func (p peer) Pick(*proxy.Session) (*proxy.Peer, error) { return p.p, nil }
 
 // stripPrefix is a phase of each kind: it rewrites the path before the
 // route is used again, marks the upstream head, and marks the response.
@@ -52,13 +46,13 @@ func TestPhases(t *testing.T) {
 	})
 	other := upstreamtest.Start(t, upstreamtest.OK("default"))
 	tbl := New(
-		Route{PathPrefix: "/api/", Name: "api", Upstream: peer{&proxy.Peer{Addr: api.Addr()}},
+		Route{PathPrefix: "/api/", Name: "api", Upstream: proxytest.Peer{P: &proxy.Peer{Addr: api.Addr()}},
 			Phases: []any{stripPrefix{"/api/"}, "not a phase"}},
 		Route{PathPrefix: "/static/", Name: "static", Phases: []any{answer("first"), answer("second")}},
 		Route{PathPrefix: "/none/", Name: "none"},
-		Route{Name: "default", Upstream: peer{&proxy.Peer{Addr: other.Addr()}}},
+		Route{Name: "default", Upstream: proxytest.Peer{P: &proxy.Peer{Addr: other.Addr()}}},
 	)
-	var log lockedBuffer
+	var log proxytest.Buffer
 	addr := proxytest.Serve(t, &proxy.Server{Handler: tbl,
 		ErrorLog:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 		AccessLog: slog.New(slog.NewTextHandler(&log, nil)),
@@ -88,21 +82,4 @@ func TestPhases(t *testing.T) {
 			t.Errorf("access log line %d %q: noted %v", i, line, noted)
 		}
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

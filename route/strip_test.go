@@ -75,7 +75,7 @@ func TestStripPrefixRetried(t *testing.T) {
 	opts := &proxy.PeerOptions{Retry: &retry.Policy{Tries: 2, On: retry.OnError}}
 	tbl := New(Route{PathPrefix: "/api", Name: "api", Phases: []any{StripPrefix{Prefix: "/api"}},
 		Upstream: twoPeers{{Addr: first.Addr(), Options: opts}, {Addr: second.Addr(), Options: opts}}})
-	var log lockedBuffer
+	var log proxytest.Buffer
 	addr := proxytest.Serve(t, &proxy.Server{Handler: tbl,
 		ErrorLog:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 		AccessLog: slog.New(slog.NewTextHandler(&log, nil)),

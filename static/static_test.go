@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -104,7 +103,7 @@ func makeSite(t *testing.T) *site {
 
 // serve runs a proxy with a route serving the site under /static/, and
 // one for everything else answered by a phase of its own.
-func serve(t *testing.T, st *site, opts ...proxy.ListenerOptions) (addr string, access *lockedBuffer) {
+func serve(t *testing.T, st *site, opts ...proxy.ListenerOptions) (addr string, access *proxytest.Buffer) {
 	t.Helper()
 	files, err := New(Options{Root: st.root, Prefix: "/static/", Index: "index.html", CacheControl: "max-age=60"})
 	if err != nil {
@@ -115,7 +114,7 @@ func serve(t *testing.T, st *site, opts ...proxy.ListenerOptions) (addr string, 
 		route.Route{PathPrefix: "/static/", Name: "static", Phases: []any{files}},
 		route.Route{Name: "default", Phases: []any{other{}}},
 	)
-	access = &lockedBuffer{}
+	access = &proxytest.Buffer{}
 	srv := &proxy.Server{Handler: tbl,
 		ErrorLog:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 		AccessLog: slog.New(slog.NewTextHandler(access, nil)),
@@ -144,23 +143,6 @@ func serve(t *testing.T, st *site, opts ...proxy.ListenerOptions) (addr string, 
 type other struct{}
 
 func (other) RequestFilter(*proxy.Session) *proxy.Response { return proxy.Text(200, "other route") }
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // exchange is one request of the table and what must come of it.
 type exchange struct {
@@ -485,7 +467,7 @@ func TestFilesStalledClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	access := &lockedBuffer{}
+	access := &proxytest.Buffer{}
 	addr := proxytest.Serve(t, &proxy.Server{Handler: route.New(route.Route{Phases: []any{files}}),
 		SendTimeout: 300 * time.Millisecond,
 		ErrorLog:    slog.New(slog.NewTextHandler(io.Discard, nil)),

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/acmetest"
+	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 )
@@ -121,14 +122,14 @@ upstreams:
 
 // sluiceRun is sluice run on a goroutine of the test.
 type sluiceRun struct {
-	stderr *syncBuffer
+	stderr *proxytest.Buffer
 	done   chan int
 }
 
 // startRun runs sluice run -c path until stop.
 func startRun(t *testing.T, path string) *sluiceRun {
 	t.Helper()
-	r := &sluiceRun{stderr: &syncBuffer{}, done: make(chan int, 1)}
+	r := &sluiceRun{stderr: &proxytest.Buffer{}, done: make(chan int, 1)}
 	go func() { r.done <- run([]string{"run", "-c", path}, &bytes.Buffer{}, r.stderr) }()
 	t.Cleanup(func() {
 		select {

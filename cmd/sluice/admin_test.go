@@ -31,7 +31,7 @@ type adminRun struct {
 // until the test ends, and waits until it serves.
 func startAdminRun(t *testing.T, path string) *adminRun {
 	t.Helper()
-	r := &sluiceRun{stderr: &syncBuffer{}, done: make(chan int, 1)}
+	r := &sluiceRun{stderr: &proxytest.Buffer{}, done: make(chan int, 1)}
 	go func() { r.done <- run([]string{"run", "-c", path}, &bytes.Buffer{}, r.stderr) }()
 	t.Cleanup(func() {
 		select {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 )
 
@@ -316,7 +317,7 @@ upstreams:
 // child is sluice run in a child process.
 type child struct {
 	cmd           *exec.Cmd
-	out           syncBuffer
+	out           proxytest.Buffer
 	done          chan error
 	limit         int
 	addr, metrics string

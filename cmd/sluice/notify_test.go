@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 )
 
@@ -38,7 +39,7 @@ func TestRunNotifiesSystemd(t *testing.T) {
 	}
 	notify := fakeNotifySocket(t)
 	t.Setenv("NOTIFY_SOCKET", notify.addr)
-	var stderr syncBuffer
+	var stderr proxytest.Buffer
 	done := make(chan int, 1)
 	go func() { done <- run([]string{"run", "-c", path}, &bytes.Buffer{}, &stderr) }()
 	ready := notify.expect(t, "READY=1")

@@ -24,7 +24,7 @@ import (
 type started struct {
 	*running
 	path string
-	log  *syncBuffer
+	log  *proxytest.Buffer
 }
 
 // startRunning writes body as the config file and starts serving it as sluice
@@ -40,7 +40,7 @@ func startRunning(t *testing.T, body string) *started {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := &syncBuffer{}
+	log := &proxytest.Buffer{}
 	r, err := start(path, cfg, loaded{}, log, newLog(log, cfg), nil)
 	if err != nil {
 		t.Fatal(err)

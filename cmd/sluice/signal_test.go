@@ -11,31 +11,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 )
-
-// syncBuffer is a bytes.Buffer for a writer and a reader in two goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestRunReopensAccessLogOnUSR1 runs sluice run in this process, rotates
 // its access log the way logrotate does (rename, then USR1), and stops it
@@ -51,7 +33,7 @@ func TestRunReopensAccessLogOnUSR1(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var stderr syncBuffer
+	var stderr proxytest.Buffer
 	done := make(chan int, 1)
 	go func() { done <- run([]string{"run", "-c", cfgPath}, &bytes.Buffer{}, &stderr) }()
 

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 )
 
@@ -40,7 +41,7 @@ func buildSluice(t *testing.T, dir, name, v string) string {
 // processLog gathers the standard error of a sluice process and of the
 // processes its upgrades start, which inherit it.
 type processLog struct {
-	buf  syncBuffer
+	buf  proxytest.Buffer
 	done chan struct{} // closed when every process has closed it
 }
 

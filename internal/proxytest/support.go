@@ -1,0 +1,34 @@
+package proxytest
+
+import (
+	"bytes"
+	"sync"
+
+	"github.com/sluice-proxy/sluice/proxy"
+)
+
+// Buffer is a bytes.Buffer that a server writes its logs to while the test
+// reads them: its methods may be called from any goroutine.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String returns what was written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// Peer is a route.Picker that gives every try to one peer.
+type Peer struct{ P *proxy.Peer }
+
+// Pick returns the peer.
+func (p Peer) Pick(*proxy.Session) (*proxy.Peer, error) { return p.P, nil }
