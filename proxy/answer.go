@@ -13,6 +13,23 @@ import (
 	"github.com/sluice-proxy/sluice/internal/clock"
 )
 
+// appendAnswerFields appends the fields of h to an answer's head, but
+// Content-Length and Connection (and Transfer-Encoding): those are
+// sluice's to set.
+func appendAnswerFields(b []byte, h *h1.Header) []byte {
+	for i := 0; i < h.Len(); i++ {
+		n := h.Name(i)
+		if h1.EqualFold(n, "Content-Length") || h1.EqualFold(n, "Connection") || h1.EqualFold(n, "Transfer-Encoding") {
+			continue
+		}
+		b = append(b, n...)
+		b = append(b, ": "...)
+		b = append(b, h.Value(i)...)
+		b = append(b, "\r\n"...)
+	}
+	return b
+}
+
 // answer writes a response sluice makes itself. keep says whether the
 // connection may carry another request afterwards.
 func (s *Session) answer(r *Response, keep bool) {
@@ -45,17 +62,8 @@ func (s *Session) answer(r *Response, keep bool) {
 		hk.answerFilter.AnswerFilter(s, a)
 		h = &a.Header
 	}
-	// Content-Length and Connection are sluice's to set.
-	for i := 0; i < h.Len(); i++ {
-		n := h.Name(i)
-		if h1.EqualFold(n, "Content-Length") || h1.EqualFold(n, "Connection") || h1.EqualFold(n, "Transfer-Encoding") {
-			continue
-		}
-		b = append(b, n...)
-		b = append(b, ": "...)
-		b = append(b, h.Value(i)...)
-		b = append(b, "\r\n"...)
-	}
+	b = appendAnswerFields(b, h)
+	b = appendAnswerFields(b, &s.extra)
 	if s.assignRequestID(false); s.reqID != nil && !r.Header.Has(RequestIDHeader) {
 		b = append(b, RequestIDHeader+": "...)
 		b = append(b, s.reqID...)

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/sluice-proxy/sluice/h1"
@@ -27,5 +28,46 @@ func TestResponseFilterSeesTheAnsweringPeer(t *testing.T) {
 	resp, body := hs.do(t, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
 	if resp.StatusCode != 200 || body != "B" || resp.Header.Get("X-Answered-By") != b.Addr() {
 		t.Fatalf("got %d %q X-Answered-By %q, want B's address %s", resp.StatusCode, body, resp.Header.Get("X-Answered-By"), b.Addr())
+	}
+}
+
+// addsField adds a response field to requests for /tag/, and answers
+// /own/ itself; the rest goes to the upstream.
+type addsField struct{ *rotate }
+
+func (h addsField) RequestFilter(s *Session) *Response {
+	path := string(s.Request.Path())
+	if strings.HasPrefix(path, "/tag/") || strings.HasPrefix(path, "/own/tag") {
+		s.AddResponseField([]byte("X-Tag"), []byte(path))
+	}
+	if strings.HasPrefix(path, "/own/") {
+		return Text(200, "own\n")
+	}
+	return nil
+}
+
+// TestAddResponseField: a field a request phase adds is on the response
+// the client gets, the upstream's or sluice's own, and only on that
+// request's, over HTTP/1.1 and HTTP/2.
+func TestAddResponseField(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	h := addsField{peers(testOptions(), up.Addr())}
+	hs, client := startH2(t, h, h2c())
+	c := hs.dial(t)
+	for _, tt := range []struct{ path, tag string }{
+		{"/tag/a", "/tag/a"}, {"/plain", ""}, {"/own/tag", "/own/tag"}, {"/own/x", ""},
+	} {
+		resp, _ := c.roundTrip("GET " + tt.path + " HTTP/1.1\r\nHost: h\r\n\r\n")
+		if resp.StatusCode != 200 || resp.Header.Get("X-Tag") != tt.tag {
+			t.Errorf("HTTP/1.1 %s: %d X-Tag %q, want %q", tt.path, resp.StatusCode, resp.Header.Get("X-Tag"), tt.tag)
+		}
+		r2, err := client.Get("http://" + hs.addr + tt.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2.Body.Close()
+		if r2.StatusCode != 200 || r2.Header.Get("X-Tag") != tt.tag {
+			t.Errorf("HTTP/2 %s: %d X-Tag %q, want %q", tt.path, r2.StatusCode, r2.Header.Get("X-Tag"), tt.tag)
+		}
 	}
 }

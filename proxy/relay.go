@@ -27,6 +27,9 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 	if rf := s.hooks.responseFilter; rf != nil {
 		rf.ResponseFilter(s, peer, resp)
 	}
+	for i := range s.extra.Len() {
+		resp.Header.AddBytes(s.extra.Name(i), s.extra.Value(i))
+	}
 	if s.reqID != nil && !resp.Header.Has(RequestIDHeader) {
 		// The upstream's own (an echo of the id, usually) passes as is.
 		resp.Header.AddBytes(requestIDName, s.reqID)

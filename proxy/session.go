@@ -85,6 +85,7 @@ type Session struct {
 	route     string             // the route that took the request (SetRoute)
 	readStart int64              // the upstream reader's count when this try began reading
 	headWrote int64              // bytes of this try's first write: the head, and a body sent with it
+	extra     h1.Header          // fields for the client's response (AddResponseField)
 	transform BodyFilter         // the response body's filter (FilterBody)
 	filtered  filterOut          // what transform wrote, not yet sent
 }
@@ -111,7 +112,9 @@ func (s *Session) reset() {
 		body:     reqBody{replay: s.body.replay[:0], replayp: s.body.replayp, done: done},
 		scratch:  s.scratch[:0],
 		notes:    s.notes[:0],
+		extra:    s.extra,
 	}
+	s.extra.Reset()
 	s.Request.Reset()
 	s.Client, s.Peer = s.c.client, s.c.client
 	s.ClientIP = s.c.clientIP
@@ -137,6 +140,15 @@ func (s *Session) KeepScratch(b []byte) { s.scratch = b[:0] }
 func (s *Session) Note(key, value string) {
 	s.notes = append(s.notes, slog.String(key, value))
 }
+
+// AddResponseField adds a field to the response the client gets for this
+// request, whoever makes it: the upstream's (after the ResponseFilter
+// hooks) or sluice's own answer (after AnswerFilter). A request phase
+// calls it to say something about the request in its answer (a rate
+// limit's RateLimit fields, say). The bytes are copied. Fields that frame
+// the message (Content-Length, Transfer-Encoding, Connection) must not be
+// added.
+func (s *Session) AddResponseField(name, value []byte) { s.extra.AddBytes(name, value) }
 
 // Notes returns the notes recorded so far, for a Logger; the slice is
 // reused by the connection's next request.

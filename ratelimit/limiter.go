@@ -132,11 +132,12 @@ type Limiter struct {
 	// Log receives the store failures; nil means slog.Default().
 	Log *slog.Logger
 
-	counts *counts
-	once   sync.Once
-	policy string // the RateLimit-Policy field value
-	pname  string // the policy's name as a structured-field string
-	detail string // the Proxy-Status details
+	counts  *counts
+	once    sync.Once
+	policy  string // the RateLimit-Policy field value
+	policyb []byte // the same, for AddResponseField
+	pname   string // the policy's name as a structured-field string
+	detail  string // the Proxy-Status details
 }
 
 // counts are a Limiter's decisions, carried from one Limiter to the one
@@ -200,6 +201,7 @@ func (l *Limiter) init() *counts {
 		l.policy = l.pname + ";q=" + strconv.FormatInt(l.Policy.Rate.Count, 10) +
 			";w=" + strconv.FormatInt(int64(l.Policy.Rate.Period/time.Second), 10) +
 			";sluice-burst=" + strconv.FormatInt(l.Policy.burst(), 10)
+		l.policyb = []byte(l.policy)
 		l.detail = strconv.Quote("rate limit " + l.Policy.Rate.String() + " burst " +
 			strconv.FormatInt(l.Policy.burst(), 10) + " exceeded")
 	})
@@ -246,7 +248,28 @@ func (l *Limiter) RequestFilter(s *proxy.Session) *proxy.Response {
 		return l.tooMany(d)
 	}
 	c.allowed.Add(1)
+	l.tell(s, d)
 	return nil
+}
+
+var (
+	rateLimitPolicyName = []byte("RateLimit-Policy")
+	rateLimitName       = []byte("RateLimit")
+)
+
+// tell puts the RateLimit fields on the response to an allowed request
+// (draft-ietf-httpapi-ratelimit-headers-11 §4.1): r, the requests the key
+// may still make now; t, the seconds until its budget is whole again.
+// Built on the stack, copied into the session: no allocation.
+func (l *Limiter) tell(s *proxy.Session, d Decision) {
+	s.AddResponseField(rateLimitPolicyName, l.policyb)
+	var arr [96]byte
+	b := append(arr[:0], l.pname...)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, max(d.Remaining, 0), 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, ceilSeconds(d.Reset), 10)
+	s.AddResponseField(rateLimitName, b)
 }
 
 // tooMany is the answer to a request over the limit.

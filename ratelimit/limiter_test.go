@@ -43,8 +43,15 @@ func TestLimiterAnswers429(t *testing.T) {
 		Policy: ratelimit.Policy{Rate: ratelimit.Rate{Count: 1, Period: time.Minute}, Burst: 2}}
 	addr, log := serveLimited(t, map[string]*ratelimit.Limiter{"/": l})
 	for i := range 2 {
-		if code, body := proxytest.Get(t, addr, "/", ""); code != 200 || body != "ok" {
-			t.Fatalf("request %d: %d %q, want 200 ok", i, code, body)
+		resp, body := proxytest.Do(t, addr, "GET / HTTP/1.1\r\nHost: test\r\n\r\n")
+		if resp.StatusCode != 200 || body != "ok" {
+			t.Fatalf("request %d: %d %q, want 200 ok", i, resp.StatusCode, body)
+		}
+		// The upstream's answer says what is left: one request, then
+		// none; the budget whole again in a minute, then two.
+		want := []string{`"default";r=1;t=60`, `"default";r=0;t=120`}[i]
+		if got := resp.Header.Get("RateLimit"); got != want || resp.Header.Get("RateLimit-Policy") != `"default";q=1;w=60;sluice-burst=2` {
+			t.Errorf("request %d: RateLimit %q, RateLimit-Policy %q; want %q", i, got, resp.Header.Get("RateLimit-Policy"), want)
 		}
 	}
 	resp, body := proxytest.Do(t, addr, "GET / HTTP/1.1\r\nHost: test\r\n\r\n")
