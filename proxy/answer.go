@@ -41,6 +41,10 @@ func (s *Session) answer(r *Response, keep bool) {
 	if status < 100 || status > 999 {
 		status = 500
 	}
+	if s.grpc && status != 200 && !r.Header.Has("Grpc-Status") {
+		// A phase's refusal (a rate limit's 429, say) of a gRPC call.
+		r, status = grpcAnswer(r, status), 200
+	}
 	// A 204 or 304 has no body, and no Content-Length: a 204 must not
 	// have one, and a 304's would have to be the length of the 200's
 	// body (RFC 9110 §8.6).
@@ -255,6 +259,29 @@ func isGRPC(h *h1.Header) bool {
 	ct := h.Get("Content-Type")
 	const grpc = "application/grpc"
 	return len(ct) >= len(grpc) && h1.EqualFold(ct[:len(grpc)], grpc) && (len(ct) == len(grpc) || ct[len(grpc)] == '+' || ct[len(grpc)] == ';')
+}
+
+// grpcAnswer is r as a gRPC client reads an answer, as Envoy answers
+// gRPC calls itself: HTTP 200 and a trailers-only response whose
+// grpc-status is what status maps to, with r's Proxy-Status (or else the
+// first line of its body) as grpc-message; r's other fields are kept
+// (Retry-After, RateLimit...), its body is not.
+func grpcAnswer(r *Response, status int) *Response {
+	msg := string(r.Header.Get("Proxy-Status"))
+	if msg == "" {
+		line, _, _ := strings.Cut(string(r.Body), "\n")
+		msg = strings.TrimSpace(line)
+	}
+	g := &Response{Status: 200}
+	for i := 0; i < r.Header.Len(); i++ {
+		if n := r.Header.Name(i); !h1.EqualFold(n, "Content-Type") {
+			g.Header.AddBytes(n, r.Header.Value(i))
+		}
+	}
+	g.Header.Add("Content-Type", "application/grpc")
+	g.Header.Add("Grpc-Status", strconv.Itoa(grpcCode(status)))
+	g.Header.Add("Grpc-Message", grpcMessage(msg))
+	return g
 }
 
 // grpcCode maps the HTTP status of an answer sluice makes to the gRPC

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-proxy/sluice/h2"
@@ -93,6 +94,39 @@ func TestGRPCProxyErrors(t *testing.T) {
 	st := status.Convert(err)
 	if st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "sluice; error=connection_refused") {
 		t.Errorf("a call to a dead server: %v, want UNAVAILABLE with the Proxy-Status text", err)
+	}
+}
+
+// tooMany refuses every request itself, as a rate limit does.
+type tooMany struct{}
+
+func (tooMany) UpstreamPeer(*Session) (*Peer, error) { return nil, nil }
+func (tooMany) RequestFilter(*Session) *Response {
+	r := Text(429, "429 Too Many Requests (rate limited)\n")
+	r.Header.Add("Retry-After", "7")
+	return r
+}
+
+// TestGRPCPhaseAnswer: an answer a phase gives a gRPC call reaches the
+// client as a gRPC status (429: UNAVAILABLE), with its text and its other
+// fields, not as an HTTP error the client has to guess from.
+func TestGRPCPhaseAnswer(t *testing.T) {
+	hs, _ := startH2(t, tooMany{}, h2c())
+	cc, err := grpc.NewClient(hs.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var trailer metadata.MD // a trailers-only answer's fields are its trailers
+	_, err = healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
+	st := status.Convert(err)
+	if st.Code() != codes.Unavailable || st.Message() != "429 Too Many Requests (rate limited)" {
+		t.Errorf("a refused call: %v, want UNAVAILABLE with the answer's text", err)
+	}
+	if got := trailer.Get("retry-after"); len(got) != 1 || got[0] != "7" {
+		t.Errorf("retry-after %v, want the answer's 7", got)
 	}
 }
 
