@@ -125,7 +125,10 @@ type ClientConn struct {
 	dec *hpack.Decoder
 	blk clientBlock
 
-	mu            sync.Mutex
+	// The lock over what follows, the frames owed to the server and the
+	// glitch budget (ctrl.go).
+	ctrlQueue
+
 	streams       map[uint32]*ClientStream // open and half-closed (§5.1)
 	nextID        uint32
 	maxStreams    uint32 // server's SETTINGS_MAX_CONCURRENT_STREAMS
@@ -135,11 +138,9 @@ type ClientConn struct {
 	peerMaxList   uint32 // server's SETTINGS_MAX_HEADER_LIST_SIZE, 0: none
 	peerTable     uint32 // server's SETTINGS_HEADER_TABLE_SIZE, for the encoder
 	peerTableSet  bool
-	sendWin       int64 // connection send window
-	recvWin       int64 // what the server may still send on the connection
-	recvUnacked   int64 // consumed, not yet given back
-	queue         []ctrl
-	flushing      bool
+	sendWin       int64        // connection send window
+	recvWin       int64        // what the server may still send on the connection
+	recvUnacked   int64        // consumed, not yet given back
 	goAway        *GoAwayError // the server's GOAWAY, lowest last stream id seen
 	shutdown      bool         // Shutdown called
 	finishing     bool         // graceful close under way
@@ -150,7 +151,6 @@ type ClientConn struct {
 	idleSince     time.Time
 	pingSeq       uint64
 	pings         map[[8]byte]chan struct{}
-	glitches      budget
 	goAwayCode    http2.ErrCode // what our GOAWAY carries
 	goAwayDebug   string
 	goAwayPending bool
@@ -581,26 +581,7 @@ func (cc *ClientConn) isIdle(id uint32) bool {
 	return id%2 == 0 || id >= cc.nextID
 }
 
-func (cc *ClientConn) glitch(n float64) error {
-	cc.mu.Lock()
-	ok := cc.glitches.take(n)
-	cc.mu.Unlock()
-	if !ok {
-		return connErr{http2.ErrCodeEnhanceYourCalm, "too many control frames"}
-	}
-	return nil
-}
-
-func (cc *ClientConn) answer(x ctrl) error {
-	cc.mu.Lock()
-	cc.queue = append(cc.queue, x)
-	over := len(cc.queue) > cc.lim.maxQueued
-	cc.mu.Unlock()
-	if over {
-		return connErr{http2.ErrCodeEnhanceYourCalm, "too many queued frames"}
-	}
-	return nil
-}
+func (cc *ClientConn) answer(x ctrl) error { return cc.enqueue(x, cc.lim.maxQueued) }
 
 func (cc *ClientConn) process(f http2.Frame) error {
 	switch f := f.(type) {

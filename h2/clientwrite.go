@@ -176,29 +176,4 @@ func (cc *ClientConn) writeData(wb *writeBuf, cs *ClientStream, p []byte, end bo
 
 // kick makes sure the queued frames get written: if no flusher runs, one
 // is started.
-func (cc *ClientConn) kick() {
-	cc.mu.Lock()
-	if cc.flushing || len(cc.queue) == 0 {
-		cc.mu.Unlock()
-		return
-	}
-	cc.flushing = true
-	cc.mu.Unlock()
-	go cc.flusher()
-}
-
-func (cc *ClientConn) flusher() {
-	for {
-		_, err := cc.lockWrite()
-		if err == nil {
-			err = cc.unlockWrite(false)
-		}
-		cc.mu.Lock()
-		if err != nil || len(cc.queue) == 0 {
-			cc.flushing = false
-			cc.mu.Unlock()
-			return
-		}
-		cc.mu.Unlock()
-	}
-}
+func (cc *ClientConn) kick() { cc.startFlush(cc) }

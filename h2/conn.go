@@ -180,7 +180,10 @@ type Conn struct {
 	bigRead     bool // fr holds a large read buffer: renew it once idle
 	sawSettings bool
 
-	mu            sync.Mutex
+	// The lock over what follows, the frames owed to the client and the
+	// glitch budget (ctrl.go).
+	ctrlQueue
+
 	streams       map[uint32]*Stream // open and half-closed streams (§5.1)
 	recent        [recentLen]closedStream
 	recentAt      int
@@ -195,8 +198,6 @@ type Conn struct {
 	sendWin       int64 // connection send window
 	recvWin       int64 // what the client may still send on the connection
 	recvUnacked   int64 // consumed, not yet given back with WINDOW_UPDATE
-	queue         []ctrl
-	flushing      bool // a flusher goroutine is running
 	serving       bool
 	shutdown      bool // Shutdown called: first GOAWAY and PING queued
 	goAway        bool // final GOAWAY queued: no new stream
@@ -209,7 +210,6 @@ type Conn struct {
 	goAwayDebug   string
 	resets        budget
 	refusals      budget
-	glitches      budget
 
 	// Write side; see write.go.
 	waiting atomic.Int32
@@ -575,31 +575,9 @@ func (c *Conn) linger() {
 	}
 }
 
-// glitch charges n to the budget of frames that ask work and carry none:
-// PING, SETTINGS, WINDOW_UPDATE, PRIORITY, RST_STREAM, unknown types, empty
-// DATA (reference §3, RFC 9113 §10.5).
-func (c *Conn) glitch(n float64) error {
-	c.mu.Lock()
-	ok := c.glitches.take(n)
-	c.mu.Unlock()
-	if !ok {
-		return connErr{http2.ErrCodeEnhanceYourCalm, "too many control frames"}
-	}
-	return nil
-}
-
 // answer queues a frame the client asked for; it fails when the client has
 // left too many unread (CVE-2019-9512, CVE-2019-9515).
-func (c *Conn) answer(x ctrl) error {
-	c.mu.Lock()
-	c.queue = append(c.queue, x)
-	over := len(c.queue) > c.lim.maxQueued
-	c.mu.Unlock()
-	if over {
-		return connErr{http2.ErrCodeEnhanceYourCalm, "too many queued frames"}
-	}
-	return nil
-}
+func (c *Conn) answer(x ctrl) error { return c.enqueue(x, c.lim.maxQueued) }
 
 func (c *Conn) process(f http2.Frame) error {
 	switch f := f.(type) {

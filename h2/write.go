@@ -325,29 +325,4 @@ func (c *Conn) writeData(wb *writeBuf, st *Stream, p []byte, end bool, credit in
 // kick makes sure the queued frames get written: if no flusher runs, one is
 // started. The read loop calls it before it waits for input, so that its
 // answers to a burst of frames leave together, and never writes itself.
-func (c *Conn) kick() {
-	c.mu.Lock()
-	if c.flushing || len(c.queue) == 0 {
-		c.mu.Unlock()
-		return
-	}
-	c.flushing = true
-	c.mu.Unlock()
-	go c.flusher()
-}
-
-func (c *Conn) flusher() {
-	for {
-		_, err := c.lockWrite()
-		if err == nil {
-			err = c.unlockWrite(false)
-		}
-		c.mu.Lock()
-		if err != nil || len(c.queue) == 0 {
-			c.flushing = false
-			c.mu.Unlock()
-			return
-		}
-		c.mu.Unlock()
-	}
-}
+func (c *Conn) kick() { c.startFlush(c) }
