@@ -39,6 +39,10 @@ func (h addsField) RequestFilter(s *Session) *Response {
 	path := string(s.Request.Path())
 	if strings.HasPrefix(path, "/tag/") || strings.HasPrefix(path, "/own/tag") {
 		s.AddResponseField([]byte("X-Tag"), []byte(path))
+		// Framing and connection fields are sluice's: ignored.
+		s.AddResponseField([]byte("Content-Length"), []byte("1"))
+		s.AddResponseField([]byte("transfer-encoding"), []byte("chunked"))
+		s.AddResponseField([]byte("Connection"), []byte("close"))
 	}
 	if strings.HasPrefix(path, "/own/") {
 		return Text(200, "own\n")
@@ -58,8 +62,10 @@ func TestAddResponseField(t *testing.T) {
 		{"/tag/a", "/tag/a"}, {"/plain", ""}, {"/own/tag", "/own/tag"}, {"/own/x", ""},
 	} {
 		resp, _ := c.roundTrip("GET " + tt.path + " HTTP/1.1\r\nHost: h\r\n\r\n")
-		if resp.StatusCode != 200 || resp.Header.Get("X-Tag") != tt.tag {
-			t.Errorf("HTTP/1.1 %s: %d X-Tag %q, want %q", tt.path, resp.StatusCode, resp.Header.Get("X-Tag"), tt.tag)
+		if resp.StatusCode != 200 || resp.Header.Get("X-Tag") != tt.tag || resp.Close || len(resp.TransferEncoding) > 0 ||
+			len(resp.Header.Values("Content-Length")) > 1 || resp.ContentLength <= 1 {
+			t.Errorf("HTTP/1.1 %s: %d X-Tag %q close=%v TE=%v CL=%v, want %q and sluice's framing", tt.path, resp.StatusCode,
+				resp.Header.Get("X-Tag"), resp.Close, resp.TransferEncoding, resp.Header.Values("Content-Length"), tt.tag)
 		}
 		r2, err := client.Get("http://" + hs.addr + tt.path)
 		if err != nil {

@@ -145,10 +145,17 @@ func (s *Session) Note(key, value string) {
 // request, whoever makes it: the upstream's (after the ResponseFilter
 // hooks) or sluice's own answer (after AnswerFilter). A request phase
 // calls it to say something about the request in its answer (a rate
-// limit's RateLimit fields, say). The bytes are copied. Fields that frame
-// the message (Content-Length, Transfer-Encoding, Connection) must not be
-// added.
-func (s *Session) AddResponseField(name, value []byte) { s.extra.AddBytes(name, value) }
+// limit's RateLimit fields, say). The bytes are copied. A field that
+// frames the message or belongs to the connection (Content-Length,
+// Transfer-Encoding, Connection and the other hop-by-hop fields) is
+// ignored: sluice sets those, and a second Content-Length would make the
+// response unreadable, or worse, read two ways.
+func (s *Session) AddResponseField(name, value []byte) {
+	if h1.EqualFold(name, "Content-Length") || isConnectionField(string(bytes.ToLower(name))) {
+		return
+	}
+	s.extra.AddBytes(name, value)
+}
 
 // Notes returns the notes recorded so far, for a Logger; the slice is
 // reused by the connection's next request.
