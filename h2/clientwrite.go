@@ -177,3 +177,6 @@ func (cc *ClientConn) writeData(wb *writeBuf, cs *ClientStream, p []byte, end bo
 // kick makes sure the queued frames get written: if no flusher runs, one
 // is started.
 func (cc *ClientConn) kick() { cc.startFlush(cc) }
+
+// timedOut: a client connection's reads time out only to end it.
+func (cc *ClientConn) timedOut(bool) onTimeout { return failRead }

@@ -54,6 +54,11 @@ type Settings struct {
 	// IdleTimeout: 0, none. With no open stream for this long the
 	// connection is closed with GOAWAY(NO_ERROR).
 	IdleTimeout time.Duration
+	// ParkAfter: 0, never. With no open stream and no byte from the
+	// client for this long, Serve returns ErrIdle, leaving the connection
+	// open, so that an idle connection can wait without a goroutine (see
+	// ErrIdle). Meant to be shorter than IdleTimeout.
+	ParkAfter time.Duration
 	// PingTimeout: 1 s. How long Shutdown waits for the acknowledgement of
 	// its PING before it sends the final GOAWAY.
 	PingTimeout time.Duration
@@ -199,8 +204,10 @@ type Conn struct {
 	recvWin       int64 // what the client may still send on the connection
 	recvUnacked   int64 // consumed, not yet given back with WINDOW_UPDATE
 	serving       bool
-	shutdown      bool // Shutdown called: first GOAWAY and PING queued
-	goAway        bool // final GOAWAY queued: no new stream
+	idleBy        time.Time // when IdleTimeout ends the idle connection; zero while a stream is open
+	parkBy        time.Time // when the idle connection parks (ParkAfter); zero while a stream is open
+	shutdown      bool      // Shutdown called: first GOAWAY and PING queued
+	goAway        bool      // final GOAWAY queued: no new stream
 	peerGoAway    bool
 	ending        bool // graceful end decided: the read loop stops at its next read
 	closed        bool
@@ -254,11 +261,23 @@ func ServeConn(nc net.Conn, prefix []byte, s *Settings, h Handler) error {
 	return NewConn(nc, prefix, s, h).Serve()
 }
 
+// ErrIdle is returned by Serve when Settings.ParkAfter is set and the
+// connection has had no open stream, no running handler and no byte of a
+// frame from the client for that long. The connection stays open, with
+// nothing read and not processed, and nothing reads it: Serve is to be
+// called again, on any goroutine, once the connection is readable (bytes,
+// or the client's close), once IdleDeadline has passed, or after Shutdown
+// or Close. The caller can wait for those without a goroutine (sluice's
+// proxy waits in epoll); what the connection costs meanwhile is its
+// memory alone.
+var ErrIdle = errors.New("h2: connection idle")
+
 // Serve serves the connection until it ends, and returns once every stream
 // handler has returned and the connection is closed. It returns nil when the
 // client closed the connection, or Shutdown, Close or IdleTimeout ended it;
 // a *ConnError when a connection error was detected (RFC 9113 §5.4.1);
-// another error when reading or writing failed. It may be called once.
+// another error when reading or writing failed; ErrIdle when the open
+// connection idled ParkAfter. It may be called again only after ErrIdle.
 func (c *Conn) Serve() error {
 	c.mu.Lock()
 	if c.serving {
@@ -271,6 +290,11 @@ func (c *Conn) Serve() error {
 	err := c.serve()
 
 	c.mu.Lock()
+	if err == ErrIdle {
+		c.serving = false
+		c.mu.Unlock()
+		return err
+	}
 	c.closed = true
 	if c.shutdownTimer != nil {
 		c.shutdownTimer.Stop()
@@ -360,35 +384,96 @@ func (c *Conn) idleLocked() {
 	case c.closed:
 	case c.goAway || c.peerGoAway:
 		c.finishLocked()
-	case c.s.IdleTimeout > 0 && !c.ending:
-		c.nc.SetReadDeadline(time.Now().Add(c.s.IdleTimeout))
+	case !c.ending:
+		now := time.Now()
+		if c.s.IdleTimeout > 0 {
+			c.idleBy = now.Add(c.s.IdleTimeout)
+		}
+		c.parkLaterLocked(now)
 	}
+}
+
+// parkLaterLocked sets the read deadline of an idle connection: the idle
+// timeout, or ParkAfter from now when that comes first.
+func (c *Conn) parkLaterLocked(now time.Time) {
+	by := c.idleBy
+	if c.s.ParkAfter > 0 {
+		c.parkBy = now.Add(c.s.ParkAfter)
+		if by.IsZero() || c.parkBy.Before(by) {
+			by = c.parkBy
+		}
+	}
+	if !by.IsZero() {
+		c.nc.SetReadDeadline(by)
+	}
+}
+
+// timedOut decides what a read that timed out is to do (see connReader).
+// The deadline was the graceful end's, the idle timeout's, or ParkAfter's:
+// only the last lets the read go on, moved to the idle timeout's, or,
+// when the connection is between frames with nothing else to do, has the
+// read return for Serve to return ErrIdle. It runs on Serve's goroutine,
+// in the read.
+func (c *Conn) timedOut(begun bool) onTimeout {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	switch {
+	case c.ending || c.parkBy.IsZero() || now.Before(c.parkBy):
+		return failRead
+	case c.shutdown || len(c.streams) > 0:
+		// Shutting down (a PING answer, the client's close) or busy.
+		c.parkBy = time.Time{}
+		c.nc.SetReadDeadline(c.idleBy)
+		return readOn
+	case begun || c.blk.id != 0 || c.handlers > 0:
+		// A frame or a header block came in part, or a handler of a
+		// reset stream still runs: look again later.
+		c.parkLaterLocked(now)
+		return readOn
+	}
+	return parkRead
+}
+
+// shed lets go of what an idle connection can make again when it
+// resumes: its Framer (a fresh one is made between frames for the same
+// reason, bigRead) and the emptied map of its streams.
+func (c *Conn) shed() {
+	c.fr = nil
+	c.mu.Lock()
+	if len(c.streams) == 0 {
+		c.streams = nil
+	}
+	c.mu.Unlock()
+}
+
+// IdleDeadline returns when the idle timeout is to end a connection Serve
+// left with ErrIdle; zero: never.
+func (c *Conn) IdleDeadline() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.idleBy
 }
 
 var errEnded = errors.New("h2: ended gracefully")
 
-// serve reads the preface, then frames, until the connection ends.
+// serve reads the preface, then frames, until the connection ends or
+// parks (ErrIdle).
 func (c *Conn) serve() error {
-	if c.s.IdleTimeout > 0 {
-		c.nc.SetReadDeadline(time.Now().Add(c.s.IdleTimeout))
-	}
-	var pre [len(http2.ClientPreface)]byte
-	if _, err := io.ReadFull(&c.rd, pre[:]); err != nil {
-		if isTimeout(err) || err == io.EOF {
-			return nil
+	if c.dec == nil {
+		if done, err := c.begin(); done {
+			return err
 		}
-		return err
+	} else {
+		// Called again after ErrIdle: reading resumes with a new park
+		// deadline (the last has passed).
+		c.fr = c.newReadFramer()
+		c.mu.Lock()
+		if !c.ending {
+			c.parkLaterLocked(time.Now())
+		}
+		c.mu.Unlock()
 	}
-	if string(pre[:]) != http2.ClientPreface {
-		// §3.4: not HTTP/2; a GOAWAY would mean nothing to the client.
-		c.linger()
-		return &ConnError{Code: http2.ErrCodeProtocol, Reason: "invalid connection preface"}
-	}
-	c.kick() // our SETTINGS
-	c.dec = hpack.NewDecoder(4096, c.onField)
-	c.dec.SetMaxStringLength(int(c.s.MaxHeaderList))
-	c.fr = c.newReadFramer()
-
 	for {
 		if c.bigRead {
 			c.mu.Lock()
@@ -414,6 +499,10 @@ func (c *Conn) serve() error {
 		if err == errEnded {
 			return c.goodbye(nil, "")
 		}
+		if err == ErrIdle {
+			c.shed()
+			return err
+		}
 		if isTimeout(err) {
 			c.mu.Lock()
 			ending, idle := c.ending, len(c.streams) == 0 && c.s.IdleTimeout > 0
@@ -432,6 +521,39 @@ func (c *Conn) serve() error {
 	}
 }
 
+// begin reads the client's preface and readies the reading of frames. It
+// reports done, and what Serve is to return, when the connection ended
+// before.
+func (c *Conn) begin() (done bool, err error) {
+	if c.s.IdleTimeout > 0 {
+		c.nc.SetReadDeadline(time.Now().Add(c.s.IdleTimeout))
+	}
+	var pre [len(http2.ClientPreface)]byte
+	if _, err := io.ReadFull(&c.rd, pre[:]); err != nil {
+		if isTimeout(err) || err == io.EOF {
+			return true, nil // nothing begun, nothing owed
+		}
+		return true, err
+	}
+	if string(pre[:]) != http2.ClientPreface {
+		// §3.4: not HTTP/2; a GOAWAY would mean nothing to the client.
+		c.linger()
+		return true, &ConnError{Code: http2.ErrCodeProtocol, Reason: "invalid connection preface"}
+	}
+	c.kick() // our SETTINGS
+	c.dec = hpack.NewDecoder(4096, c.onField)
+	c.dec.SetMaxStringLength(int(c.s.MaxHeaderList))
+	c.fr = c.newReadFramer()
+	c.mu.Lock()
+	if len(c.streams) == 0 && !c.ending {
+		// As if a stream had just ended: the idle timeout and the park
+		// deadline count from here.
+		c.idleLocked()
+	}
+	c.mu.Unlock()
+	return false, nil
+}
+
 func (c *Conn) newReadFramer() *http2.Framer {
 	fr := http2.NewFramer(nil, &c.rd)
 	fr.SetMaxReadFrameSize(c.s.MaxFrameSize)
@@ -446,8 +568,13 @@ func isTimeout(err error) bool {
 // for protocol errors, errEnded when a graceful end was decided, and read
 // errors as they are.
 func (c *Conn) readFrame() error {
+	c.rd.begin()
 	fh, err := c.fr.ReadFrameHeader()
 	if err != nil {
+		if c.rd.parked {
+			c.rd.parked = false
+			return ErrIdle
+		}
 		if c.rd.err != nil {
 			return c.readErr()
 		}

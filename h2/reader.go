@@ -8,29 +8,29 @@ import (
 
 // connReader is the Framer's input: first the prefix the caller had already
 // read, then the connection. What it holds while the connection is idle is
-// what an idle HTTP/2 connection costs, so it holds no large buffer then:
+// what an idle HTTP/2 connection costs, so it holds no buffer then:
 //
 //   - over TLS it reads straight into the Framer's slices: crypto/tls
 //     already reads whole records into a buffer of its own, so a second
 //     one would only copy;
-//   - on a plain connection it reads into a small buffer of its own (a
-//     frame header and a small frame in one read), and borrows a large one
-//     from a pool only while the last read filled its buffer, that is
-//     while more is likely waiting; a read that finds less than a full
-//     buffer ends the borrowing. A read that blocks, as the wait for the
-//     next frame of an idle connection does, blocks in the small buffer
-//     unless the client stopped exactly at a buffer's end.
+//   - on a plain connection it reads into a small buffer borrowed from a
+//     pool (a frame header and a small frame in one read), and borrows a
+//     large one while the last read filled its buffer, that is while more
+//     is likely waiting; a read that finds less than a full buffer ends
+//     the large borrowing. Either goes back once read.
 type connReader struct {
 	nc     net.Conn
-	k      kicker // told before each wait for input
+	o      readOwner
 	prefix []byte
-	direct bool // nc buffers what it reads (TLS)
-	small  [smallReadSize]byte
-	buf    []byte  // small[:], or *big while borrowed
-	big    *[]byte // borrowed from readBufs
-	r, w   int     // what buf holds unread
-	full   bool    // the last read filled its buffer
-	err    error   // the first error reading the connection, kept
+	direct bool    // nc buffers what it reads (TLS)
+	buf    []byte  // *held while it is borrowed
+	held   *[]byte // from smallBufs, or from readBufs when big
+	big    bool
+	r, w   int   // what buf holds unread
+	full   bool  // the last read filled its buffer
+	taken  int   // bytes given out since the frame began (begin)
+	parked bool  // the last read timed out for the owner to park (see readOwner)
+	err    error // the first error reading the connection, kept
 }
 
 const (
@@ -38,18 +38,46 @@ const (
 	readBufSize   = 16 << 10
 )
 
-var readBufs = sync.Pool{New: func() any { b := make([]byte, readBufSize); return &b }}
+var (
+	smallBufs = sync.Pool{New: func() any { b := make([]byte, smallReadSize); return &b }}
+	readBufs  = sync.Pool{New: func() any { b := make([]byte, readBufSize); return &b }}
+)
 
-// kicker is the side of a connection that writes what it owes the peer;
-// kick starts that writing without waiting for it.
-type kicker interface{ kick() }
-
-func newConnReader(k kicker, nc net.Conn, prefix []byte) connReader {
-	_, direct := nc.(*tls.Conn)
-	return connReader{nc: nc, k: k, prefix: prefix, direct: direct}
+// readOwner is the connection a connReader reads for.
+type readOwner interface {
+	// kick starts the writing of what the connection owes the peer,
+	// without waiting for it; the reader calls it before each wait for
+	// input.
+	kick()
+	// timedOut is asked when a read from the connection timed out; begun
+	// tells whether bytes of the frame being read have come.
+	timedOut(begun bool) onTimeout
 }
 
+// What a read that timed out is to do.
+type onTimeout uint8
+
+const (
+	failRead onTimeout = iota // the timeout is the connection's error, kept
+	readOn                    // the owner moved the deadline: read again
+	parkRead                  // return the timeout, kept for this read only: the owner parks
+)
+
+func newConnReader(o readOwner, nc net.Conn, prefix []byte) connReader {
+	_, direct := nc.(*tls.Conn)
+	return connReader{nc: nc, o: o, prefix: prefix, direct: direct}
+}
+
+// begin marks the start of a frame.
+func (cr *connReader) begin() { cr.taken = 0 }
+
 func (cr *connReader) Read(p []byte) (int, error) {
+	n, err := cr.read(p)
+	cr.taken += n
+	return n, err
+}
+
+func (cr *connReader) read(p []byte) (int, error) {
 	if len(cr.prefix) > 0 {
 		n := copy(p, cr.prefix)
 		cr.prefix = cr.prefix[n:]
@@ -73,46 +101,68 @@ func (cr *connReader) Read(p []byte) (int, error) {
 		return 0, nil
 	}
 	// About to wait for the peer: let what we owe it go first.
-	cr.k.kick()
-	if cr.direct || len(p) >= readBufSize {
-		n, err := cr.nc.Read(p)
-		if err != nil {
-			cr.err = err
-			if n > 0 {
-				return n, nil
+	cr.o.kick()
+	for {
+		n, err := cr.readConn(p)
+		if err == nil {
+			return n, nil
+		}
+		if isTimeout(err) {
+			switch cr.o.timedOut(cr.taken > 0 || n > 0) {
+			case readOn:
+				if n > 0 {
+					return n, nil
+				}
+				continue
+			case parkRead:
+				cr.parked = true
+				return 0, err
 			}
 		}
-		return n, err
-	}
-	if cr.full {
-		cr.big = readBufs.Get().(*[]byte)
-		cr.buf = *cr.big
-	} else {
-		cr.buf = cr.small[:]
-	}
-	n, err := cr.nc.Read(cr.buf)
-	cr.r, cr.w = 0, n
-	cr.full = n == len(cr.buf)
-	if err != nil {
 		cr.err = err
-	}
-	if n == 0 {
-		cr.release()
+		if n > 0 {
+			return n, nil
+		}
 		return 0, err
 	}
+}
+
+// readConn reads from the connection into p, through a borrowed buffer on
+// a plain connection unless p is large.
+func (cr *connReader) readConn(p []byte) (int, error) {
+	if cr.direct || len(p) >= readBufSize {
+		return cr.nc.Read(p)
+	}
+	cr.borrow(cr.full)
+	n, err := cr.nc.Read(cr.buf)
+	cr.full = n == len(cr.buf)
 	k := copy(p, cr.buf[:n])
-	cr.r = k
+	cr.r, cr.w = k, n
 	if cr.r == cr.w {
 		cr.release()
 	}
-	return k, nil
+	return k, err
+}
+
+// borrow takes a buffer to read into: a large one when big.
+func (cr *connReader) borrow(big bool) {
+	pool := &smallBufs
+	if big {
+		pool = &readBufs
+	}
+	cr.held, cr.big = pool.Get().(*[]byte), big
+	cr.buf = *cr.held
 }
 
 // release gives back a borrowed buffer once it holds nothing unread.
 func (cr *connReader) release() {
-	if cr.big != nil {
-		readBufs.Put(cr.big)
-		cr.big = nil
+	if cr.held != nil {
+		if cr.big {
+			readBufs.Put(cr.held)
+		} else {
+			smallBufs.Put(cr.held)
+		}
+		cr.held = nil
 	}
 	cr.buf = nil
 	cr.r, cr.w = 0, 0

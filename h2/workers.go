@@ -54,3 +54,8 @@ func worker(st *Stream) {
 		}
 	}
 }
+
+// IdleWorkers returns how many stream handler goroutines wait for a
+// stream, of any connection: their stacks are the process's, not a
+// connection's.
+func IdleWorkers() int { return int(idleWorkers.Load()) }

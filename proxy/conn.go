@@ -173,6 +173,10 @@ func (c *conn) recovered(v any) {
 }
 
 func (c *conn) serve() {
+	if c.h2.Load() != nil {
+		c.runH2(nil) // resumed by the parker
+		return
+	}
 	resting := false
 	defer func() {
 		// A bug must not take the process down nor leave the client

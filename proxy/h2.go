@@ -30,28 +30,48 @@ func isPreface(r *h1.Reader) bool {
 	return bytes.HasPrefix(r.Peek(), []byte(h2Preface[:16]))
 }
 
-// runH2 serves the connection as HTTP/2 until it ends, and closes it. It
-// runs on a goroutine of its own, started with the smallest stack, not on
-// the one that made the TLS handshake (whose stack grew for it): an idle
-// HTTP/2 connection keeps its goroutine, waiting for the next frame, and
-// that goroutine's stack is most of what it costs.
+// runH2 serves the connection as HTTP/2 until it ends, and closes it, or
+// until it idles parkAfter, when the parker takes it (as it takes an idle
+// HTTP/1.1 connection) and the goroutine ends: an idle HTTP/2 connection
+// then costs its memory, not a goroutine's stack too. The parker starts a
+// goroutine for it again (conn.serve calls runH2) when the client sends
+// or closes, at its idle timeout, or as the server shuts down, and the
+// engine goes on from where it stopped. The first goroutine is one of its
+// own, started with the smallest stack, not the one that made the TLS
+// handshake (whose stack grew for it). prefix holds what was read of the
+// connection already (the preface, on a cleartext listener).
 func (c *conn) runH2(prefix []byte) {
+	parked := false
 	defer func() {
 		if v := recover(); v != nil {
+			parked = false
 			c.recovered(v)
 		}
-		c.close()
-		c.srv.forget(c)
+		if !parked {
+			c.close()
+			c.srv.forget(c)
+		}
 	}()
-	c.serveH2(prefix)
+	hc := c.h2.Load()
+	if hc == nil {
+		hc = c.startH2(prefix)
+	}
+	for hc.Serve() == h2.ErrIdle {
+		if c.srv.parker.park(c, hc.IdleDeadline()) {
+			parked = true // the parker owns the connection now
+			return
+		}
+	}
 }
 
-// serveH2 serves the connection as HTTP/2 until it ends. prefix holds what
-// was read of it already (the preface, on a cleartext listener).
-func (c *conn) serveH2(prefix []byte) {
+// startH2 makes the HTTP/2 engine of the connection.
+func (c *conn) startH2(prefix []byte) *h2.Conn {
 	srv := c.srv
 	settings := srv.H2
 	settings.IdleTimeout = srv.idleTimeout()
+	if srv.parker != nil && settings.IdleTimeout > parkAfter {
+		settings.ParkAfter = parkAfter
+	}
 	if settings.ErrorLog == nil {
 		settings.ErrorLog = srv.ErrorLog
 	}
@@ -63,7 +83,7 @@ func (c *conn) serveH2(prefix []byte) {
 		// Shutdown began before the engine was there to be told.
 		hc.Shutdown()
 	}
-	hc.Serve()
+	return hc
 }
 
 // serveStream serves one stream of an HTTP/2 connection as a Session, on

@@ -22,14 +22,18 @@ import (
 )
 
 // startH2 runs a proxy for h on a plain listener that takes h2c, and
-// returns it with an HTTP/2 client (prior knowledge) for it.
-func startH2(t *testing.T, h Handler, opts ListenerOptions) (*harness, *http.Client) {
+// returns it with an HTTP/2 client (prior knowledge) for it; tweak
+// changes the Server before it starts.
+func startH2(t *testing.T, h Handler, opts ListenerOptions, tweak ...func(*Server)) (*harness, *http.Client) {
 	t.Helper()
 	hs := &harness{errors: &logBuffer{}, access: &logBuffer{}}
 	hs.srv = &Server{
 		Handler:   h,
 		ErrorLog:  slog.New(slog.NewTextHandler(hs.errors, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		AccessLog: slog.New(slog.NewTextHandler(hs.access, nil)),
+	}
+	for _, f := range tweak {
+		f(hs.srv)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

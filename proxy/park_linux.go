@@ -26,6 +26,9 @@ import (
 //   - TLS handshakes whose ClientHello has not come whole: one waits
 //     here after parkAfter until more of it comes, or until the header
 //     timeout, when the parker closes it (conn.awaitHello);
+//   - idle HTTP/2 connections, whose engine returned h2.ErrIdle (see
+//     conn.runH2): they resume on bytes, the client's close, their idle
+//     timeout (for the engine's GOAWAY) and Shutdown;
 //   - lingering ones: a connection answered and closing, whose client may
 //     still be sending, is read and its bytes thrown away here until the
 //     client closes, lingerBytes came or lingerTime passed (conn.close
@@ -212,6 +215,11 @@ func (p *parker) run() {
 			}
 		}
 		for _, c := range expired {
+			if c.h2.Load() != nil {
+				// Its engine ends it, with a GOAWAY.
+				p.srv.start(c)
+				continue
+			}
 			if c.state == nil && !c.helloBy.IsZero() && c.lingerLeft == 0 {
 				// A ClientHello not whole in time (conn.awaitHello):
 				// counted as the handshake's timeout, and closed.
@@ -291,8 +299,8 @@ func (p *parker) takeSlot() bool {
 // an expired head.
 func (p *parker) answered() { <-p.answering }
 
-// closeAll closes every parked connection and stops the parker, for
-// Shutdown.
+// closeAll closes every parked connection, but HTTP/2 ones, which it
+// resumes for their GOAWAY, and stops the parker, for Shutdown.
 func (p *parker) closeAll() {
 	p.mu.Lock()
 	if p.closed {
@@ -309,6 +317,12 @@ func (p *parker) closeAll() {
 	<-p.done
 	p.set.Close()
 	for _, c := range all {
+		if c.h2.Load() != nil {
+			// Its engine, told of the shutdown, says GOAWAY to
+			// its client before it ends.
+			p.srv.start(c)
+			continue
+		}
 		p.end(c)
 	}
 }

@@ -1,10 +1,18 @@
 package proxy
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
 	"net"
+	"os"
 	"runtime"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 )
@@ -105,5 +113,151 @@ func TestParkedSlowHeadAnsweredBeforeIdleOnes(t *testing.T) {
 	c.nc.(*net.TCPConn).CloseWrite()
 	if !c.closed(5 * time.Second) {
 		t.Fatal("the lingering connection was not closed after the client's close")
+	}
+}
+
+// h2Raw is an HTTP/2 client driven frame by frame, for what Go's client
+// does not show: GOAWAYs, PINGs, the close.
+type h2Raw struct {
+	t   *testing.T
+	nc  net.Conn
+	fr  *http2.Framer
+	enc *hpack.Encoder
+	buf bytes.Buffer
+}
+
+// dialH2Raw opens an h2c connection to addr: preface, SETTINGS, and the
+// acknowledgement of the server's.
+func dialH2Raw(t *testing.T, addr string) *h2Raw {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	c := &h2Raw{t: t, nc: nc, fr: http2.NewFramer(nc, nc)}
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	c.enc = hpack.NewEncoder(&c.buf)
+	io.WriteString(nc, h2Preface)
+	c.fr.WriteSettings()
+	c.next(func(f http2.Frame) bool { sf, ok := f.(*http2.SettingsFrame); return ok && !sf.IsAck() })
+	c.fr.WriteSettingsAck()
+	return c
+}
+
+// next reads frames until want takes one, and returns it.
+func (c *h2Raw) next(want func(http2.Frame) bool) http2.Frame {
+	c.t.Helper()
+	for {
+		c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			c.t.Fatalf("reading frames: %v", err)
+		}
+		if want(f) {
+			return f
+		}
+	}
+}
+
+// get sends a GET on stream id and reads its response to the end.
+func (c *h2Raw) get(id uint32) (status string, body []byte) {
+	c.t.Helper()
+	c.buf.Reset()
+	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":path", "/"}, {":authority", "a"}} {
+		c.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.buf.Bytes(), EndStream: true, EndHeaders: true})
+	for {
+		f := c.next(func(f http2.Frame) bool { return f.Header().StreamID == id })
+		switch f := f.(type) {
+		case *http2.MetaHeadersFrame:
+			status = f.PseudoValue("status")
+			if f.StreamEnded() {
+				return status, body
+			}
+		case *http2.DataFrame:
+			body = append(body, f.Data()...)
+			if f.StreamEnded() {
+				return status, body
+			}
+		case *http2.RSTStreamFrame:
+			c.t.Fatalf("stream %d reset: %v", id, f.ErrCode)
+		}
+	}
+}
+
+// goAway reads until a GOAWAY and returns it.
+func (c *h2Raw) goAway() *http2.GoAwayFrame {
+	c.t.Helper()
+	return c.next(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok }).(*http2.GoAwayFrame)
+}
+
+// closed reports whether the server closes the connection within d,
+// whatever frames come first.
+func (c *h2Raw) closed(d time.Duration) bool {
+	c.nc.SetReadDeadline(time.Now().Add(d))
+	for {
+		if _, err := c.fr.ReadFrame(); err != nil {
+			return !errors.Is(err, os.ErrDeadlineExceeded)
+		}
+	}
+}
+
+// An idle HTTP/2 connection parks as an HTTP/1.1 one does (its engine
+// stops, its goroutine ends), and comes back on its next request; at
+// Shutdown it gets the graceful close's two GOAWAYs, not a bare close.
+func TestH2ConnectionsPark(t *testing.T) {
+	if newParker(&Server{}) == nil {
+		t.Skip("no parker on this platform: idle connections keep their goroutine")
+	}
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	hs, _ := startH2(t, peers(testOptions(), up.Addr()), h2c())
+	c := dialH2Raw(t, hs.addr)
+	if s, b := c.get(1); s != "200" || string(b) != "ok" {
+		t.Fatalf("%q %q", s, b)
+	}
+	waitFor(t, "the HTTP/2 connection to park", func() bool { return parkedConns(hs.srv) == 1 })
+	if s, b := c.get(3); s != "200" || string(b) != "ok" {
+		t.Fatalf("after parking: %q %q", s, b)
+	}
+	waitFor(t, "the HTTP/2 connection to park again", func() bool { return parkedConns(hs.srv) == 1 })
+
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		done <- hs.srv.Shutdown(ctx)
+	}()
+	if ga := c.goAway(); ga.LastStreamID != 1<<31-1 || ga.ErrCode != http2.ErrCodeNo {
+		t.Fatalf("first GOAWAY: last stream %d, %v", ga.LastStreamID, ga.ErrCode)
+	}
+	ping := c.next(func(f http2.Frame) bool { _, ok := f.(*http2.PingFrame); return ok }).(*http2.PingFrame)
+	c.fr.WritePing(true, ping.Data)
+	if ga := c.goAway(); ga.LastStreamID != 3 || ga.ErrCode != http2.ErrCodeNo {
+		t.Fatalf("final GOAWAY: last stream %d, %v", ga.LastStreamID, ga.ErrCode)
+	}
+	c.nc.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+}
+
+// A parked HTTP/2 connection is ended at its idle timeout by its engine,
+// with GOAWAY(NO_ERROR) naming the last stream served.
+func TestH2ParkedConnectionIdleTimeout(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	hs, _ := startH2(t, peers(testOptions(), up.Addr()), h2c(), func(s *Server) { s.IdleTimeout = parkAfter + 300*time.Millisecond })
+	c := dialH2Raw(t, hs.addr)
+	c.get(1)
+	begun := time.Now()
+	if ga := c.goAway(); ga.LastStreamID != 1 || ga.ErrCode != http2.ErrCodeNo {
+		t.Fatalf("GOAWAY: last stream %d, %v", ga.LastStreamID, ga.ErrCode)
+	}
+	if d := time.Since(begun); d < parkAfter {
+		t.Fatalf("GOAWAY after %v, before the idle timeout", d)
+	}
+	if !c.closed(5 * time.Second) {
+		t.Fatal("not closed after the GOAWAY")
 	}
 }
