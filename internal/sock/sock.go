@@ -11,18 +11,25 @@ import (
 
 // Raw returns c's RawConn and file descriptor, found once so that the
 // per-request operations on it allocate nothing; ok is false when c is not
-// a socket (a net.Pipe in tests, say). The descriptor is valid until c is
-// closed.
+// a socket (a net.Pipe in tests, an HTTP/2 stream, say), and then Raw
+// allocates nothing either. The descriptor is valid until c is closed.
 func Raw(c net.Conn) (rc syscall.RawConn, fd int, ok bool) {
 	sc, isSock := c.(syscall.Conn)
 	if !isSock {
 		return nil, -1, false
 	}
+	return raw(sc)
+}
+
+// raw is Raw's work on a socket: apart, because the descriptor its
+// callback sets lives on the heap, and Raw's own frame would put it there
+// on every call.
+func raw(sc syscall.Conn) (syscall.RawConn, int, bool) {
 	rc, err := sc.SyscallConn()
 	if err != nil {
 		return nil, -1, false
 	}
-	fd = -1
+	fd := -1
 	if err := rc.Control(func(s uintptr) { fd = int(s) }); err != nil {
 		return nil, -1, false
 	}
