@@ -480,6 +480,7 @@ func (cc *ClientConn) readLoop() {
 	cc.dec.SetMaxStringLength(int(cc.s.MaxHeaderList))
 	cc.fr = http2.NewFramer(nil, &cc.rd)
 	cc.fr.SetMaxReadFrameSize(cc.s.MaxFrameSize)
+	cc.fr.SetReuseFrames() // as the server's Framer (newReadFramer)
 	err := cc.readFrames()
 	cc.mu.Lock()
 	if cc.writeFailed != nil {

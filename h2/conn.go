@@ -557,6 +557,9 @@ func (c *Conn) begin() (done bool, err error) {
 func (c *Conn) newReadFramer() *http2.Framer {
 	fr := http2.NewFramer(nil, &c.rd)
 	fr.SetMaxReadFrameSize(c.s.MaxFrameSize)
+	// Each frame is done with before the next is read (DATA is copied
+	// into its stream): one DataFrame serves them all.
+	fr.SetReuseFrames()
 	return fr
 }
 
