@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 
 	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
@@ -460,5 +461,49 @@ func TestH2ClientResetCutsUpstreamWait(t *testing.T) {
 	waitFor(t, "the request's access log line", func() bool { return strings.Contains(hs.access.String(), "target=/slow") })
 	if line := hs.access.String(); !strings.Contains(line, "error=client_closed") {
 		t.Errorf("access log: %s, want error=client_closed", line)
+	}
+}
+
+// TestH2RequestIDNeverIndexed: the request id, unique to each response,
+// goes to the client as a literal never indexed, so that it does not
+// churn the HPACK table the next responses' fields reuse; the others are
+// indexed (the upstream's Server field, sent again, costs one byte).
+func TestH2RequestIDNeverIndexed(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	hs, _ := startH2(t, peers(testOptions(), up.Addr()), h2c())
+	c := dialH2Raw(t, hs.addr)
+	for id := uint32(1); id <= 3; id += 2 {
+		c.get(id)
+		var rid *hpack.HeaderField
+		for i, f := range c.fields {
+			if f.Name == "x-request-id" {
+				rid = &c.fields[i]
+			} else if f.Sensitive {
+				t.Errorf("stream %d: %s sent never indexed", id, f.Name)
+			}
+		}
+		if rid == nil || !rid.Sensitive {
+			t.Fatalf("stream %d: x-request-id %+v, want a literal never indexed", id, rid)
+		}
+	}
+}
+
+func TestLowerName(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"Content-Type", "content-type"},
+		{"X-REQUEST-ID", "x-request-id"},
+		{"strict-transport-security", "strict-transport-security"},
+		{"X-Custom-Thing", "x-custom-thing"},
+		{"Etag", "etag"},
+		{"A", "a"},
+		{strings.Repeat("Long-", 20), strings.Repeat("long-", 20)},
+	} {
+		if got := lowerName([]byte(tc.in)); got != tc.want {
+			t.Errorf("lowerName(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	name := []byte("Content-Length")
+	if n := testing.AllocsPerRun(100, func() { lowerName(name) }); n != 0 {
+		t.Errorf("lowerName of a common name allocates %v times", n)
 	}
 }

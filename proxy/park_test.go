@@ -119,11 +119,12 @@ func TestParkedSlowHeadAnsweredBeforeIdleOnes(t *testing.T) {
 // h2Raw is an HTTP/2 client driven frame by frame, for what Go's client
 // does not show: GOAWAYs, PINGs, the close.
 type h2Raw struct {
-	t   *testing.T
-	nc  net.Conn
-	fr  *http2.Framer
-	enc *hpack.Encoder
-	buf bytes.Buffer
+	t      *testing.T
+	nc     net.Conn
+	fr     *http2.Framer
+	enc    *hpack.Encoder
+	buf    bytes.Buffer
+	fields []hpack.HeaderField // of the last response's head
 }
 
 // dialH2Raw opens an h2c connection to addr: preface, SETTINGS, and the
@@ -172,7 +173,9 @@ func (c *h2Raw) get(id uint32) (status string, body []byte) {
 		f := c.next(func(f http2.Frame) bool { return f.Header().StreamID == id })
 		switch f := f.(type) {
 		case *http2.MetaHeadersFrame:
-			status = f.PseudoValue("status")
+			if status == "" {
+				status, c.fields = f.PseudoValue("status"), f.Fields
+			}
 			if f.StreamEnded() {
 				return status, body
 			}

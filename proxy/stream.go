@@ -291,9 +291,18 @@ func appendFields(dst []hpack.HeaderField, resp *h1.Response) []hpack.HeaderFiel
 		if isConnectionField(name) {
 			continue
 		}
-		dst = append(dst, hpack.HeaderField{Name: name, Value: string(h.Value(i))})
+		dst = append(dst, headerField(name, string(h.Value(i))))
 	}
 	return dst
+}
+
+// headerField is the HPACK field of name and value. The request id, a
+// value unique to each message, goes as a literal never indexed: in the
+// connection's dynamic table it would only push out the entries the next
+// messages reuse (server, content-type, a user agent), and adding and
+// evicting it costs the encoder on every message.
+func headerField(name, value string) hpack.HeaderField {
+	return hpack.HeaderField{Name: name, Value: value, Sensitive: name == "x-request-id"}
 }
 
 // commonNames are the fields most responses carry, and those most
@@ -316,12 +325,22 @@ func isConnectionField(name string) bool {
 	return false
 }
 
+// commonByLen holds commonNames by length, for lowerName.
+var commonByLen = func() (t [32][]string) {
+	for _, n := range commonNames {
+		t[len(n)] = append(t[len(n)], n)
+	}
+	return t
+}()
+
 // lowerName returns name in lowercase, as HTTP/2 requires: the common
 // names as constants, without allocating; others in one allocation.
 func lowerName(name []byte) string {
-	for _, c := range commonNames {
-		if len(c) == len(name) && h1.EqualFold(name, c) {
-			return c
+	if len(name) < len(commonByLen) {
+		for _, c := range commonByLen[len(name)] {
+			if h1.EqualFold(name, c) {
+				return c
+			}
 		}
 	}
 	var buf [64]byte

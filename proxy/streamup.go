@@ -115,7 +115,7 @@ func (u *streamUp) open(head []byte) error {
 		case name == "te" && !h1.EqualFold(bytes.TrimSpace(h.Value(i)), "trailers"):
 			continue
 		}
-		fields = append(fields, hpack.HeaderField{Name: name, Value: string(h.Value(i))})
+		fields = append(fields, headerField(name, string(h.Value(i))))
 	}
 	end := f.Empty()
 	cs, err := u.mc.cc.OpenStream(fields, end)
