@@ -18,8 +18,8 @@
 //     park after 200 ms): RSS per connection, the growth divided by their
 //     number, read 3 s after they opened and later, up to -settle. With
 //     -proto h2 they speak HTTP/2 (ALPN h2, one GET on stream 1, SETTINGS
-//     acknowledged), and an HTTP/2 connection does not park: its reading
-//     goroutine waits in the h2 engine.
+//     acknowledged); an idle HTTP/2 connection parks too, its engine
+//     stopped between frames.
 //
 // The clients run in this process, so sluice's RSS is its own. Everything
 // listens on 127.0.0.1; sluice runs in a temp dir, killed on exit.
