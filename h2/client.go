@@ -139,8 +139,6 @@ type ClientConn struct {
 	peerTable     uint32 // server's SETTINGS_HEADER_TABLE_SIZE, for the encoder
 	peerTableSet  bool
 	sendWin       int64        // connection send window
-	recvWin       int64        // what the server may still send on the connection
-	recvUnacked   int64        // consumed, not yet given back
 	goAway        *GoAwayError // the server's GOAWAY, lowest last stream id seen
 	shutdown      bool         // Shutdown called
 	finishing     bool         // graceful close under way
@@ -180,7 +178,7 @@ func NewClientConn(nc net.Conn, s *ClientSettings) *ClientConn {
 	cc.peerWindow = defaultWindow
 	cc.peerMaxFrame = defaultMaxFrame
 	cc.sendWin = defaultWindow
-	cc.recvWin = int64(cc.s.ConnWindow)
+	cc.recv = newReceiver(cc.s.ConnWindow, cc.s.InitialWindow)
 	cc.idleSince = time.Now()
 	cc.glitches = newBudget(cc.lim.glitchBurst, cc.lim.glitchRate)
 	// The preface (§3.4) is queued first, so every writer writes it first.
@@ -238,7 +236,7 @@ func (cc *ClientConn) OpenStream(fields []hpack.HeaderField, end bool) (*ClientS
 		return nil, &notSentError{err}
 	}
 	cs := &ClientStream{
-		cc: cc, id: cc.nextID, head: fc.method == "HEAD",
+		cc: cc, inbound: inbound{id: cc.nextID}, head: fc.method == "HEAD",
 		done: make(chan struct{}),
 	}
 	cs.recvWin = int64(cc.s.InitialWindow)
@@ -780,10 +778,10 @@ func (cc *ClientConn) onData(f *http2.DataFrame) error {
 	defer cc.mu.Unlock()
 	// §6.9: every DATA counts against the connection window, whatever its
 	// stream's state, padding included.
-	if n > cc.recvWin {
+	if n > cc.recv.recvWin {
 		return connErr{http2.ErrCodeFlowControl, "connection window exceeded"}
 	}
-	cc.recvWin -= n
+	cc.recv.recvWin -= n
 	if cc.isIdle(id) {
 		return connErr{http2.ErrCodeProtocol, "DATA on an idle stream"} // §5.1
 	}
@@ -804,7 +802,7 @@ func (cc *ClientConn) onData(f *http2.DataFrame) error {
 	}
 	cs.recvWin -= n
 	if pad := n - int64(len(data)); pad > 0 {
-		cc.consumed(cs, pad)
+		cc.consumed(&cs.inbound, pad)
 	}
 	if !cs.final {
 		cc.returnConn(int64(len(data)))
@@ -843,36 +841,6 @@ func (cc *ClientConn) remoteEnd(cs *ClientStream) error {
 	return nil
 }
 
-// returnConn gives n bytes of connection window back, batched.
-func (cc *ClientConn) returnConn(n int64) {
-	cc.recvUnacked += n
-	if cc.recvUnacked >= int64(cc.s.ConnWindow)/2 {
-		cc.queue = append(cc.queue, ctrl{kind: cWindow, val: uint32(cc.recvUnacked)})
-		cc.recvWin += cc.recvUnacked
-		cc.recvUnacked = 0
-	}
-}
-
-// consumed gives back n bytes of cs read or dropped: the connection's
-// window, and the stream's while the server may still send on it; each in
-// a WINDOW_UPDATE once half its window is consumed. A closed stream's
-// buffered bytes went back to the connection when it closed.
-func (cc *ClientConn) consumed(cs *ClientStream, n int64) {
-	if cs.closed {
-		return
-	}
-	cc.returnConn(n)
-	if cs.remoteEnded {
-		return
-	}
-	cs.unacked += n
-	if cs.unacked >= int64(cc.s.InitialWindow)/2 {
-		cc.queue = append(cc.queue, ctrl{kind: cWindow, id: cs.id, val: uint32(cs.unacked)})
-		cs.recvWin += cs.unacked
-		cs.unacked = 0
-	}
-}
-
 // resetByEngine answers a stream error with RST_STREAM (§5.4.2); the
 // stream's methods then fail with a *ResetError carrying the reason.
 func (cc *ClientConn) resetByEngine(e clientStreamErr) *connErr {
@@ -900,17 +868,10 @@ func (cc *ClientConn) closeStream(cs *ClientStream, err error) {
 	if cs.closed {
 		return
 	}
-	if n := int64(len(cs.buf) - cs.off); n > 0 {
-		cc.returnConn(n)
-	}
-	cs.closed = true
-	cs.err = err
+	// A response that ended before the reset is read whole.
+	cc.closeInbound(&cs.inbound, err, cs.remoteEnded)
 	delete(cc.streams, cs.id)
-	if err != nil && !cs.remoteEnded {
-		cs.buf, cs.off = nil, 0
-	}
 	close(cs.done)
-	poke(cs.rwake)
 	poke(cs.wwake)
 	if len(cc.streams) == 0 {
 		cc.idleSince = time.Now()

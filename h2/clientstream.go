@@ -2,7 +2,6 @@ package h2
 
 import (
 	"errors"
-	"io"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -16,33 +15,25 @@ import (
 // Every error its methods return can be given to NotProcessed to learn
 // whether the request may be sent again on another connection.
 type ClientStream struct {
-	cc   *ClientConn
-	id   uint32
+	cc *ClientConn
+	inbound
 	head bool // a HEAD request: the response has no content
 
-	done         chan struct{}
-	rwake, wwake chan struct{} // guarded by cc.mu; see Stream's
+	done  chan struct{}
+	wwake chan struct{} // guarded by cc.mu; see Stream's
 
 	// Guarded by cc.mu.
-	blocks      [][]hpack.HeaderField // response header blocks not yet returned by ReadHeader
-	interim     int                   // informational blocks received
-	final       bool                  // final header block received
-	finalRead   bool                  // and returned by ReadHeader
-	noContent   bool                  // HEAD, 204, 304: no DATA payload allowed
-	length      int64                 // the response's content-length, -1 when absent
-	received    int64
-	trailers    []hpack.HeaderField
-	buf         []byte // response body received, not yet read
-	off         int
-	recvWin     int64 // what the server may still send on this stream
-	unacked     int64 // read, not yet given back
-	sendWin     int64
-	wantCredit  bool
-	remoteEnded bool // END_STREAM received: half-closed (remote)
-	ended       bool // END_STREAM sent: half-closed (local)
-	closed      bool
-	err         error // why it closed, when not normally
-	rdl, wdl    time.Time
+	blocks     [][]hpack.HeaderField // response header blocks not yet returned by ReadHeader
+	interim    int                   // informational blocks received
+	final      bool                  // final header block received
+	finalRead  bool                  // and returned by ReadHeader
+	noContent  bool                  // HEAD, 204, 304: no DATA payload allowed
+	length     int64                 // the response's content-length, -1 when absent
+	trailers   []hpack.HeaderField
+	sendWin    int64
+	wantCredit bool
+	ended      bool // END_STREAM sent: half-closed (local)
+	wdl        time.Time
 }
 
 var errHeadersRead = errors.New("h2: final response header block already read")
@@ -114,48 +105,7 @@ func (cs *ClientStream) ReadHeader() ([]hpack.HeaderField, error) {
 // reader that stops stalls only its stream. The DATA total is checked
 // against the response's content-length (§8.1.1), which resets the stream
 // with PROTOCOL_ERROR when they differ.
-func (cs *ClientStream) Read(p []byte) (int, error) {
-	cc := cs.cc
-	cc.mu.Lock()
-	for {
-		if cs.off < len(cs.buf) {
-			n := copy(p, cs.buf[cs.off:])
-			cs.off += n
-			if cs.off == len(cs.buf) {
-				cs.buf, cs.off = cs.buf[:0], 0
-				if cap(cs.buf) > 64<<10 {
-					cs.buf = nil
-				}
-			}
-			cc.consumed(cs, int64(n))
-			cc.mu.Unlock()
-			cc.kick()
-			return n, nil
-		}
-		if cs.remoteEnded {
-			cc.mu.Unlock()
-			return 0, io.EOF
-		}
-		if cs.err != nil {
-			err := cs.err
-			cc.mu.Unlock()
-			return 0, err
-		}
-		if len(p) == 0 {
-			cc.mu.Unlock()
-			return 0, nil
-		}
-		dl := cs.rdl
-		if !dl.IsZero() && !time.Now().Before(dl) {
-			cc.mu.Unlock()
-			return 0, &deadlineError{"read", cs.id}
-		}
-		ch := wake(&cs.rwake)
-		cc.mu.Unlock()
-		wait(ch, dl)
-		cc.mu.Lock()
-	}
-}
+func (cs *ClientStream) Read(p []byte) (int, error) { return cs.cc.read(&cs.inbound, p, cs.cc) }
 
 // Trailers returns the response's trailer fields, checked as the header
 // block's (and without pseudo-header fields). It is valid once Read has
@@ -171,10 +121,7 @@ func (cs *ClientStream) Trailers() []hpack.HeaderField {
 // os.ErrDeadlineExceeded) is true. The zero time means none. It applies to
 // calls already waiting. The stream is not reset: call Reset to give up.
 func (cs *ClientStream) SetReadDeadline(t time.Time) error {
-	cs.cc.mu.Lock()
-	cs.rdl = t
-	poke(cs.rwake)
-	cs.cc.mu.Unlock()
+	cs.cc.setReadDeadline(&cs.inbound, t)
 	return nil
 }
 
@@ -312,13 +259,14 @@ func (cs *ClientStream) Reset(code http2.ErrCode) {
 	cc := cs.cc
 	cc.mu.Lock()
 	if cs.closed {
-		cs.buf, cs.off, cs.blocks = nil, 0, nil
+		cs.drop()
+		cs.blocks = nil
 		cc.mu.Unlock()
 		return
 	}
 	cc.queue = append(cc.queue, ctrl{kind: cRST, id: cs.id, val: uint32(code)})
 	cc.closeStream(cs, &ResetError{StreamID: cs.id, Code: code})
-	cs.buf, cs.off = nil, 0
+	cs.drop()
 	cc.mu.Unlock()
 	cc.kick()
 }

@@ -201,8 +201,6 @@ type Conn struct {
 	peerTable     uint32 // client's SETTINGS_HEADER_TABLE_SIZE, to apply to the encoder
 	peerTableSet  bool
 	sendWin       int64 // connection send window
-	recvWin       int64 // what the client may still send on the connection
-	recvUnacked   int64 // consumed, not yet given back with WINDOW_UPDATE
 	serving       bool
 	idleBy        time.Time // when IdleTimeout ends the idle connection; zero while a stream is open
 	parkBy        time.Time // when the idle connection parks (ParkAfter); zero while a stream is open
@@ -241,7 +239,7 @@ func NewConn(nc net.Conn, prefix []byte, s *Settings, h Handler) *Conn {
 	c.peerWindow = defaultWindow
 	c.peerMaxFrame = defaultMaxFrame
 	c.sendWin = defaultWindow
-	c.recvWin = int64(c.s.ConnWindow)
+	c.recv = newReceiver(c.s.ConnWindow, c.s.InitialWindow)
 	c.resets = newBudget(c.lim.resetBurst, c.lim.resetRate)
 	c.refusals = newBudget(c.lim.refuseBurst, c.lim.refuseRate)
 	c.glitches = newBudget(c.lim.glitchBurst, c.lim.glitchRate)
@@ -870,10 +868,10 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 	defer c.mu.Unlock()
 	// §6.9: every DATA counts against the connection window, whatever its
 	// stream's state, and padding counts too.
-	if n > c.recvWin {
+	if n > c.recv.recvWin {
 		return connErr{http2.ErrCodeFlowControl, "connection window exceeded"}
 	}
-	c.recvWin -= n
+	c.recv.recvWin -= n
 	st := c.streams[id]
 	if st == nil {
 		if id > c.maxID {
@@ -895,7 +893,7 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 	}
 	st.recvWin -= n
 	if pad := n - int64(len(data)); pad > 0 {
-		c.consumed(st, pad)
+		c.consumed(&st.inbound, pad)
 	}
 	st.received += int64(len(data))
 	if st.length >= 0 && st.received > st.length {
@@ -923,31 +921,6 @@ func (c *Conn) remoteEnd(st *Stream) error {
 		c.closeStream(st, nil)
 	}
 	return nil
-}
-
-// returnConn gives n bytes of connection window back, batched.
-func (c *Conn) returnConn(n int64) {
-	c.recvUnacked += n
-	if c.recvUnacked >= int64(c.s.ConnWindow)/2 {
-		c.queue = append(c.queue, ctrl{kind: cWindow, val: uint32(c.recvUnacked)})
-		c.recvWin += c.recvUnacked
-		c.recvUnacked = 0
-	}
-}
-
-// consumed gives n bytes read from st back to the client, both windows,
-// batched: a WINDOW_UPDATE once half a window is consumed.
-func (c *Conn) consumed(st *Stream, n int64) {
-	c.returnConn(n)
-	if st.remoteEnded || st.closed {
-		return
-	}
-	st.unacked += n
-	if st.unacked >= int64(c.s.InitialWindow)/2 {
-		c.queue = append(c.queue, ctrl{kind: cWindow, id: st.id, val: uint32(st.unacked)})
-		st.recvWin += st.unacked
-		st.unacked = 0
-	}
 }
 
 // resetByEngine answers a stream error with RST_STREAM (§5.4.2). A stream
@@ -978,27 +951,20 @@ func (c *Conn) closeStream(st *Stream, err error) {
 	if st.closed {
 		return
 	}
-	st.closed = true
-	st.err = err
+	// A handler does not read a request body after a reset.
+	c.closeInbound(&st.inbound, err, false)
 	delete(c.streams, st.id)
 	by := closedNormally
 	if re, ok := err.(*ResetError); ok && !re.Remote || err == ErrConnClosed {
 		by = closedByUs
 	}
 	c.remember(st.id, by)
-	if err != nil {
-		if n := int64(len(st.buf) - st.off); n > 0 {
-			c.returnConn(n)
-		}
-		st.buf, st.off = nil, 0
-		if f := st.onAbort; f != nil {
-			st.onAbort = nil
-			f()
-		}
+	if f := st.onAbort; f != nil && err != nil {
+		st.onAbort = nil
+		f()
 	}
 	st.onAbort = nil
 	close(st.done)
-	poke(st.rwake)
 	poke(st.wwake)
 	if len(c.streams) == 0 {
 		c.idleLocked()
@@ -1051,9 +1017,11 @@ func (c *Conn) runHandler(st *Stream) {
 func (c *Conn) handlerDone(st *Stream) {
 	c.mu.Lock()
 	c.handlers--
-	if n := int64(len(st.buf) - st.off); n > 0 {
-		c.returnConn(n)
-		st.buf, st.off = nil, 0
+	// Nobody reads what is left of the request body: it goes back to
+	// the client's window, as the stream closes (closeInbound), or went
+	// back when it closed.
+	if st.closed {
+		st.drop()
 	}
 	if !st.closed {
 		code := http2.ErrCodeInternal

@@ -16,6 +16,7 @@ type ctrlQueue struct {
 	queue    []ctrl
 	flushing bool // a flusher goroutine is running
 	glitches budget
+	recv     receiver // the receive windows, which WINDOW_UPDATEs replenish (inbound.go)
 }
 
 // glitch charges n to the budget of frames that ask work and carry none:

@@ -2,7 +2,6 @@ package h2
 
 import (
 	"errors"
-	"io"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -13,8 +12,8 @@ import (
 // any goroutine; Read is for one reader at a time and the write methods for
 // one writer at a time, as for a net.Conn.
 type Stream struct {
-	c      *Conn
-	id     uint32
+	c *Conn
+	inbound
 	header []hpack.HeaderField
 	length int64 // the request's content-length, -1 when absent
 	noBody bool  // END_STREAM came with the request's header block
@@ -24,28 +23,18 @@ type Stream struct {
 	// header arrive in one allocation.
 	hdr [maxInlineFields]hpack.HeaderField
 
-	// Guarded by c.mu. Poked when what a blocked Read or Write waits for
-	// may have changed; made by the first that blocks (most streams never
-	// do), so a poke before that finds nil and does nothing, as nobody
-	// waits.
-	rwake, wwake chan struct{}
+	// Guarded by c.mu. Poked when what a blocked Write waits for may
+	// have changed; made as inbound's rwake.
+	wwake chan struct{}
 
-	// Guarded by c.mu.
-	trailers    []hpack.HeaderField
-	buf         []byte // request body received, not yet read
-	off         int
-	received    int64
-	recvWin     int64 // what the client may still send on this stream
-	unacked     int64 // read, not yet given back
-	sendWin     int64
-	wantCredit  bool
-	remoteEnded bool // END_STREAM received: half-closed (remote)
-	final       bool // final response header block sent
-	ended       bool // END_STREAM sent: half-closed (local)
-	closed      bool
-	err         error // why it closed, when not normally
-	rdl, wdl    time.Time
-	onAbort     func() // see OnAbort
+	// Guarded by c.mu, as inbound is.
+	trailers   []hpack.HeaderField
+	sendWin    int64
+	wantCredit bool
+	final      bool // final response header block sent
+	ended      bool // END_STREAM sent: half-closed (local)
+	wdl        time.Time
+	onAbort    func() // see OnAbort
 }
 
 // maxInlineFields is how many request fields a Stream holds without
@@ -89,7 +78,7 @@ func (st *Stream) NoBody() bool { return st.noBody }
 func (st *Stream) Arrived() (n int, whole bool) {
 	st.c.mu.Lock()
 	defer st.c.mu.Unlock()
-	return len(st.buf) - st.off, st.remoteEnded && st.trailers == nil
+	return st.buffered(), st.remoteEnded && st.trailers == nil
 }
 
 // Trailers returns the request's trailer fields, checked as Header's
@@ -134,57 +123,13 @@ func (st *Stream) OnAbort(f func()) {
 // read), so a handler that stops reading stalls only its stream. When the
 // request has a content-length the engine checks the DATA total against it
 // (§8.1.1), and resets the stream with PROTOCOL_ERROR when they differ.
-func (st *Stream) Read(p []byte) (int, error) {
-	c := st.c
-	c.mu.Lock()
-	for {
-		if st.off < len(st.buf) {
-			n := copy(p, st.buf[st.off:])
-			st.off += n
-			if st.off == len(st.buf) {
-				st.buf, st.off = st.buf[:0], 0
-				if cap(st.buf) > 64<<10 {
-					st.buf = nil
-				}
-			}
-			c.consumed(st, int64(n))
-			c.mu.Unlock()
-			c.kick()
-			return n, nil
-		}
-		if st.remoteEnded {
-			c.mu.Unlock()
-			return 0, io.EOF
-		}
-		if st.err != nil {
-			err := st.err
-			c.mu.Unlock()
-			return 0, err
-		}
-		if len(p) == 0 {
-			c.mu.Unlock()
-			return 0, nil
-		}
-		dl := st.rdl
-		if !dl.IsZero() && !time.Now().Before(dl) {
-			c.mu.Unlock()
-			return 0, &deadlineError{"read", st.id}
-		}
-		ch := wake(&st.rwake)
-		c.mu.Unlock()
-		wait(ch, dl)
-		c.mu.Lock()
-	}
-}
+func (st *Stream) Read(p []byte) (int, error) { return st.c.read(&st.inbound, p, st.c) }
 
 // SetReadDeadline sets the time after which a Read waiting for data returns
 // an error for which errors.Is(err, os.ErrDeadlineExceeded) and os.IsTimeout
 // are true. The zero time means none. It applies to Reads already waiting.
 func (st *Stream) SetReadDeadline(t time.Time) error {
-	st.c.mu.Lock()
-	st.rdl = t
-	poke(st.rwake)
-	st.c.mu.Unlock()
+	st.c.setReadDeadline(&st.inbound, t)
 	return nil
 }
 
