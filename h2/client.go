@@ -133,8 +133,6 @@ type ClientConn struct {
 	nextID        uint32
 	maxStreams    uint32 // server's SETTINGS_MAX_CONCURRENT_STREAMS
 	sawSettings   bool
-	peerWindow    int64  // server's SETTINGS_INITIAL_WINDOW_SIZE
-	peerMaxFrame  uint32 // server's SETTINGS_MAX_FRAME_SIZE
 	peerMaxList   uint32 // server's SETTINGS_MAX_HEADER_LIST_SIZE, 0: none
 	peerTable     uint32 // server's SETTINGS_HEADER_TABLE_SIZE, for the encoder
 	peerTableSet  bool
@@ -175,9 +173,7 @@ func NewClientConn(nc net.Conn, s *ClientSettings) *ClientConn {
 	cc.rd = newConnReader(cc, nc, nil)
 	cc.nextID = 1
 	cc.maxStreams = initialMaxStreams
-	cc.peerWindow = defaultWindow
-	cc.peerMaxFrame = defaultMaxFrame
-	cc.sendWin = defaultWindow
+	cc.send = newSender()
 	cc.recv = newReceiver(cc.s.ConnWindow, cc.s.InitialWindow)
 	cc.idleSince = time.Now()
 	cc.glitches = newBudget(cc.lim.glitchBurst, cc.lim.glitchRate)
@@ -240,7 +236,7 @@ func (cc *ClientConn) OpenStream(fields []hpack.HeaderField, end bool) (*ClientS
 		done: make(chan struct{}),
 	}
 	cs.recvWin = int64(cc.s.InitialWindow)
-	cs.sendWin = cc.peerWindow
+	cs.sendWin = cc.send.peerWindow
 	cs.length = -1
 	cc.nextID += 2
 	if cc.streams == nil {
@@ -636,19 +632,15 @@ func (cc *ClientConn) onSettings(f *http2.SettingsFrame) error {
 		case http2.SettingInitialWindowSize:
 			// §6.9.2: the change applies to every open stream's window,
 			// which may go negative, and must not pass 2^31-1.
-			delta := int64(s.Val) - cc.peerWindow
-			cc.peerWindow = int64(s.Val)
+			delta := int64(s.Val) - cc.send.peerWindow
+			cc.send.peerWindow = int64(s.Val)
 			for _, cs := range cc.streams {
-				cs.sendWin += delta
-				if cs.sendWin > maxWindow {
+				if !cc.resize(&cs.outbound, delta) {
 					return connErr{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a window"}
-				}
-				if delta > 0 {
-					poke(cs.wwake)
 				}
 			}
 		case http2.SettingMaxFrameSize:
-			cc.peerMaxFrame = s.Val
+			cc.send.peerMaxFrame = s.Val
 		case http2.SettingMaxHeaderListSize:
 			cc.peerMaxList = s.Val
 		}
@@ -698,10 +690,9 @@ func (cc *ClientConn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	defer cc.mu.Unlock()
 	inc := int64(f.Increment)
 	if f.StreamID == 0 {
-		if cc.sendWin+inc > maxWindow { // §6.9.1
+		if !cc.creditConn(inc) { // §6.9.1
 			return connErr{http2.ErrCodeFlowControl, "connection window over 2^31-1"}
 		}
-		cc.sendWin += inc
 		for _, cs := range cc.streams {
 			if cs.wantCredit {
 				poke(cs.wwake)
@@ -716,11 +707,9 @@ func (cc *ClientConn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	if cs == nil {
 		return nil // §5.1: may arrive after the stream closed
 	}
-	if cs.sendWin+inc > maxWindow {
+	if !cc.credit(&cs.outbound, inc) {
 		return clientStreamErr{cs.id, http2.ErrCodeFlowControl, "stream window over 2^31-1"}
 	}
-	cs.sendWin += inc
-	poke(cs.wwake)
 	return nil
 }
 

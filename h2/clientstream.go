@@ -19,21 +19,18 @@ type ClientStream struct {
 	inbound
 	head bool // a HEAD request: the response has no content
 
-	done  chan struct{}
-	wwake chan struct{} // guarded by cc.mu; see Stream's
+	done chan struct{}
+	outbound
 
 	// Guarded by cc.mu.
-	blocks     [][]hpack.HeaderField // response header blocks not yet returned by ReadHeader
-	interim    int                   // informational blocks received
-	final      bool                  // final header block received
-	finalRead  bool                  // and returned by ReadHeader
-	noContent  bool                  // HEAD, 204, 304: no DATA payload allowed
-	length     int64                 // the response's content-length, -1 when absent
-	trailers   []hpack.HeaderField
-	sendWin    int64
-	wantCredit bool
-	ended      bool // END_STREAM sent: half-closed (local)
-	wdl        time.Time
+	blocks    [][]hpack.HeaderField // response header blocks not yet returned by ReadHeader
+	interim   int                   // informational blocks received
+	final     bool                  // final header block received
+	finalRead bool                  // and returned by ReadHeader
+	noContent bool                  // HEAD, 204, 304: no DATA payload allowed
+	length    int64                 // the response's content-length, -1 when absent
+	trailers  []hpack.HeaderField
+	ended     bool // END_STREAM sent: half-closed (local)
 }
 
 var errHeadersRead = errors.New("h2: final response header block already read")
@@ -131,10 +128,7 @@ func (cs *ClientStream) SetReadDeadline(t time.Time) error {
 // ClientSettings.WriteTimeout instead: cutting it would break the
 // connection for every stream.
 func (cs *ClientStream) SetWriteDeadline(t time.Time) error {
-	cs.cc.mu.Lock()
-	cs.wdl = t
-	poke(cs.wwake)
-	cs.cc.mu.Unlock()
+	cs.cc.setWriteDeadline(&cs.outbound, t)
 	return nil
 }
 
@@ -282,22 +276,12 @@ func (cs *ClientStream) reserve(want int) (int, error) {
 		if err := cs.writeErr(); err != nil {
 			return 0, err
 		}
-		n := min(int64(want), cs.sendWin, cc.sendWin, int64(cc.peerMaxFrame))
-		if n > 0 {
-			cs.sendWin -= n
-			cc.sendWin -= n
-			return int(n), nil
+		if n := cc.take(&cs.outbound, want); n > 0 {
+			return n, nil
 		}
-		dl := cs.wdl
-		if !dl.IsZero() && !time.Now().Before(dl) {
-			return 0, &deadlineError{"write", cs.id}
+		if err := cc.waitCredit(&cs.outbound, cs.id); err != nil {
+			return 0, err
 		}
-		cs.wantCredit = true
-		ch := wake(&cs.wwake)
-		cc.mu.Unlock()
-		wait(ch, dl)
-		cc.mu.Lock()
-		cs.wantCredit = false
 	}
 }
 
@@ -305,6 +289,6 @@ func (cs *ClientStream) reserve(want int) (int, error) {
 func (cs *ClientStream) unreserve(n int) {
 	cs.cc.mu.Lock()
 	cs.sendWin += int64(n)
-	cs.cc.sendWin += int64(n)
+	cs.cc.send.sendWin += int64(n)
 	cs.cc.mu.Unlock()
 }

@@ -140,7 +140,7 @@ func (cc *ClientConn) drain() error {
 // follows the order blocks are written in.
 func (cc *ClientConn) writeBlock(wb *writeBuf, id uint32, fields []hpack.HeaderField, end bool) error {
 	cc.mu.Lock()
-	maxFrame := int(cc.peerMaxFrame)
+	maxFrame := int(cc.send.peerMaxFrame)
 	table, tableSet := cc.peerTable, cc.peerTableSet
 	cc.peerTableSet = false
 	cc.mu.Unlock()
@@ -155,7 +155,7 @@ func (cc *ClientConn) writeData(wb *writeBuf, cs *ClientStream, p []byte, end bo
 	cc.mu.Lock()
 	err := cs.writeErr()
 	if err != nil {
-		cc.sendWin += int64(credit)
+		cc.send.sendWin += int64(credit)
 	} else {
 		cc.glitches.give(cc.lim.glitchPerWork)
 	}

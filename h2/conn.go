@@ -196,11 +196,8 @@ type Conn struct {
 	lastID        uint32 // highest stream id handed to a handler: GOAWAY's last stream id
 	handlers      int    // handler goroutines running
 	settingsAcked bool
-	peerWindow    int64  // client's SETTINGS_INITIAL_WINDOW_SIZE
-	peerMaxFrame  uint32 // client's SETTINGS_MAX_FRAME_SIZE
 	peerTable     uint32 // client's SETTINGS_HEADER_TABLE_SIZE, to apply to the encoder
 	peerTableSet  bool
-	sendWin       int64 // connection send window
 	serving       bool
 	idleBy        time.Time // when IdleTimeout ends the idle connection; zero while a stream is open
 	parkBy        time.Time // when the idle connection parks (ParkAfter); zero while a stream is open
@@ -236,9 +233,7 @@ func NewConn(nc net.Conn, prefix []byte, s *Settings, h Handler) *Conn {
 	c.lim = defaultLimits(&c.s)
 	c.log = c.s.ErrorLog
 	c.rd = newConnReader(c, nc, prefix)
-	c.peerWindow = defaultWindow
-	c.peerMaxFrame = defaultMaxFrame
-	c.sendWin = defaultWindow
+	c.send = newSender()
 	c.recv = newReceiver(c.s.ConnWindow, c.s.InitialWindow)
 	c.resets = newBudget(c.lim.resetBurst, c.lim.resetRate)
 	c.refusals = newBudget(c.lim.refuseBurst, c.lim.refuseRate)
@@ -763,19 +758,15 @@ func (c *Conn) onSettings(f *http2.SettingsFrame) error {
 		case http2.SettingInitialWindowSize:
 			// §6.9.2: the change applies to every open stream's window,
 			// which may go negative, and must not pass 2^31-1.
-			delta := int64(s.Val) - c.peerWindow
-			c.peerWindow = int64(s.Val)
+			delta := int64(s.Val) - c.send.peerWindow
+			c.send.peerWindow = int64(s.Val)
 			for _, st := range c.streams {
-				st.sendWin += delta
-				if st.sendWin > maxWindow {
+				if !c.resize(&st.outbound, delta) {
 					return connErr{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a window"}
-				}
-				if delta > 0 {
-					poke(st.wwake)
 				}
 			}
 		case http2.SettingMaxFrameSize:
-			c.peerMaxFrame = s.Val
+			c.send.peerMaxFrame = s.Val
 		}
 		return nil
 	})
@@ -811,10 +802,9 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	defer c.mu.Unlock()
 	inc := int64(f.Increment)
 	if f.StreamID == 0 {
-		if c.sendWin+inc > maxWindow { // §6.9.1
+		if !c.creditConn(inc) { // §6.9.1
 			return connErr{http2.ErrCodeFlowControl, "connection window over 2^31-1"}
 		}
-		c.sendWin += inc
 		for _, st := range c.streams {
 			if st.wantCredit {
 				poke(st.wwake)
@@ -829,11 +819,9 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		}
 		return nil // §5.1: may arrive after the stream closed
 	}
-	if st.sendWin+inc > maxWindow {
+	if !c.credit(&st.outbound, inc) {
 		return streamErr{st.id, http2.ErrCodeFlowControl}
 	}
-	st.sendWin += inc
-	poke(st.wwake)
 	return nil
 }
 

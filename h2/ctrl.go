@@ -9,14 +9,16 @@ import (
 // ctrlQueue is what both ends of a connection keep alike under the
 // connection's lock: the frames owed to the peer (acknowledgements,
 // WINDOW_UPDATE, RST_STREAM, GOAWAY), queued for the next writer so that
-// the reading goroutine never waits for the peer to read, and the budget
-// of frames that ask work and carry none.
+// the reading goroutine never waits for the peer to read, the budget of
+// frames that ask work and carry none, and the flow-control windows both
+// ways, with the stream halves they serve (inbound.go, outbound.go).
 type ctrlQueue struct {
 	mu       sync.Mutex
 	queue    []ctrl
 	flushing bool // a flusher goroutine is running
 	glitches budget
-	recv     receiver // the receive windows, which WINDOW_UPDATEs replenish (inbound.go)
+	recv     receiver
+	send     sender
 }
 
 // glitch charges n to the budget of frames that ask work and carry none:

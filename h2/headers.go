@@ -148,7 +148,7 @@ func (c *Conn) endBlock() error {
 	st := b.st
 	st.init(c, id, b.fields, b.check.length)
 	st.recvWin = int64(c.s.InitialWindow)
-	st.sendWin = c.peerWindow
+	st.sendWin = c.send.peerWindow
 	if len(c.streams) == 0 && !c.ending && (c.s.IdleTimeout > 0 || c.s.ParkAfter > 0) {
 		c.idleBy, c.parkBy = time.Time{}, time.Time{}
 		c.nc.SetReadDeadline(time.Time{})

@@ -23,18 +23,12 @@ type Stream struct {
 	// header arrive in one allocation.
 	hdr [maxInlineFields]hpack.HeaderField
 
-	// Guarded by c.mu. Poked when what a blocked Write waits for may
-	// have changed; made as inbound's rwake.
-	wwake chan struct{}
-
-	// Guarded by c.mu, as inbound is.
-	trailers   []hpack.HeaderField
-	sendWin    int64
-	wantCredit bool
-	final      bool // final response header block sent
-	ended      bool // END_STREAM sent: half-closed (local)
-	wdl        time.Time
-	onAbort    func() // see OnAbort
+	// Guarded by c.mu, as inbound and outbound are.
+	outbound
+	trailers []hpack.HeaderField
+	final    bool   // final response header block sent
+	ended    bool   // END_STREAM sent: half-closed (local)
+	onAbort  func() // see OnAbort
 }
 
 // maxInlineFields is how many request fields a Stream holds without
@@ -138,10 +132,7 @@ func (st *Stream) SetReadDeadline(t time.Time) error {
 // being written to the connection is bounded by Settings.WriteTimeout
 // instead: cutting it would break the connection for every stream.
 func (st *Stream) SetWriteDeadline(t time.Time) error {
-	st.c.mu.Lock()
-	st.wdl = t
-	poke(st.wwake)
-	st.c.mu.Unlock()
+	st.c.setWriteDeadline(&st.outbound, t)
 	return nil
 }
 
@@ -369,25 +360,12 @@ func (st *Stream) reserve(want int, block bool) (int, error) {
 		if !st.final {
 			return 0, errNoHeaders
 		}
-		n := min(int64(want), st.sendWin, c.sendWin, int64(c.peerMaxFrame))
-		if n > 0 {
-			st.sendWin -= n
-			c.sendWin -= n
-			return int(n), nil
+		if n := c.take(&st.outbound, want); n > 0 || !block {
+			return n, nil
 		}
-		if !block {
-			return 0, nil
+		if err := c.waitCredit(&st.outbound, st.id); err != nil {
+			return 0, err
 		}
-		dl := st.wdl
-		if !dl.IsZero() && !time.Now().Before(dl) {
-			return 0, &deadlineError{"write", st.id}
-		}
-		st.wantCredit = true
-		ch := wake(&st.wwake)
-		c.mu.Unlock()
-		wait(ch, dl)
-		c.mu.Lock()
-		st.wantCredit = false
 	}
 }
 

@@ -235,7 +235,7 @@ func itoa3(v uint32) string {
 // (§4.3), and the encoder's state follows the order blocks are written in.
 func (c *Conn) writeBlock(wb *writeBuf, id uint32, fields []hpack.HeaderField, end bool) error {
 	c.mu.Lock()
-	maxFrame := int(c.peerMaxFrame)
+	maxFrame := int(c.send.peerMaxFrame)
 	table, tableSet := c.peerTable, c.peerTableSet
 	c.peerTableSet = false
 	c.mu.Unlock()
@@ -303,7 +303,7 @@ func (c *Conn) writeData(wb *writeBuf, st *Stream, p []byte, end bool, credit in
 	c.mu.Lock()
 	err := st.writeErr()
 	if err != nil {
-		c.sendWin += int64(credit)
+		c.send.sendWin += int64(credit)
 	} else {
 		c.glitches.give(c.lim.glitchPerWork)
 	}
