@@ -78,59 +78,38 @@ func (cc *ClientConn) failWrite(err error) {
 
 // drain writes the queued frames. The write lock is held.
 func (cc *ClientConn) drain() error {
-	cc.mu.Lock()
-	q := cc.queue
-	cc.queue = nil
-	cc.mu.Unlock()
-	if len(q) == 0 {
-		if q != nil {
-			cc.mu.Lock()
-			if cc.queue == nil {
-				cc.queue = q
-			}
-			cc.mu.Unlock()
-		}
+	q := cc.takeQueue()
+	if q == nil {
 		return nil
 	}
 	fr := cc.wb.fr
-	var err error
 	for i := range q {
 		x := &q[i]
-		switch x.kind {
-		case cSettings: // the client preface (§3.4)
-			if _, err = io.WriteString(cc.wb.bw, http2.ClientPreface); err != nil {
-				break
+		done, err := writeCtrl(fr, x)
+		if !done {
+			switch x.kind {
+			case cSettings: // the client preface (§3.4)
+				if _, err = io.WriteString(cc.wb.bw, http2.ClientPreface); err != nil {
+					break
+				}
+				err = fr.WriteSettings(
+					http2.Setting{ID: http2.SettingEnablePush, Val: 0},
+					http2.Setting{ID: http2.SettingInitialWindowSize, Val: cc.s.InitialWindow},
+					http2.Setting{ID: http2.SettingMaxFrameSize, Val: cc.s.MaxFrameSize},
+					http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: cc.s.MaxHeaderList},
+				)
+			case cGoAway:
+				cc.mu.Lock()
+				debug := cc.goAwayDebug
+				cc.mu.Unlock()
+				err = fr.WriteGoAway(0, http2.ErrCode(x.val), []byte(debug))
 			}
-			err = fr.WriteSettings(
-				http2.Setting{ID: http2.SettingEnablePush, Val: 0},
-				http2.Setting{ID: http2.SettingInitialWindowSize, Val: cc.s.InitialWindow},
-				http2.Setting{ID: http2.SettingMaxFrameSize, Val: cc.s.MaxFrameSize},
-				http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: cc.s.MaxHeaderList},
-			)
-		case cSettingsAck:
-			err = fr.WriteSettingsAck()
-		case cPing, cPingAck:
-			err = fr.WritePing(x.kind == cPingAck, x.data)
-		case cRST:
-			err = fr.WriteRSTStream(x.id, http2.ErrCode(x.val))
-		case cWindow:
-			err = fr.WriteWindowUpdate(x.id, x.val)
-		case cGoAway:
-			cc.mu.Lock()
-			debug := cc.goAwayDebug
-			cc.mu.Unlock()
-			err = fr.WriteGoAway(0, http2.ErrCode(x.val), []byte(debug))
 		}
 		if err != nil {
 			return err
 		}
 	}
-	clear(q)
-	cc.mu.Lock()
-	if cc.queue == nil && cap(q) <= 64 {
-		cc.queue = q[:0]
-	}
-	cc.mu.Unlock()
+	cc.doneQueue(q)
 	return nil
 }
 

@@ -84,3 +84,43 @@ func (q *ctrlQueue) flush(w writeSide) {
 		q.mu.Unlock()
 	}
 }
+
+// takeQueue takes the queued frames for a writer (the write lock held):
+// nil when there are none. It gives them back with doneQueue once written.
+func (q *ctrlQueue) takeQueue() []ctrl {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	x := q.queue
+	if len(x) == 0 {
+		return nil // an empty slice stays for the next frames
+	}
+	q.queue = nil
+	return x
+}
+
+// doneQueue keeps x, written, for the frames queued next, unless others
+// were queued meanwhile or x grew large.
+func (q *ctrlQueue) doneQueue(x []ctrl) {
+	clear(x)
+	q.mu.Lock()
+	if q.queue == nil && cap(x) <= 64 {
+		q.queue = x[:0]
+	}
+	q.mu.Unlock()
+}
+
+// writeCtrl writes x to fr if it is a frame both ends write alike, and
+// reports whether it was.
+func writeCtrl(fr *http2.Framer, x *ctrl) (bool, error) {
+	switch x.kind {
+	case cSettingsAck:
+		return true, fr.WriteSettingsAck()
+	case cPing, cPingAck:
+		return true, fr.WritePing(x.kind == cPingAck, x.data)
+	case cRST:
+		return true, fr.WriteRSTStream(x.id, http2.ErrCode(x.val))
+	case cWindow:
+		return true, fr.WriteWindowUpdate(x.id, x.val)
+	}
+	return false, nil
+}

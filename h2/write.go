@@ -169,59 +169,38 @@ func (c *Conn) failWrite(err error) {
 
 // drain writes the queued frames. The write lock is held.
 func (c *Conn) drain() error {
-	c.mu.Lock()
-	q := c.queue
-	c.queue = nil
-	c.mu.Unlock()
-	if len(q) == 0 {
-		if q != nil {
-			c.mu.Lock()
-			if c.queue == nil {
-				c.queue = q
-			}
-			c.mu.Unlock()
-		}
+	q := c.takeQueue()
+	if q == nil {
 		return nil
 	}
 	fr := c.wb.fr
-	var err error
 	for i := range q {
 		x := &q[i]
-		switch x.kind {
-		case cSettings:
-			err = fr.WriteSettings(
-				http2.Setting{ID: http2.SettingEnablePush, Val: 0},
-				http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: c.s.MaxConcurrentStreams},
-				http2.Setting{ID: http2.SettingInitialWindowSize, Val: c.s.InitialWindow},
-				http2.Setting{ID: http2.SettingMaxFrameSize, Val: c.s.MaxFrameSize},
-				http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: c.s.MaxHeaderList},
-			)
-		case cSettingsAck:
-			err = fr.WriteSettingsAck()
-		case cPing, cPingAck:
-			err = fr.WritePing(x.kind == cPingAck, x.data)
-		case cRST:
-			err = fr.WriteRSTStream(x.id, http2.ErrCode(x.val))
-		case cWindow:
-			err = fr.WriteWindowUpdate(x.id, x.val)
-		case cGoAway:
-			c.mu.Lock()
-			debug := c.goAwayDebug
-			c.mu.Unlock()
-			err = fr.WriteGoAway(x.id, http2.ErrCode(x.val), []byte(debug))
-		case cStatus:
-			err = c.writeBlock(c.wb, x.id, []hpack.HeaderField{{Name: ":status", Value: itoa3(x.val)}}, true)
+		done, err := writeCtrl(fr, x)
+		if !done {
+			switch x.kind {
+			case cSettings:
+				err = fr.WriteSettings(
+					http2.Setting{ID: http2.SettingEnablePush, Val: 0},
+					http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: c.s.MaxConcurrentStreams},
+					http2.Setting{ID: http2.SettingInitialWindowSize, Val: c.s.InitialWindow},
+					http2.Setting{ID: http2.SettingMaxFrameSize, Val: c.s.MaxFrameSize},
+					http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: c.s.MaxHeaderList},
+				)
+			case cGoAway:
+				c.mu.Lock()
+				debug := c.goAwayDebug
+				c.mu.Unlock()
+				err = fr.WriteGoAway(x.id, http2.ErrCode(x.val), []byte(debug))
+			case cStatus:
+				err = c.writeBlock(c.wb, x.id, []hpack.HeaderField{{Name: ":status", Value: itoa3(x.val)}}, true)
+			}
 		}
 		if err != nil {
 			return err
 		}
 	}
-	clear(q)
-	c.mu.Lock()
-	if c.queue == nil && cap(q) <= 64 {
-		c.queue = q[:0]
-	}
-	c.mu.Unlock()
+	c.doneQueue(q)
 	return nil
 }
 
