@@ -11,11 +11,8 @@ type clientBlock struct {
 	id     uint32
 	end    bool // END_STREAM on the HEADERS frame
 	fields []hpack.HeaderField
-	size   uint32
-	wire   int
-	frames int
-	over   bool // past MaxHeaderList: fields dropped, decoding goes on for the HPACK state
-	check  respCheck
+	blockBounds
+	check respCheck
 }
 
 func (cc *ClientConn) onHeaders(f *http2.HeadersFrame) error {
@@ -40,19 +37,8 @@ func (cc *ClientConn) onHeaders(f *http2.HeadersFrame) error {
 // the block, and its decoded size.
 func (cc *ClientConn) feed(frag []byte, ended bool) error {
 	b := &cc.blk
-	b.frames++
-	b.wire += len(frag)
-	if b.wire > 2*int(cc.s.MaxHeaderList) || b.frames > cc.lim.maxBlockFrames {
-		return connErr{http2.ErrCodeEnhanceYourCalm, "header block too large"}
-	}
-	if _, err := cc.dec.Write(frag); err != nil {
-		return connErr{http2.ErrCodeCompression, "HPACK: " + err.Error()} // §4.3
-	}
-	if !ended {
-		return nil
-	}
-	if err := cc.dec.Close(); err != nil {
-		return connErr{http2.ErrCodeCompression, "HPACK: " + err.Error()}
+	if done, err := b.feed(cc.dec, frag, ended, cc.s.MaxHeaderList, cc.lim.maxBlockFrames); !done {
+		return err
 	}
 	err := cc.endBlock()
 	b.id = 0
@@ -65,17 +51,10 @@ func (cc *ClientConn) feed(frag []byte, ended bool) error {
 // onField is the decoder's emit function.
 func (cc *ClientConn) onField(f hpack.HeaderField) {
 	b := &cc.blk
-	if b.over {
-		return
-	}
-	if sz := f.Size(); sz > cc.s.MaxHeaderList-b.size {
-		b.over = true
+	if !b.admit(f, cc.s.MaxHeaderList, cc.dec) {
 		clear(b.fields)
 		b.fields = b.fields[:0]
-		cc.dec.SetEmitEnabled(false)
 		return
-	} else {
-		b.size += sz
 	}
 	b.check.field(f)
 	if b.check.bad == "" {

@@ -15,12 +15,56 @@ type headerBlock struct {
 	end     bool   // END_STREAM on the HEADERS frame
 	selfDep bool   // a priority that depends on its own stream (§5.3.1)
 	fields  []hpack.HeaderField
-	size    uint32 // header list size so far (§6.5.2: name + value + 32 each)
-	wire    int    // fragment bytes so far
-	frames  int
-	over    bool // past MaxHeaderList: fields dropped, decoding goes on for the HPACK state
-	check   fieldCheck
-	st      *Stream // the stream the block opens, if it is a request's: its fields go in st.hdr
+	blockBounds
+	check fieldCheck
+	st    *Stream // the stream the block opens, if it is a request's: its fields go in st.hdr
+}
+
+// blockBounds bounds a header block being read, either end's, whatever
+// its frames (CVE-2024-27316, CVE-2023-45288): the wire bytes and frames
+// of the block, and its decoded size against the list limit.
+type blockBounds struct {
+	size   uint32 // header list size so far (§6.5.2: name + value + 32 each)
+	wire   int    // fragment bytes so far
+	frames int
+	over   bool // past the list limit: fields dropped, decoding goes on for the HPACK state
+}
+
+// feed counts a fragment of the block and decodes it with dec; done once
+// the block ended and was decoded whole. Wire bytes past twice the list
+// limit, or frames past maxFrames, are a connection error.
+func (b *blockBounds) feed(dec *hpack.Decoder, frag []byte, ended bool, maxList uint32, maxFrames int) (done bool, err error) {
+	b.frames++
+	b.wire += len(frag)
+	if b.wire > 2*int(maxList) || b.frames > maxFrames {
+		return false, connErr{http2.ErrCodeEnhanceYourCalm, "header block too large"}
+	}
+	if _, err := dec.Write(frag); err != nil {
+		return false, connErr{http2.ErrCodeCompression, "HPACK: " + err.Error()} // §4.3
+	}
+	if !ended {
+		return false, nil
+	}
+	if err := dec.Close(); err != nil {
+		return false, connErr{http2.ErrCodeCompression, "HPACK: " + err.Error()}
+	}
+	return true, nil
+}
+
+// admit counts a decoded field against the list limit. It reports false,
+// over set, once the block is past it: the caller drops the fields kept
+// and stops dec emitting (decoding goes on, for the HPACK state).
+func (b *blockBounds) admit(f hpack.HeaderField, maxList uint32, dec *hpack.Decoder) bool {
+	if b.over {
+		return false
+	}
+	if sz := f.Size(); sz <= maxList-b.size {
+		b.size += sz
+		return true
+	}
+	b.over = true
+	dec.SetEmitEnabled(false)
+	return false
 }
 
 func (c *Conn) onHeaders(f *http2.HeadersFrame) error {
@@ -50,19 +94,8 @@ func (c *Conn) onHeaders(f *http2.HeadersFrame) error {
 // MaxHeaderList (an HPACK bomb is a small block that decodes to a huge list).
 func (c *Conn) feed(frag []byte, ended bool) error {
 	b := &c.blk
-	b.frames++
-	b.wire += len(frag)
-	if b.wire > 2*int(c.s.MaxHeaderList) || b.frames > c.lim.maxBlockFrames {
-		return connErr{http2.ErrCodeEnhanceYourCalm, "header block too large"}
-	}
-	if _, err := c.dec.Write(frag); err != nil {
-		return connErr{http2.ErrCodeCompression, "HPACK: " + err.Error()} // §4.3
-	}
-	if !ended {
-		return nil
-	}
-	if err := c.dec.Close(); err != nil {
-		return connErr{http2.ErrCodeCompression, "HPACK: " + err.Error()}
+	if done, err := b.feed(c.dec, frag, ended, c.s.MaxHeaderList, c.lim.maxBlockFrames); !done {
+		return err
 	}
 	err := c.endBlock()
 	b.id, b.fields, b.st = 0, nil, nil
@@ -72,17 +105,10 @@ func (c *Conn) feed(frag []byte, ended bool) error {
 // onField is the decoder's emit function.
 func (c *Conn) onField(f hpack.HeaderField) {
 	b := &c.blk
-	if b.over {
-		return
-	}
-	if sz := f.Size(); sz > c.s.MaxHeaderList-b.size {
-		b.over = true
+	if !b.admit(f, c.s.MaxHeaderList, c.dec) {
 		clear(b.fields)
 		b.fields = b.fields[:0]
-		c.dec.SetEmitEnabled(false)
 		return
-	} else {
-		b.size += sz
 	}
 	b.check.field(f)
 	if b.check.bad == "" {
