@@ -14,20 +14,22 @@ import (
 // (receiver.consumed), or when its stream closes (receiver.close), after
 // which reading what is left, where it is kept, gives nothing back again.
 type inbound struct {
-	id          uint32
-	buf         []byte // received, not yet read
-	off         int
-	received    int64
-	recvWin     int64 // what the peer may still send on this stream
-	unacked     int64 // read, not yet given back
-	remoteEnded bool  // END_STREAM received: half-closed (remote)
-	closed      bool
-	err         error // why it closed, when not normally
-	rdl         time.Time
+	buf      []byte // received, not yet read
+	off      int
+	received int64
+	recvWin  int64 // what the peer may still send on this stream
+	unacked  int64 // read, not yet given back
+	err      error // why it closed, when not normally
+	rdl      time.Time
 	// rwake is poked when what a blocked Read waits for may have
 	// changed; made by the first Read that blocks (most streams never
 	// do), so a poke before that finds nil and does nothing.
 	rwake chan struct{}
+	// Last, packed together: a Stream is allocated per stream, and its
+	// size class is what counts.
+	id          uint32
+	remoteEnded bool // END_STREAM received: half-closed (remote)
+	closed      bool
 }
 
 // buffered is how many bytes received are not yet read.

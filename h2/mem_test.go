@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -133,5 +134,14 @@ func BenchmarkIdleConnMemory(b *testing.B) {
 		b.ReportMetric(fresh-base, "B/idle-conn")
 		b.ReportMetric(used-base, "B/idle-conn-after-request")
 		b.ReportMetric(base, "B/socket-pair")
+	}
+}
+
+// TestStreamSize guards the size of a Stream, allocated for every
+// request: 888 bytes and the allocator's 8-byte header for objects over
+// 512 bytes fill the 896-byte size class; a byte more costs 1024.
+func TestStreamSize(t *testing.T) {
+	if n := unsafe.Sizeof(Stream{}); n > 888 {
+		t.Fatalf("a Stream is %d bytes, want at most 888 (896 with the allocator's header)", n)
 	}
 }

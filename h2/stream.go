@@ -11,12 +11,15 @@ import (
 // Stream is one request and its response. Its methods may be called from
 // any goroutine; Read is for one reader at a time and the write methods for
 // one writer at a time, as for a net.Conn.
+//
+// A Stream is allocated per stream, with its request's fields (hdr): its
+// size is kept within a size class, 896 bytes with the allocator's header
+// (TestStreamSize).
 type Stream struct {
 	c *Conn
 	inbound
 	header []hpack.HeaderField
 	length int64 // the request's content-length, -1 when absent
-	noBody bool  // END_STREAM came with the request's header block
 
 	done chan struct{}
 	// hdr holds the request's fields when they fit: the stream and its
@@ -26,9 +29,11 @@ type Stream struct {
 	// Guarded by c.mu, as inbound and outbound are.
 	outbound
 	trailers []hpack.HeaderField
+	onAbort  func() // see OnAbort
 	final    bool   // final response header block sent
 	ended    bool   // END_STREAM sent: half-closed (local)
-	onAbort  func() // see OnAbort
+
+	noBody bool // END_STREAM came with the request's header block
 }
 
 // maxInlineFields is how many request fields a Stream holds without
