@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -149,14 +150,19 @@ func dialH2Raw(t *testing.T, addr string) *h2Raw {
 // next reads frames until want takes one, and returns it.
 func (c *h2Raw) next(want func(http2.Frame) bool) http2.Frame {
 	c.t.Helper()
+	f, err := c.tryNext(want)
+	if err != nil {
+		c.t.Fatalf("reading frames: %v", err)
+	}
+	return f
+}
+
+func (c *h2Raw) tryNext(want func(http2.Frame) bool) (http2.Frame, error) {
 	for {
 		c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
 		f, err := c.fr.ReadFrame()
-		if err != nil {
-			c.t.Fatalf("reading frames: %v", err)
-		}
-		if want(f) {
-			return f
+		if err != nil || want(f) {
+			return f, err
 		}
 	}
 }
@@ -164,28 +170,41 @@ func (c *h2Raw) next(want func(http2.Frame) bool) http2.Frame {
 // get sends a GET on stream id and reads its response to the end.
 func (c *h2Raw) get(id uint32) (status string, body []byte) {
 	c.t.Helper()
+	status, body, err := c.tryGet(id)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return status, body
+}
+
+// tryGet is get, for another goroutine than the test's: it fails with an
+// error.
+func (c *h2Raw) tryGet(id uint32) (status string, body []byte, err error) {
 	c.buf.Reset()
 	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":path", "/"}, {":authority", "a"}} {
 		c.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
 	}
 	c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.buf.Bytes(), EndStream: true, EndHeaders: true})
 	for {
-		f := c.next(func(f http2.Frame) bool { return f.Header().StreamID == id })
+		f, err := c.tryNext(func(f http2.Frame) bool { return f.Header().StreamID == id })
+		if err != nil {
+			return status, body, fmt.Errorf("stream %d: %w", id, err)
+		}
 		switch f := f.(type) {
 		case *http2.MetaHeadersFrame:
 			if status == "" {
 				status, c.fields = f.PseudoValue("status"), f.Fields
 			}
 			if f.StreamEnded() {
-				return status, body
+				return status, body, nil
 			}
 		case *http2.DataFrame:
 			body = append(body, f.Data()...)
 			if f.StreamEnded() {
-				return status, body
+				return status, body, nil
 			}
 		case *http2.RSTStreamFrame:
-			c.t.Fatalf("stream %d reset: %v", id, f.ErrCode)
+			return status, body, fmt.Errorf("stream %d reset: %v", id, f.ErrCode)
 		}
 	}
 }
@@ -262,5 +281,61 @@ func TestH2ParkedConnectionIdleTimeout(t *testing.T) {
 	}
 	if !c.closed(5 * time.Second) {
 		t.Fatal("not closed after the GOAWAY")
+	}
+}
+
+// Connections that idle just past parkAfter between requests park and
+// resume over and over, concurrently, and every request is answered: the
+// race detector watches the hand-over of each connection between its
+// goroutines and the parker.
+func TestH2ParkResumeChurn(t *testing.T) {
+	if newParker(&Server{}) == nil {
+		t.Skip("no parker on this platform")
+	}
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	hs, _ := startH2(t, peers(testOptions(), up.Addr()), h2c())
+	const clients, rounds = 16, 6
+	errs := make(chan error, clients)
+	for i := 0; i < clients; i++ {
+		c := dialH2Raw(t, hs.addr)
+		go func() {
+			// t.Fatal may not be called here: h2Raw's failures are
+			// the test's, so each request's outcome comes back.
+			for r := 0; r < rounds; r++ {
+				time.Sleep(parkAfter + time.Duration(r*10)*time.Millisecond)
+				id := uint32(2*r + 1)
+				if s, b, err := c.tryGet(id); err != nil || s != "200" || string(b) != "ok" {
+					errs <- fmt.Errorf("round %d: %q %q %v", r, s, b, err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	stop := make(chan struct{})
+	most := make(chan int)
+	go func() {
+		m := 0
+		for {
+			select {
+			case <-stop:
+				most <- m
+				return
+			case <-time.After(10 * time.Millisecond):
+				m = max(m, parkedConns(hs.srv))
+			}
+		}
+	}()
+	for i := 0; i < clients; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	close(stop)
+	if m := <-most; m == 0 {
+		t.Error("no connection was seen parked")
+	}
+	if got := len(up.Requests()); got != clients*rounds {
+		t.Errorf("upstream saw %d requests, want %d", got, clients*rounds)
 	}
 }
