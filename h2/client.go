@@ -200,6 +200,19 @@ func NewClientConn(nc net.Conn, s *ClientSettings) *ClientConn {
 // SETTINGS_MAX_HEADER_LIST_SIZE (ErrInvalidRequest). It blocks only while
 // another goroutine writes, which WriteTimeout bounds.
 func (cc *ClientConn) OpenStream(fields []hpack.HeaderField, end bool) (*ClientStream, error) {
+	cs, _, err := cc.OpenStreamBody(fields, nil, end)
+	return cs, err
+}
+
+// OpenStreamBody is OpenStream with the start of the request body: as
+// much of body as the send windows allow now goes in DATA frames right
+// after the header block, in the same write to the connection, with
+// END_STREAM on the last when end is set and all of body went. It never
+// waits for credit. It returns the stream and how many bytes of body were
+// sent; the rest is for Write, WriteLast or WriteTrailers. A small request
+// (a gRPC call) thus leaves in one write, not one for its head, one for
+// its body and one for its end.
+func (cc *ClientConn) OpenStreamBody(fields []hpack.HeaderField, body []byte, end bool) (*ClientStream, int, error) {
 	var fc fieldCheck
 	fc.reset(false)
 	var size uint64
@@ -208,11 +221,11 @@ func (cc *ClientConn) OpenStream(fields []hpack.HeaderField, end bool) (*ClientS
 		size += uint64(f.Size())
 	}
 	if bad := fc.finish(); bad != "" {
-		return nil, &notSentError{errors.Join(ErrInvalidRequest, errors.New("h2: request fields: "+bad))}
+		return nil, 0, &notSentError{errors.Join(ErrInvalidRequest, errors.New("h2: request fields: "+bad))}
 	}
 	wb, err := cc.lockWrite()
 	if err != nil {
-		return nil, &notSentError{ErrConnClosed}
+		return nil, 0, &notSentError{ErrConnClosed}
 	}
 	cc.mu.Lock()
 	switch {
@@ -229,7 +242,7 @@ func (cc *ClientConn) OpenStream(fields []hpack.HeaderField, end bool) (*ClientS
 	if err != nil {
 		cc.mu.Unlock()
 		cc.unlockWrite(false)
-		return nil, &notSentError{err}
+		return nil, 0, &notSentError{err}
 	}
 	cs := &ClientStream{
 		cc: cc, inbound: inbound{id: cc.nextID}, head: fc.method == "HEAD",
@@ -246,11 +259,22 @@ func (cc *ClientConn) OpenStream(fields []hpack.HeaderField, end bool) (*ClientS
 	cc.glitches.give(cc.lim.glitchPerWork)
 	cc.mu.Unlock()
 
-	err = cc.writeBlock(wb, cs.id, fields, end)
-	if err == nil && end {
+	err = cc.writeBlock(wb, cs.id, fields, end && len(body) == 0)
+	if err == nil && end && len(body) == 0 {
 		cc.mu.Lock()
 		cc.endLocal(cs)
 		cc.mu.Unlock()
+	}
+	sent := 0
+	for err == nil && sent < len(body) {
+		cc.mu.Lock()
+		n := cc.take(&cs.outbound, len(body)-sent)
+		cc.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		err = cc.writeData(wb, cs, body[sent:sent+n], end && sent+n == len(body), n)
+		sent += n
 	}
 	if uerr := cc.unlockWrite(false); err == nil {
 		err = uerr
@@ -258,9 +282,9 @@ func (cc *ClientConn) OpenStream(fields []hpack.HeaderField, end bool) (*ClientS
 	if err != nil {
 		// The write failed part way: what reached the server is unknown,
 		// and the connection is being closed.
-		return nil, err
+		return nil, 0, err
 	}
-	return cs, nil
+	return cs, sent, nil
 }
 
 // Available reports how many more streams OpenStream would accept now: 0

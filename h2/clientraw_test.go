@@ -657,3 +657,61 @@ func TestClientEarlyResponse(t *testing.T) {
 		t.Fatalf("Write after the early response: %v", err)
 	}
 }
+
+// TestClientOpenStreamBody: a request whose body is at hand leaves as its
+// header block and DATA, END_STREAM on the last DATA frame (no empty frame
+// to end it); what the send window does not allow waits for WriteLast.
+func TestClientOpenStreamBody(t *testing.T) {
+	tests := []struct {
+		name     string
+		size     int
+		wantSent int
+	}{
+		{"small", 100, 100},
+		{"past the window", 70000, defaultWindow},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cc, rc := rawUpstream(t, nil, true)
+			body := bytes.Repeat([]byte("b"), tc.size)
+			cs, sent, err := cc.OpenStreamBody(request("POST", "/"), body, true)
+			if err != nil || sent != tc.wantSent {
+				t.Fatalf("OpenStreamBody: sent %d, %v; want %d", sent, err, tc.wantSent)
+			}
+			if h := rc.wantHeaders(1); h.StreamEnded() {
+				t.Fatal("END_STREAM on the header block of a request with a body")
+			}
+			got, ended := 0, false
+			read := func(upTo int) {
+				for got < upTo && !ended {
+					switch f := rc.read().(type) {
+					case *http2.DataFrame:
+						if f.StreamID != 1 || ended {
+							t.Fatalf("DATA on stream %d after END_STREAM %v", f.StreamID, ended)
+						}
+						if len(f.Data()) == 0 {
+							t.Fatal("an empty DATA frame")
+						}
+						got += len(f.Data())
+						ended = f.StreamEnded()
+					}
+				}
+			}
+			read(sent)
+			if sent < len(body) {
+				if ended {
+					t.Fatal("END_STREAM before the whole body")
+				}
+				rc.fr.WriteWindowUpdate(0, uint32(len(body)))
+				rc.fr.WriteWindowUpdate(1, uint32(len(body)))
+				if _, err := cs.WriteLast(body[sent:]); err != nil {
+					t.Fatal(err)
+				}
+				read(len(body))
+			}
+			if got != len(body) || !ended {
+				t.Fatalf("server got %d bytes, END_STREAM %v; want %d and END_STREAM on the last DATA", got, ended, len(body))
+			}
+		})
+	}
+}

@@ -151,7 +151,19 @@ func (cs *ClientStream) writeErr() error {
 // request ended (ErrStreamDone), and with the stream's error once it
 // failed; a *ResetError with NO_ERROR after a complete response means the
 // server needs no more of the body (§8.1).
-func (cs *ClientStream) Write(p []byte) (int, error) {
+func (cs *ClientStream) Write(p []byte) (int, error) { return cs.write(p, false) }
+
+// WriteLast is Write with END_STREAM on the last frame: p is the end of
+// the request's body (with p empty, it is CloseSend).
+func (cs *ClientStream) WriteLast(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, cs.CloseSend()
+	}
+	return cs.write(p, true)
+}
+
+// write sends p as DATA, END_STREAM on the last frame when last is set.
+func (cs *ClientStream) write(p []byte, last bool) (int, error) {
 	written := 0
 	for len(p) > 0 {
 		n, err := cs.reserve(len(p))
@@ -164,7 +176,7 @@ func (cs *ClientStream) Write(p []byte) (int, error) {
 			cs.unreserve(n)
 			return written, err
 		}
-		err = cc.writeData(wb, cs, p[:n], false, n)
+		err = cc.writeData(wb, cs, p[:n], last && n == len(p), n)
 		if uerr := cc.unlockWrite(false); err == nil {
 			err = uerr
 		}

@@ -79,9 +79,11 @@ func (u *streamUp) Write(b []byte) (int, error) {
 			return n, nil
 		}
 		b = u.head[i+4:]
-		if err := u.open(u.head[:i+4]); err != nil {
+		sent, err := u.open(u.head[:i+4], b)
+		if err != nil {
 			return 0, err
 		}
+		b = b[sent:]
 	}
 	if err := u.body(b); err != nil {
 		return 0, err
@@ -89,14 +91,17 @@ func (u *streamUp) Write(b []byte) (int, error) {
 	return n, nil
 }
 
-// open sends the request head as a header block on a new stream.
-func (u *streamUp) open(head []byte) error {
+// open sends the request head as a header block on a new stream, and with
+// it what it can of the body that came in the same Write, rest (a body
+// with a Content-Length: in the same write to the connection, END_STREAM
+// on its last frame when it is whole). It returns how much of rest went.
+func (u *streamUp) open(head, rest []byte) (int, error) {
 	if err := h1.ParseRequest(&u.req, head, 10000); err != nil {
-		return err
+		return 0, err
 	}
 	f, err := h1.ValidateRequest(&u.req)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	u.method = u.req.Method()
 	scheme := "http"
@@ -118,23 +123,28 @@ func (u *streamUp) open(head []byte) error {
 		fields = append(fields, headerField(name, string(h.Value(i))))
 	}
 	end := f.Empty()
-	cs, err := u.mc.cc.OpenStream(fields, end)
+	var first []byte
+	if f.Kind == h1.Length {
+		first = rest[:min(int64(len(rest)), f.Length)]
+		end = end || int64(len(first)) == f.Length
+	}
+	cs, sent, err := u.mc.cc.OpenStreamBody(fields, first, end)
 	if err != nil {
-		return upstreamErr(err)
+		return 0, upstreamErr(err)
 	}
 	u.mu.Lock()
 	u.cs = cs
 	cs.SetReadDeadline(u.rdl)
 	cs.SetWriteDeadline(u.wdl)
 	u.mu.Unlock()
-	u.sent = end
 	switch f.Kind {
 	case h1.Length:
-		u.left = f.Length
+		u.left = f.Length - int64(sent)
 	case h1.Chunked:
 		u.chunked = true
 	}
-	return nil
+	u.sent = end && sent == len(first)
+	return sent, nil
 }
 
 // body sends request body bytes, as DATA, in the framing its head gave.
@@ -145,18 +155,22 @@ func (u *streamUp) body(b []byte) error {
 	if !u.chunked {
 		take := b[:min(int64(len(b)), u.left)]
 		u.left -= int64(len(take))
-		if _, err := u.cs.Write(take); err != nil {
+		if u.left > 0 {
+			_, err := u.cs.Write(take)
 			return upstreamErr(err)
 		}
-		if u.left == 0 {
-			u.sent = true
-			return upstreamErr(u.cs.CloseSend())
-		}
-		return nil
+		u.sent = true
+		_, err := u.cs.WriteLast(take)
+		return upstreamErr(err)
 	}
 	u.pay = u.pay[:0]
 	if _, err := u.chunk.decode(b, u); err != nil {
 		return err
+	}
+	if u.chunk.done && len(u.chunk.trailers) == 0 {
+		u.sent = true
+		_, err := u.cs.WriteLast(u.pay) // END_STREAM on the last DATA
+		return upstreamErr(err)
 	}
 	if len(u.pay) > 0 {
 		if _, err := u.cs.Write(u.pay); err != nil {
@@ -165,10 +179,7 @@ func (u *streamUp) body(b []byte) error {
 	}
 	if u.chunk.done {
 		u.sent = true
-		if len(u.chunk.trailers) > 0 {
-			return upstreamErr(u.cs.WriteTrailers(u.chunk.trailers))
-		}
-		return upstreamErr(u.cs.CloseSend())
+		return upstreamErr(u.cs.WriteTrailers(u.chunk.trailers))
 	}
 	return nil
 }
