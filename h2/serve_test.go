@@ -10,9 +10,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"golang.org/x/net/http2"
@@ -246,5 +248,60 @@ func TestWriteResponseSmall(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != 201 || string(got) != "made" || res.Header.Get("Content-Type") != "text/plain" {
 		t.Fatalf("got %d %q %v", res.StatusCode, got, res.Header)
+	}
+}
+
+// writeCounter counts the writes made to its connection.
+type writeCounter struct {
+	net.Conn
+	n atomic.Int32
+}
+
+func (w *writeCounter) Write(p []byte) (int, error) {
+	w.n.Add(1)
+	return w.Conn.Write(p)
+}
+
+// TestResponseInOneWrite: a handler writing its response in pieces that
+// follow one another at once (a head, a message, trailers: a gRPC answer)
+// has them leave in one write to the connection, not one each. Run with
+// one P, so that the flush left to uncork runs only once the handler
+// yields, as it does under load.
+func TestResponseInOneWrite(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	handled := make(chan struct{})
+	counted := make(chan *writeCounter, 1)
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		wc := &writeCounter{Conn: nc}
+		counted <- wc
+		c := NewConn(wc, nil, nil, func(st *Stream) {
+			defer close(handled)
+			before := wc.n.Load()
+			st.WriteHeaders([]hpack.HeaderField{{Name: ":status", Value: "200"}, {Name: "content-type", Value: "application/grpc"}}, false)
+			st.Write([]byte("\x00\x00\x00\x00\x02hi"))
+			st.WriteTrailers([]hpack.HeaderField{{Name: "grpc-status", Value: "0"}})
+			if n := wc.n.Load() - before; n != 1 {
+				t.Errorf("the response took %d writes, want 1", n)
+			}
+		})
+		t.Cleanup(c.Close)
+		c.Serve()
+	}()
+	rc := handshake(t, ln.Addr().String())
+	<-counted
+	rc.sync()
+	rc.headers(1, true, getReq...)
+	<-handled
+	if s, body := rc.wantResponse(1); s != "200" || string(body) != "\x00\x00\x00\x00\x02hi" {
+		t.Fatalf("%q %q", s, body)
 	}
 }

@@ -229,7 +229,8 @@ func (st *Stream) WriteResponse(fields []hpack.HeaderField, body []byte, end boo
 		err = c.writeData(wb, st, body[:n], last, n)
 		body = body[n:]
 	}
-	if uerr := c.unlockWrite(false); err == nil {
+	// Unless the response ends here, or waits for credit, it goes on.
+	if uerr := c.unlock(false, !end && len(body) == 0); err == nil {
 		err = uerr
 	}
 	if err != nil || len(body) == 0 {
@@ -262,7 +263,7 @@ func (st *Stream) Write(p []byte) (int, error) {
 			return written, err
 		}
 		err = c.writeData(wb, st, p[:n], false, n)
-		if uerr := c.unlockWrite(false); err == nil {
+		if uerr := c.unlockWriteMore(); err == nil {
 			err = uerr
 		}
 		if err != nil {

@@ -107,12 +107,21 @@ func (c *Conn) lockWrite() (*writeBuf, error) {
 // together): the flush is then left to a goroutine that runs after them
 // (uncork), so that one write carries them all instead of a write each.
 // Frames wait no longer than that round, or than half a buffer.
-func (c *Conn) unlockWrite(force bool) error {
+func (c *Conn) unlockWrite(force bool) error { return c.unlock(force, false) }
+
+// unlockWriteMore is unlockWrite for a writer whose stream goes on: a
+// response head, or DATA, without END_STREAM. Its next frames are likely
+// to follow at once (a proxied response's body after its head, a gRPC
+// answer's trailers after its message), so the flush is left to uncork as
+// while other handlers run: a gRPC answer leaves in one write, not three.
+func (c *Conn) unlockWriteMore() error { return c.unlock(false, true) }
+
+func (c *Conn) unlock(force, more bool) error {
 	err := c.werr
 	if err == nil {
 		err = c.drain()
 	}
-	if err == nil && !force && c.waiting.Load() == 0 && c.wb.bw.Buffered() < writeBufSize/2 && c.busy() {
+	if err == nil && !force && c.waiting.Load() == 0 && c.wb.bw.Buffered() < writeBufSize/2 && (more || c.busy()) {
 		if c.uncorking.CompareAndSwap(false, true) {
 			go c.uncork()
 		}
