@@ -17,20 +17,20 @@ import (
 type ClientStream struct {
 	cc *ClientConn
 	inbound
-	head bool // a HEAD request: the response has no content
-
 	done chan struct{}
 	outbound
 
-	// Guarded by cc.mu.
+	// Guarded by cc.mu, as inbound and outbound are.
 	blocks    [][]hpack.HeaderField // response header blocks not yet returned by ReadHeader
 	interim   int                   // informational blocks received
-	final     bool                  // final header block received
-	finalRead bool                  // and returned by ReadHeader
-	noContent bool                  // HEAD, 204, 304: no DATA payload allowed
 	length    int64                 // the response's content-length, -1 when absent
 	trailers  []hpack.HeaderField
+	final     bool // final header block received
+	finalRead bool // and returned by ReadHeader
+	noContent bool // HEAD, 204, 304: no DATA payload allowed
 	ended     bool // END_STREAM sent: half-closed (local)
+
+	head bool // a HEAD request: the response has no content
 }
 
 var errHeadersRead = errors.New("h2: final response header block already read")
