@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptrace"
 	"os"
 	"runtime"
 	"testing"
@@ -337,5 +339,42 @@ func TestH2ParkResumeChurn(t *testing.T) {
 	}
 	if got := len(up.Requests()); got != clients*rounds {
 		t.Errorf("upstream saw %d requests, want %d", got, clients*rounds)
+	}
+}
+
+// Over TLS too, an idle HTTP/2 connection parks and serves its next
+// request on the same connection: the parker waits on the socket under
+// TLS, and the engine parks only after a read that found no whole record.
+func TestH2OverTLSParks(t *testing.T) {
+	if newParker(&Server{}) == nil {
+		t.Skip("no parker on this platform")
+	}
+	site := newSite(t)
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	hs := startTLS(t, peers(testOptions(), up.Addr()), site.server())
+	cfg := site.client()
+	cfg.NextProtos = []string{"h2"}
+	tr := &http2.Transport{TLSClientConfig: cfg}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	for i := 0; i < 3; i++ {
+		reused := false
+		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+			GotConn: func(ci httptrace.GotConnInfo) { reused = ci.Reused },
+		})
+		req, _ := http.NewRequestWithContext(ctx, "GET", "https://"+hs.addr+"/", nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != "ok" || resp.ProtoMajor != 2 {
+			t.Fatalf("request %d: %d %q over HTTP/%d", i, resp.StatusCode, b, resp.ProtoMajor)
+		}
+		if i > 0 && !reused {
+			t.Fatalf("request %d took a new connection after the first parked", i)
+		}
+		waitFor(t, "the connection to park", func() bool { return parkedConns(hs.srv) == 1 })
 	}
 }
