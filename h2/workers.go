@@ -54,8 +54,3 @@ func worker(st *Stream) {
 		}
 	}
 }
-
-// IdleWorkers returns how many stream handler goroutines wait for a
-// stream, of any connection: their stacks are the process's, not a
-// connection's.
-func IdleWorkers() int { return int(idleWorkers.Load()) }
