@@ -462,26 +462,6 @@ func (cc *ClientConn) failStreams(cause error) bool {
 	return true
 }
 
-// linger half-closes the connection and reads what the server still sends,
-// for goAwayLinger at most, so that closing with unread input does not
-// reset the connection before the server has read our GOAWAY.
-func (cc *ClientConn) linger() {
-	cw, ok := cc.nc.(interface{ CloseWrite() error })
-	if !ok || cw.CloseWrite() != nil {
-		return
-	}
-	cc.nc.SetReadDeadline(time.Now().Add(goAwayLinger))
-	cc.rd.release()
-	var b [512]byte
-	for n := 0; n < 1<<20; {
-		k, err := cc.nc.Read(b[:])
-		n += k
-		if err != nil {
-			break
-		}
-	}
-}
-
 // lostErr is the error of cs when the connection ends before it did.
 func (cc *ClientConn) lostErr(cs *ClientStream) error {
 	if ga := cc.goAway; ga != nil {
@@ -508,7 +488,7 @@ func (cc *ClientConn) readLoop() {
 	var ce *ConnError
 	if errors.As(err, &ce) && cc.failStreams(err) {
 		// Streams fail first: the linger is for the server's sake.
-		cc.linger()
+		cc.rd.linger()
 	}
 	cc.closeConn(err)
 	cc.nc.Close()

@@ -530,7 +530,7 @@ func (c *Conn) begin() (done bool, err error) {
 	}
 	if string(pre[:]) != http2.ClientPreface {
 		// §3.4: not HTTP/2; a GOAWAY would mean nothing to the client.
-		c.linger()
+		c.rd.linger()
 		return true, &ConnError{Code: http2.ErrCodeProtocol, Reason: "invalid connection preface"}
 	}
 	c.kick() // our SETTINGS
@@ -674,28 +674,8 @@ func (c *Conn) goodbye(last *ctrl, debug string) error {
 	} else {
 		return nil
 	}
-	c.linger()
+	c.rd.linger()
 	return nil
-}
-
-// linger half-closes the connection and reads what the client still sends,
-// for goAwayLinger at most, before the close: closing with unread input
-// would reset the connection, and the client could lose what was sent last.
-func (c *Conn) linger() {
-	cw, ok := c.nc.(interface{ CloseWrite() error })
-	if !ok || cw.CloseWrite() != nil {
-		return
-	}
-	c.nc.SetReadDeadline(time.Now().Add(goAwayLinger))
-	c.rd.release()
-	var b [512]byte
-	for n := 0; n < 1<<20; {
-		k, err := c.nc.Read(b[:])
-		n += k
-		if err != nil {
-			break
-		}
-	}
 }
 
 // answer queues a frame the client asked for; it fails when the client has

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"net"
 	"sync"
+	"time"
 )
 
 // connReader is the Framer's input: first the prefix the caller had already
@@ -166,4 +167,25 @@ func (cr *connReader) release() {
 	}
 	cr.buf = nil
 	cr.r, cr.w = 0, 0
+}
+
+// linger half-closes the connection and reads what the peer still sends,
+// for goAwayLinger at most (and 1 MiB), before the close: closing with
+// unread input would reset the connection, and the peer could lose what
+// was sent last (a GOAWAY saying why).
+func (cr *connReader) linger() {
+	cw, ok := cr.nc.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	cr.nc.SetReadDeadline(time.Now().Add(goAwayLinger))
+	cr.release()
+	var b [512]byte
+	for n := 0; n < 1<<20; {
+		k, err := cr.nc.Read(b[:])
+		n += k
+		if err != nil {
+			break
+		}
+	}
 }
