@@ -137,11 +137,23 @@ func BenchmarkIdleConnMemory(b *testing.B) {
 	}
 }
 
-// TestStreamSize guards the size of a Stream, allocated for every
-// request: 888 bytes and the allocator's 8-byte header for objects over
-// 512 bytes fill the 896-byte size class; a byte more costs 1024.
-func TestStreamSize(t *testing.T) {
-	if n := unsafe.Sizeof(Stream{}); n > 888 {
-		t.Fatalf("a Stream is %d bytes, want at most 888 (896 with the allocator's header)", n)
+// TestStructSizes guards the size of what the engine allocates per
+// request and per connection against the allocator's size classes: with
+// its 8-byte header for objects over 512 bytes, a Stream of 888 bytes
+// fills the 896-byte class and a Conn of 1144 the 1152-byte one; a byte
+// more costs 128 (a Conn is most of what an idle connection costs beside
+// TLS).
+func TestStructSizes(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		size, max uintptr
+	}{
+		{"Stream", unsafe.Sizeof(Stream{}), 888},
+		{"Conn", unsafe.Sizeof(Conn{}), 1144},
+		{"ClientStream", unsafe.Sizeof(ClientStream{}), 256},
+	} {
+		if tc.size > tc.max {
+			t.Errorf("a %s is %d bytes, want at most %d", tc.name, tc.size, tc.max)
+		}
 	}
 }

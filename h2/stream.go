@@ -14,7 +14,7 @@ import (
 //
 // A Stream is allocated per stream, with its request's fields (hdr): its
 // size is kept within a size class, 896 bytes with the allocator's header
-// (TestStreamSize).
+// (TestStructSizes).
 type Stream struct {
 	c *Conn
 	inbound
