@@ -441,16 +441,6 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-// twoPeers picks its first peer, then the second once the first failed.
-type twoPeers struct{ a, b *proxy.Peer }
-
-func (p twoPeers) Pick(s *proxy.Session) (*proxy.Peer, error) {
-	if s.Tried(p.a.Addr) {
-		return p.b, nil
-	}
-	return p.a, nil
-}
-
 // TestUpstreamFailsWhileCompressing checks the retry invariant with a
 // compressor in the way: an upstream that dies mid-body after the
 // compressed response started is not retried (the other upstream, which
@@ -469,7 +459,7 @@ func TestUpstreamFailsWhileCompressing(t *testing.T) {
 	}
 	opt := &proxy.PeerOptions{ReadTimeout: 5 * time.Second}
 	tbl := route.New(route.Route{Name: "api", Phases: []any{p},
-		Upstream: twoPeers{&proxy.Peer{Addr: dying.Addr(), Options: opt}, &proxy.Peer{Addr: other.Addr(), Options: opt}}})
+		Upstream: proxytest.Untried{{Addr: dying.Addr(), Options: opt}, {Addr: other.Addr(), Options: opt}}})
 	srv := &proxy.Server{Handler: tbl, ErrorLog: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

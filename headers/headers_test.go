@@ -61,17 +61,6 @@ func TestNewRejects(t *testing.T) {
 	}
 }
 
-type twoPeers []*proxy.Peer
-
-func (p twoPeers) Pick(s *proxy.Session) (*proxy.Peer, error) {
-	for _, x := range p {
-		if !s.Tried(x.Addr) {
-			return x, nil
-		}
-	}
-	return p[0], nil
-}
-
 // TestHeadersOverSockets checks the phase in a route: request rules on
 // every try (the first server resets, the retry carries them too),
 // response rules on the upstream's response and on sluice's own 502.
@@ -90,9 +79,9 @@ func TestHeadersOverSockets(t *testing.T) {
 	}
 	tbl := route.New(
 		route.Route{PathPrefix: "/ok", Name: "ok", Phases: []any{p},
-			Upstream: twoPeers{{Addr: first.Addr(), Options: opts}, {Addr: second.Addr(), Options: opts}}},
+			Upstream: proxytest.Untried{{Addr: first.Addr(), Options: opts}, {Addr: second.Addr(), Options: opts}}},
 		route.Route{PathPrefix: "/down", Name: "down", Phases: []any{p},
-			Upstream: twoPeers{{Addr: upstreamtest.Dead(t), Options: opts}}},
+			Upstream: proxytest.Untried{{Addr: upstreamtest.Dead(t), Options: opts}}},
 	)
 	addr := proxytest.Serve(t, &proxy.Server{Handler: tbl, ErrorLog: slog.New(slog.NewTextHandler(io.Discard, nil))})
 

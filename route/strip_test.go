@@ -53,18 +53,6 @@ func TestStripPrefixTargets(t *testing.T) {
 	}
 }
 
-// twoPeers picks the first peer not tried yet.
-type twoPeers []*proxy.Peer
-
-func (p twoPeers) Pick(s *proxy.Session) (*proxy.Peer, error) {
-	for _, x := range p {
-		if !s.Tried(x.Addr) {
-			return x, nil
-		}
-	}
-	return p[0], nil
-}
-
 // TestStripPrefixRetried checks that the stripped path is what every try
 // sends: the first server reads the request and resets the connection,
 // the GET is retried on the second, and both got /x; the access log keeps
@@ -74,7 +62,7 @@ func TestStripPrefixRetried(t *testing.T) {
 	second := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) { c.Respond(200, r.Target) })
 	opts := &proxy.PeerOptions{Retry: &retry.Policy{Tries: 2, On: retry.OnError}}
 	tbl := New(Route{PathPrefix: "/api", Name: "api", Phases: []any{StripPrefix{Prefix: "/api"}},
-		Upstream: twoPeers{{Addr: first.Addr(), Options: opts}, {Addr: second.Addr(), Options: opts}}})
+		Upstream: proxytest.Untried{{Addr: first.Addr(), Options: opts}, {Addr: second.Addr(), Options: opts}}})
 	var log proxytest.Buffer
 	addr := proxytest.Serve(t, &proxy.Server{Handler: tbl,
 		ErrorLog:  slog.New(slog.NewTextHandler(io.Discard, nil)),

@@ -32,3 +32,18 @@ type Peer struct{ P *proxy.Peer }
 
 // Pick returns the peer.
 func (p Peer) Pick(*proxy.Session) (*proxy.Peer, error) { return p.P, nil }
+
+// Untried is a route.Picker that gives each try the first of its peers
+// the request has not tried yet (the first again once all were): a retry
+// goes to the next server.
+type Untried []*proxy.Peer
+
+// Pick returns the first peer not tried yet.
+func (p Untried) Pick(s *proxy.Session) (*proxy.Peer, error) {
+	for _, x := range p {
+		if !s.Tried(x.Addr) {
+			return x, nil
+		}
+	}
+	return p[0], nil
+}
