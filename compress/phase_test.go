@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -22,6 +21,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/net/http2"
 
+	"github.com/sluice-proxy/sluice/internal/corpus"
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 	"github.com/sluice-proxy/sluice/proxy"
@@ -29,22 +29,7 @@ import (
 )
 
 // bigJSON is about 512 KiB of JSON, the same every run.
-var bigJSON = func() string {
-	r := rand.New(rand.NewPCG(1, 2))
-	words := []string{"alpha", "beta", "gamma", "delta", "sluice", "proxy", "zstd", "brotli", "gzip", "route"}
-	var b strings.Builder
-	b.WriteString("[")
-	for i := 0; b.Len() < 512<<10; i++ {
-		if i > 0 {
-			b.WriteString(",")
-		}
-		fmt.Fprintf(&b, `{"id":%d,"name":"%s-%d","score":%.4f,"tags":["%s","%s"],"active":%v}`,
-			i, words[r.IntN(len(words))], r.IntN(100000), r.Float64()*1000,
-			words[r.IntN(len(words))], words[r.IntN(len(words))], r.IntN(2) == 0)
-	}
-	b.WriteString("]")
-	return b.String()
-}()
+var bigJSON = string(corpus.JSON(512 << 10))
 
 func field(name, value string) upstreamtest.Field {
 	return upstreamtest.Field{Name: name, Value: value}

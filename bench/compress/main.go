@@ -23,7 +23,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -41,6 +40,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/sluice-proxy/sluice/bench/internal/rig"
+	"github.com/sluice-proxy/sluice/internal/corpus"
 )
 
 func main() {
@@ -55,25 +55,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "compress:", err)
 		os.Exit(1)
 	}
-}
-
-// jsonBody is about 1 MiB of JSON, the same every run: records with
-// numbers, names and tags, as an API's list answer is.
-func jsonBody() []byte {
-	r := rand.New(rand.NewPCG(1, 2))
-	words := []string{"alpha", "beta", "gamma", "delta", "sluice", "proxy", "zstd", "brotli", "gzip", "route"}
-	var b bytes.Buffer
-	b.WriteString("[")
-	for i := 0; b.Len() < 1<<20; i++ {
-		if i > 0 {
-			b.WriteString(",")
-		}
-		fmt.Fprintf(&b, `{"id":%d,"name":"%s-%d","score":%.4f,"tags":["%s","%s"],"active":%v}`,
-			i, words[r.IntN(len(words))], r.IntN(100000), r.Float64()*1000,
-			words[r.IntN(len(words))], words[r.IntN(len(words))], r.IntN(2) == 0)
-	}
-	b.WriteString("]")
-	return b.Bytes()
 }
 
 // proc is a proxy under measurement.
@@ -107,7 +88,7 @@ func run(requests, clients, level int, bin, nginxBin string, keep bool) error {
 	if err != nil {
 		return err
 	}
-	body := jsonBody()
+	body := corpus.JSON(1 << 20)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
