@@ -102,6 +102,7 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 	// write; a body still on its way is not waited for, so streamed
 	// responses start at once.
 	wbuf := h1.AppendResponse(s.c.wbuf[:0], resp)
+	headLen := len(wbuf)
 	if up.Reader.Buffered() > 0 || body.Done() {
 		seg, err := body.Next()
 		wbuf = append(wbuf, seg...)
@@ -126,7 +127,10 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 		// next request finds it pooled.
 		s.releaseUpstream(a, upKeep)
 	}
-	if err := s.c.write(wbuf); err != nil {
+	s.c.giveHead(resp, headLen)
+	err := s.c.write(wbuf)
+	s.c.giveHead(nil, 0)
+	if err != nil {
 		s.clientGone(err)
 		return
 	}

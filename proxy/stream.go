@@ -35,14 +35,18 @@ type streamConn struct {
 	eof     bool
 	whole   bool // the body had all arrived when the stream was served
 
-	out    outState
-	head   []byte      // a response head begun in an earlier Write
-	resp   h1.Response // the response head being sent
-	fields []hpack.HeaderField
-	left   int64    // Content-Length bytes still to come
-	chunk  chunkDec // the chunked body's decoder
-	pay    []byte   // decoded body bytes of one Write (see payload)
-	own    []byte
+	out  outState
+	head []byte      // a response head begun in an earlier Write
+	resp h1.Response // the response head being sent
+	// given is the final head the Session made the next Write start
+	// with (see giveHead), given bytes long: it is not read back.
+	given    *h1.Response
+	givenLen int
+	fields   []hpack.HeaderField
+	left     int64    // Content-Length bytes still to come
+	chunk    chunkDec // the chunked body's decoder
+	pay      []byte   // decoded body bytes of one Write (see payload)
+	own      []byte
 	// cut is set once the stream was reset; the drain timeout may cut it
 	// from another goroutine (Server.expireDrain).
 	cut atomic.Bool
@@ -144,19 +148,26 @@ func (sc *streamConn) write(b []byte) error {
 	for len(b) > 0 && sc.out != outDone {
 		switch sc.out {
 		case outHead:
-			head, rest, ok := sc.takeHead(b)
-			b = rest
-			if !ok {
-				return nil // the rest of the head comes with the next Write
+			resp := sc.given
+			if resp != nil && len(sc.head) == 0 && len(b) >= sc.givenLen {
+				b = b[sc.givenLen:]
+			} else {
+				head, rest, ok := sc.takeHead(b)
+				b = rest
+				if !ok {
+					return nil // the rest of the head comes with the next Write
+				}
+				resp = &sc.resp
+				if err := h1.ParseResponse(resp, head, maxResponseHeaders); err != nil {
+					return err
+				}
+				sc.head = sc.head[:0]
 			}
-			if err := h1.ParseResponse(&sc.resp, head, maxResponseHeaders); err != nil {
-				return err
-			}
-			sc.head = sc.head[:0]
-			sc.fields = appendFields(sc.fields[:0], &sc.resp)
-			if sc.resp.Status < 200 {
+			sc.given = nil
+			sc.fields = appendFields(sc.fields[:0], resp)
+			if resp.Status < 200 {
 				// 100 Continue, 103 Early Hints: a head of its own.
-				if sc.resp.Status == 101 {
+				if resp.Status == 101 {
 					return errors.New("proxy: 101 Switching Protocols cannot go to an HTTP/2 client")
 				}
 				if err := sc.st.WriteHeaders(sc.fields, false); err != nil {
@@ -165,7 +176,7 @@ func (sc *streamConn) write(b []byte) error {
 				continue
 			}
 			fields = sc.fields
-			f, _, err := h1.ResponseFraming(sc.method, &sc.resp)
+			f, _, err := h1.ResponseFraming(sc.method, resp)
 			if err != nil {
 				return err
 			}
@@ -207,6 +218,18 @@ func (sc *streamConn) write(b []byte) error {
 		}
 	}
 	return sc.send(fields, ended, trailers)
+}
+
+// giveHead tells the conn c of an HTTP/2 stream that the next Write
+// starts with the final response head resp, n bytes as HTTP/1.1 (nil:
+// the hint is withdrawn): the stream takes its fields from resp instead of
+// parsing those bytes back. It is given just before that Write and
+// withdrawn after it, so that no other head is read by it; on any other
+// conn it does nothing.
+func (c *conn) giveHead(resp *h1.Response, n int) {
+	if sc, ok := c.nc.(*streamConn); ok && (resp == nil || resp.Status >= 200) {
+		sc.given, sc.givenLen = resp, n
+	}
 }
 
 // payload collects body bytes of one Write: the first piece as it is, in
