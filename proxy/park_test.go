@@ -31,7 +31,7 @@ func TestIdleConnectionsPark(t *testing.T) {
 	hs.get(t, "/warm")
 	time.Sleep(2 * parkAfter)
 	// Idle workers (workers.go) wait for any connection, not for these.
-	serving := func() int { return runtime.NumGoroutine() - int(hs.srv.idleWorkers.Load()) }
+	serving := func() int { return runtime.NumGoroutine() - hs.srv.workers.Idle() }
 	base := serving()
 
 	const n = 50

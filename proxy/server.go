@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/h2"
+	"github.com/sluice-proxy/sluice/internal/workers"
 	"github.com/sluice-proxy/sluice/pool"
 )
 
@@ -119,10 +120,8 @@ type Server struct {
 	expired     atomic.Bool
 	expire      context.Context
 	cancelDials context.CancelFunc
-	parker      *parker    // holds idle client connections without goroutines; nil where unsupported
-	work        chan *conn // hands a connection to an idle worker (workers.go)
-	idleWorkers atomic.Int32
-	quit        chan struct{} // closed by Shutdown: idle workers end
+	parker      *parker              // holds idle client connections without goroutines; nil where unsupported
+	workers     *workers.Pool[*conn] // the goroutines that serve connections (workers.go)
 	ownPool     bool
 	inited      bool
 	wg          sync.WaitGroup
@@ -243,8 +242,7 @@ func (srv *Server) init() {
 	}
 	srv.listeners = make(map[net.Listener]struct{})
 	srv.conns = make(map[*conn]struct{})
-	srv.work = make(chan *conn)
-	srv.quit = make(chan struct{})
+	srv.workers = workers.New((*conn).serve, maxIdleWorkers, workerIdle)
 	srv.expire, srv.cancelDials = context.WithCancel(context.Background())
 	srv.parker = newParker(srv)
 }
@@ -371,7 +369,7 @@ func (srv *Server) Shutdown(ctx context.Context) error {
 	srv.init()
 	srv.mu.Lock()
 	if !srv.draining.Swap(true) {
-		close(srv.quit)
+		srv.workers.Close()
 	}
 	for ln := range srv.listeners {
 		ln.Close()

@@ -48,7 +48,7 @@ func TestSlowHeadAllocations(t *testing.T) {
 		stacks = m.StackInuse
 		return m.HeapInuse
 	}
-	serving := func() int { return runtime.NumGoroutine() - int(hs.srv.idleWorkers.Load()) }
+	serving := func() int { return runtime.NumGoroutine() - hs.srv.workers.Idle() }
 	parked := func() int {
 		p := hs.srv.parker
 		p.mu.Lock()
@@ -86,7 +86,7 @@ func TestSlowHeadAllocations(t *testing.T) {
 	after := inUse()
 	per := (float64(after) - float64(before)) / n
 	t.Logf("%.0f bytes of heap per connection with a slow head (both ends); stacks %+d KiB, with %d idle workers",
-		per, (int64(stacks)-int64(stacksBefore))>>10, hs.srv.idleWorkers.Load())
+		per, (int64(stacks)-int64(stacksBefore))>>10, hs.srv.workers.Idle())
 	if per > slowHeadBytes {
 		t.Errorf("%.0f bytes per connection with a slow head, want at most %d", per, slowHeadBytes)
 	}

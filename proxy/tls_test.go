@@ -446,7 +446,7 @@ func TestTLSIdleConnectionsPark(t *testing.T) {
 	warm.roundTrip("GET /warm HTTP/1.1\r\nHost: a\r\n\r\n")
 	warm.nc.Close()
 	time.Sleep(2 * parkAfter)
-	serving := func() int { return runtime.NumGoroutine() - int(hs.srv.idleWorkers.Load()) }
+	serving := func() int { return runtime.NumGoroutine() - hs.srv.workers.Idle() }
 	base := serving()
 
 	const n = 50

@@ -88,7 +88,7 @@ func TestTLSIdleMemory(t *testing.T) {
 		}
 		heap := (float64(after) - float64(before)) / n
 		t.Logf("idle TLS 1.3 connection, %s key share: %.0f bytes of heap each, the proxy's side (%d connections, parked; stacks %+d KiB with %d idle workers)",
-			curves, heap, n, (int64(stacks)-int64(stacksBefore))>>10, hs.srv.idleWorkers.Load())
+			curves, heap, n, (int64(stacks)-int64(stacksBefore))>>10, hs.srv.workers.Idle())
 		if heap > maxIdleBytes {
 			t.Errorf("%s key share: %.0f bytes per idle TLS connection, want at most %d", curves, heap, maxIdleBytes)
 		}

@@ -25,14 +25,14 @@ func TestWorkersServeOneConnectionAfterAnother(t *testing.T) {
 		}
 	}
 	oneRequest()
-	waitFor(t, "the worker to wait for another connection", func() bool { return hs.srv.idleWorkers.Load() == 1 })
+	waitFor(t, "the worker to wait for another connection", func() bool { return hs.srv.workers.Idle() == 1 })
 	base := runtime.NumGoroutine()
 	for i := 0; i < 20; i++ {
 		oneRequest()
 		// At least one: a connection accepted in the instant between a
 		// worker counting itself idle and its wait for work gets a
 		// worker of its own, and both are idle afterwards.
-		waitFor(t, "the worker to come back", func() bool { return hs.srv.idleWorkers.Load() >= 1 })
+		waitFor(t, "the worker to come back", func() bool { return hs.srv.workers.Idle() >= 1 })
 	}
 	if n := runtime.NumGoroutine(); n > base+2 {
 		t.Fatalf("%d goroutines after 20 connections one after the other, %d before", n, base)
@@ -43,5 +43,5 @@ func TestWorkersServeOneConnectionAfterAnother(t *testing.T) {
 	if err := hs.srv.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "idle workers to end at Shutdown", func() bool { return hs.srv.idleWorkers.Load() == 0 })
+	waitFor(t, "idle workers to end at Shutdown", func() bool { return hs.srv.workers.Idle() == 0 })
 }

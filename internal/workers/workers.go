@@ -1,0 +1,134 @@
+// Package workers runs work on goroutines that outlive it.
+//
+// A goroutine that finished one piece of work waits a while for the next:
+// the next one then starts on a stack already grown to what the work
+// needs, instead of a fresh one that grows by copying, and costs no go
+// statement. The most recently idle goroutine is taken first (its stack
+// is the one still in cache), and those left idle longest end: a burst
+// leaves no goroutines behind for long. An idle goroutine waits on a
+// channel of its own, with no timer: the wait costs one receive, and one
+// reaper ends the goroutines idle too long.
+package workers
+
+import (
+	"sync"
+	"time"
+
+	"github.com/sluice-proxy/sluice/internal/clock"
+)
+
+// Pool runs each value given to Go on a goroutine: a waiting one if there
+// is one, else a new one. Its methods may be called from any goroutine.
+type Pool[T any] struct {
+	serve   func(T)
+	maxIdle int
+	idleFor time.Duration
+
+	mu      sync.Mutex
+	idle    []*worker[T] // the most recently idle last
+	reaping bool         // a reaper runs
+	closed  bool
+}
+
+type worker[T any] struct {
+	next  chan T // capacity 1: Go never waits; closed to end the worker
+	since time.Time
+}
+
+// New returns a Pool that runs serve. At most maxIdle goroutines wait for
+// work; one that waited idleFor (up to half as long again) ends.
+func New[T any](serve func(T), maxIdle int, idleFor time.Duration) *Pool[T] {
+	return &Pool[T]{serve: serve, maxIdle: maxIdle, idleFor: idleFor}
+}
+
+// Go runs serve(v) on a goroutine of the pool.
+func (p *Pool[T]) Go(v T) {
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		w := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		w.next <- v
+		return
+	}
+	p.mu.Unlock()
+	go p.run(v)
+}
+
+// Idle reports how many goroutines wait for work.
+func (p *Pool[T]) Idle() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.idle)
+}
+
+// Close ends the goroutines that wait, and makes those still serving end
+// when they are done. Go still runs what it is given, each on a goroutine
+// that ends after it.
+func (p *Pool[T]) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for i, w := range p.idle {
+		close(w.next)
+		p.idle[i] = nil
+	}
+	p.idle = p.idle[:0]
+}
+
+func (p *Pool[T]) run(v T) {
+	w := &worker[T]{next: make(chan T, 1)}
+	for {
+		p.serve(v)
+		var zero T
+		v = zero // nothing of the last piece of work is held while idle
+		if !p.wait(w) {
+			return
+		}
+		var ok bool
+		if v, ok = <-w.next; !ok {
+			return
+		}
+	}
+}
+
+// wait puts w on the idle list, unless the pool is closed or enough wait.
+func (p *Pool[T]) wait(w *worker[T]) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(p.idle) >= p.maxIdle {
+		return false
+	}
+	w.since = clock.Now()
+	p.idle = append(p.idle, w)
+	if !p.reaping {
+		p.reaping = true
+		go p.reap()
+	}
+	return true
+}
+
+// reap ends, every half idleFor, the goroutines that have waited idleFor
+// or longer; it ends itself when none waits.
+func (p *Pool[T]) reap() {
+	for {
+		time.Sleep(p.idleFor / 2)
+		p.mu.Lock()
+		old := clock.Now().Add(-p.idleFor)
+		n := 0
+		for n < len(p.idle) && !p.idle[n].since.After(old) {
+			close(p.idle[n].next)
+			n++
+		}
+		left := copy(p.idle, p.idle[n:])
+		clear(p.idle[left:])
+		p.idle = p.idle[:left]
+		if left == 0 {
+			p.reaping = false
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+	}
+}
