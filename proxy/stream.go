@@ -39,7 +39,7 @@ type streamConn struct {
 	head []byte      // a response head begun in an earlier Write
 	resp h1.Response // the response head being sent
 	// given is the final head the Session made the next Write start
-	// with (see giveHead), given bytes long: it is not read back.
+	// with, givenLen bytes of it (see giveHead): it is not parsed back.
 	given    *h1.Response
 	givenLen int
 	fields   []hpack.HeaderField
