@@ -43,9 +43,10 @@ type streamConn struct {
 	given    *h1.Response
 	givenLen int
 	fields   []hpack.HeaderField
-	left     int64    // Content-Length bytes still to come
-	chunk    chunkDec // the chunked body's decoder
-	pay      []byte   // decoded body bytes of one Write (see payload)
+	last     lastValues // of the last response sent on this streamConn
+	left     int64      // Content-Length bytes still to come
+	chunk    chunkDec   // the chunked body's decoder
+	pay      []byte     // decoded body bytes of one Write (see payload)
 	own      []byte
 	// cut is set once the stream was reset; the drain timeout may cut it
 	// from another goroutine (Server.expireDrain).
@@ -69,7 +70,7 @@ var _ net.Conn = (*streamConn)(nil)
 // keeping its buffers.
 func (sc *streamConn) reset(st *h2.Stream, under net.Conn) {
 	*sc = streamConn{st: st, under: under, pending: sc.pending[:0], head: sc.head[:0],
-		resp: sc.resp, fields: sc.fields[:0], own: sc.own[:0], chunk: chunkDec{line: sc.chunk.line[:0]}}
+		resp: sc.resp, fields: sc.fields[:0], last: sc.last, own: sc.own[:0], chunk: chunkDec{line: sc.chunk.line[:0]}}
 	sc.resp.Reset()
 	clear(sc.fields[:cap(sc.fields)]) // no strings of the last response kept alive
 }
@@ -164,7 +165,7 @@ func (sc *streamConn) write(b []byte) error {
 				sc.head = sc.head[:0]
 			}
 			sc.given = nil
-			sc.fields = appendFields(sc.fields[:0], resp)
+			sc.fields = appendFields(sc.fields[:0], resp, &sc.last)
 			if resp.Status < 200 {
 				// 100 Continue, 103 Early Hints: a head of its own.
 				if resp.Status == 101 {
@@ -306,7 +307,8 @@ var connectionFields = []string{"connection", "keep-alive", "proxy-connection", 
 
 // appendFields appends the HTTP/2 header block of resp: :status, then its
 // fields with lowercase names, without those that are connection-specific.
-func appendFields(dst []hpack.HeaderField, resp *h1.Response) []hpack.HeaderField {
+// Values equal to the last response's (see lastValues) reuse its strings.
+func appendFields(dst []hpack.HeaderField, resp *h1.Response, last *lastValues) []hpack.HeaderField {
 	dst = append(dst, hpack.HeaderField{Name: ":status", Value: statusText(resp.Status)})
 	h := &resp.Header
 	for i := 0; i < h.Len(); i++ {
@@ -314,9 +316,32 @@ func appendFields(dst []hpack.HeaderField, resp *h1.Response) []hpack.HeaderFiel
 		if isConnectionField(name) {
 			continue
 		}
-		dst = append(dst, headerField(name, string(h.Value(i))))
+		dst = append(dst, headerField(name, last.value(i, h.Value(i))))
 	}
 	return dst
+}
+
+// lastValues keeps the short values of the last response a streamConn
+// sent, by position. Its next response comes more often than not from the
+// same upstream, with the same fields in the same order and most values
+// unchanged (server, content-type, cache-control): those reuse the strings
+// kept instead of each allocating a copy.
+type lastValues [16]string
+
+// maxKeptValue bounds a value kept: long ones (cookies, policies) are
+// seldom repeated and would hold memory in pooled streamConns.
+const maxKeptValue = 64
+
+// value returns b, field i's value, as a string: the one kept for i when
+// they are equal.
+func (lv *lastValues) value(i int, b []byte) string {
+	if i >= len(lv) || len(b) > maxKeptValue {
+		return string(b)
+	}
+	if lv[i] != string(b) { // compared without a copy
+		lv[i] = string(b)
+	}
+	return lv[i]
 }
 
 // headerField is the HPACK field of name and value. The request id, a

@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bytes"
+	"strings"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/net/http2/hpack"
 
@@ -122,4 +124,43 @@ func FuzzH2RequestMapping(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A value equal to the one the last response had at its position reuses
+// that string; others, and long ones, are copies.
+func TestLastValues(t *testing.T) {
+	long := strings.Repeat("v", maxKeptValue+1)
+	tests := []struct {
+		name     string
+		i        int
+		before   string // kept at i first ("" for nothing)
+		value    string
+		wantSame bool // the string kept before comes back
+		wantKept bool // value is kept at i afterwards
+	}{
+		{"same value", 2, "text/plain", "text/plain", true, true},
+		{"changed value", 2, "text/plain", "text/html", false, true},
+		{"nothing kept yet", 0, "", "nginx", false, true},
+		{"long value", 3, "", long, false, false},
+		{"beyond the kept positions", 16, "", "x", false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var lv lastValues
+			var kept string
+			if tt.before != "" {
+				kept = lv.value(tt.i, []byte(tt.before))
+			}
+			got := lv.value(tt.i, []byte(tt.value))
+			if got != tt.value {
+				t.Fatalf("value = %q, want %q", got, tt.value)
+			}
+			if same := kept != "" && unsafe.StringData(got) == unsafe.StringData(kept); same != tt.wantSame {
+				t.Errorf("reused the kept string: %v, want %v", same, tt.wantSame)
+			}
+			if k := tt.i < len(lv) && lv[tt.i] == tt.value; k != tt.wantKept {
+				t.Errorf("kept: %v, want %v", k, tt.wantKept)
+			}
+		})
+	}
 }
