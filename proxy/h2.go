@@ -128,8 +128,8 @@ func (c *conn) serveStream(st *h2.Stream) {
 		return
 	}
 	// A stream may wait long for its upstream (a gRPC stream minutes, for
-	// its next message): when the client resets it, the wait is cut at
-	// once, as the drain timeout cuts it, and the try ends as the
+	// its next message): when the client resets it, the wait is cut, at
+	// once or within cancelGrace (see cut), and the try ends as the
 	// client's fault (see gone).
 	st.OnAbort(ss.cutUp)
 	defer st.OnAbort(nil) // before sub is reset for reuse
@@ -166,18 +166,32 @@ var streamPool = sync.Pool{New: func() any {
 	return ss
 }}
 
-// cut ends the wait for the upstream of the try in progress, if any: the
-// stream's client is gone. It runs on the HTTP/2 connection's goroutine;
-// under upMu it cannot touch a connection the session has let go of (to
-// the pool, where another request may have it).
+// cut ends the wait for the upstream of the try in progress, if any, within
+// cancelGrace: the stream's client is gone. It runs on the HTTP/2
+// connection's goroutine; under upMu it cannot touch a connection the
+// session has let go of (to the pool, where another request may have it).
 func (ss *streamServe) cut() {
 	c := &ss.c
 	c.upMu.Lock()
 	if up := c.upstream.Load(); up != nil {
-		up.SetDeadline(time.Now())
+		by := time.Now()
+		if _, multiplexed := up.Conn.(*streamUp); !multiplexed {
+			by = by.Add(cancelGrace)
+		}
+		up.SetDeadline(by)
 	}
 	c.upMu.Unlock()
 }
+
+// cancelGrace is how long the wait for an HTTP/1.1 upstream goes on after
+// the client reset its stream (an HTTP/2 upstream's stream is reset at
+// once: its connection is not at stake). An answer that comes whole within it goes
+// nowhere, but its connection goes back to the pool (relay releases it
+// before writing to the client); a connection cut while a request is on
+// it can only be closed. Browsers reset streams often (a navigation, a
+// prefetch not needed), and each reset cost a new upstream connection.
+// A wait longer than this ends as before, as the client's fault.
+var cancelGrace = 100 * time.Millisecond
 
 // requestFromH2 maps the header block of a request stream onto an
 // HTTP/1.1 request head (RFC 9113 §8.3.1): :authority becomes Host, first,

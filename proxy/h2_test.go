@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -505,5 +506,49 @@ func TestLowerName(t *testing.T) {
 	name := []byte("Content-Length")
 	if n := testing.AllocsPerRun(100, func() { lowerName(name) }); n != 0 {
 		t.Errorf("lowerName of a common name allocates %v times", n)
+	}
+}
+
+// TestH2ClientResetKeepsUpstreamConnection: a client that resets its stream
+// while the upstream is about to answer does not cost the upstream
+// connection. The answer that comes within cancelGrace is read and
+// dropped, the connection goes back to the pool, and the next request
+// takes it; before, the reset closed it.
+func TestH2ClientResetKeepsUpstreamConnection(t *testing.T) {
+	defer func(g time.Duration) { cancelGrace = g }(cancelGrace)
+	cancelGrace = 10 * time.Second // the upstream answers well within it
+	release := make(chan struct{})
+	var held atomic.Bool
+	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+		if r.Target == "/cancelled" && held.CompareAndSwap(false, true) {
+			<-release
+		}
+		c.Respond(200, "ok")
+	})
+	hs, _ := startH2(t, peers(testOptions(), up.Addr()), h2c())
+	c := dialH2Raw(t, hs.addr)
+	c.buf.Reset()
+	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":path", "/cancelled"}, {":authority", "a"}} {
+		c.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: c.buf.Bytes(), EndStream: true, EndHeaders: true})
+	if !up.WaitRequests(1, 5*time.Second) {
+		t.Fatal("the request did not reach the upstream")
+	}
+	c.fr.WriteRSTStream(1, http2.ErrCodeCancel)
+	// The PING's answer comes after the reset was acted on: frames are
+	// read in order, and the reset cuts the wait as it is read.
+	c.fr.WritePing(false, [8]byte{1})
+	c.next(func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && p.IsAck() })
+	close(release)
+	waitFor(t, "the reset request's access log line", func() bool { return strings.Contains(hs.access.String(), "target=/cancelled") })
+	if line := hs.access.String(); !strings.Contains(line, "client_closed") {
+		t.Errorf("access log: %s, want the client's fault", line)
+	}
+	if status, body := c.get(3); status != "200" || string(body) != "ok" {
+		t.Fatalf("next request: %s %q", status, body)
+	}
+	if n := up.Accepts(); n != 1 {
+		t.Errorf("the upstream accepted %d connections, want 1: the reset cost the connection", n)
 	}
 }
