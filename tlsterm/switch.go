@@ -1,11 +1,14 @@
 package tlsterm
 
 import (
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Settings are what a TLS listener's handshakes use. A reload replaces
@@ -48,6 +51,7 @@ func ChallengeHello(hello *tls.ClientHelloInfo) bool {
 // NextProtos).
 type configs struct {
 	clients, challenge *tls.Config
+	keys               atomic.Uint64 // the generation of clients' ticket keys (Switch.useTickets)
 }
 
 // configs makes the tls.Configs of s.
@@ -82,15 +86,16 @@ func (s *Settings) configs() (*configs, error) {
 // through its GetConfigForClient every handshake uses the Settings last
 // Set. Connections already open keep what their handshake chose.
 //
-// Session ticket keys belong to the tls.Config that serves (Config's, or a
-// clone of it made to serve with), not to the Settings: they are
-// crypto/tls's own, random at start, a new one every 24 hours, each
-// accepted for 7 days, and Set leaves them alone, so that a client resumes
-// its session across a reload. (A resumed session skips the certificate: a
-// client keeps the one it was given until it makes a full handshake. Its
-// own certificate, when client_auth asks for one, is checked again against
-// the CAs in force.) A restart makes new keys: each client then makes one
-// full handshake.
+// Session ticket keys belong to the Switch, not to the Settings nor to the
+// tls.Config that serves (Config's, or a clone of it a server makes): they
+// are random at start, a new one every 24 hours, each accepted for 7 days,
+// as crypto/tls's own are, and Set leaves them alone, so that a client
+// resumes its session across a reload, and across one that starts a new
+// server on the listener, which takes the Switch over. (A resumed session
+// skips the certificate: a client keeps the one it was given until it
+// makes a full handshake. Its own certificate, when client_auth asks for
+// one, is checked again against the CAs in force.) A restart makes new
+// keys: each client then makes one full handshake.
 //
 // With ACMETLS1 among the Settings' NextProtos, a ChallengeHello is served
 // with the Settings' certificates, acme-tls/1 and nothing else: no client
@@ -100,8 +105,57 @@ func (s *Settings) configs() (*configs, error) {
 // certificate); the server closes such a connection once the handshake
 // is done (proxy.Server does).
 type Switch struct {
-	parent *tls.Config
-	cur    atomic.Pointer[configs]
+	parent  *tls.Config
+	cur     atomic.Pointer[configs]
+	tickets tickets
+}
+
+// Ticket keys are rotated as crypto/tls rotates its own.
+const (
+	ticketKeyRotation = 24 * time.Hour
+	ticketKeyLifetime = 7 * 24 * time.Hour
+)
+
+// tickets are a Switch's session ticket keys, newest (the one that makes
+// tickets) first.
+type tickets struct {
+	mu   sync.Mutex
+	keys [][32]byte
+	made []time.Time
+	due  atomic.Int64  // when the newest key is to be replaced, Unix ns
+	gen  atomic.Uint64 // counts the rotations: configs.keys says which they have
+}
+
+// current returns the keys, after a rotation if one is due (now), and
+// their generation.
+func (t *tickets) current(now time.Time) ([][32]byte, uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.keys) > 0 && now.UnixNano() < t.due.Load() {
+		return t.keys, t.gen.Load()
+	}
+	var k [32]byte
+	rand.Read(k[:]) // never fails (crypto/rand)
+	keys, made := [][32]byte{k}, []time.Time{now}
+	for i, m := range t.made {
+		if now.Sub(m) < ticketKeyLifetime {
+			keys, made = append(keys, t.keys[i]), append(made, m)
+		}
+	}
+	t.keys, t.made = keys, made
+	t.due.Store(now.Add(ticketKeyRotation).UnixNano())
+	return keys, t.gen.Add(1)
+}
+
+// useTickets gives c the Switch's ticket keys, rotated if due, unless it
+// has them already.
+func (sw *Switch) useTickets(c *configs, now time.Time) {
+	if now.UnixNano() < sw.tickets.due.Load() && c.keys.Load() == sw.tickets.gen.Load() {
+		return
+	}
+	keys, gen := sw.tickets.current(now)
+	c.clients.SetSessionTicketKeys(keys)
+	c.keys.Store(gen)
 }
 
 // NewSwitch returns a Switch serving s.
@@ -128,12 +182,14 @@ func (sw *Switch) Set(s Settings) error {
 	if err != nil {
 		return err
 	}
+	sw.useTickets(c, time.Now())
 	sw.cur.Store(c)
 	return nil
 }
 
 func (sw *Switch) configFor(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 	c := sw.cur.Load()
+	sw.useTickets(c, time.Now())
 	if c.challenge != nil && ChallengeHello(hello) {
 		return c.challenge, nil
 	}

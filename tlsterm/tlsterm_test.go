@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -366,5 +367,46 @@ func TestSwitchACMEChallenge(t *testing.T) {
 	}
 	if st, err := handshake(t, sw.Config(), validator); err == nil {
 		t.Errorf("without acme-tls/1 offered, a validation handshake completed (protocol %q)", st.NegotiatedProtocol)
+	}
+}
+
+// The ticket keys rotate as crypto/tls's own: a new key every 24 hours,
+// first (it makes the tickets), each kept 7 days.
+func TestTicketKeyRotation(t *testing.T) {
+	var tk tickets
+	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	first, g1 := tk.current(start)
+	if len(first) != 1 {
+		t.Fatalf("%d keys at start, want 1", len(first))
+	}
+	steps := []struct {
+		after    time.Duration
+		wantKeys int
+		rotated  bool
+	}{
+		{time.Hour, 1, false},
+		{23*time.Hour + 59*time.Minute, 1, false},
+		{24 * time.Hour, 2, true},
+		{6 * 24 * time.Hour, 3, true},
+		{7 * 24 * time.Hour, 3, true}, // the first key, 7 days old, is gone
+		{7*24*time.Hour + time.Hour, 3, false},
+	}
+	gen := g1
+	prev := first
+	for _, s := range steps {
+		keys, g := tk.current(start.Add(s.after))
+		if len(keys) != s.wantKeys {
+			t.Errorf("after %v: %d keys, want %d", s.after, len(keys), s.wantKeys)
+		}
+		if rotated := g != gen; rotated != s.rotated {
+			t.Errorf("after %v: rotated %v, want %v", s.after, rotated, s.rotated)
+		}
+		if s.rotated && (keys[0] == prev[0] || keys[1] != prev[0]) {
+			t.Errorf("after %v: the new key is not first, before the last newest", s.after)
+		}
+		gen, prev = g, keys
+	}
+	if keys, _ := tk.current(start.Add(7*24*time.Hour + 2*time.Hour)); slices.Contains(keys, first[0]) {
+		t.Error("a key older than 7 days is still accepted")
 	}
 }

@@ -163,6 +163,15 @@ func (r *running) replaceServer(cfg *config.Config, gen *config.Generation, old 
 		next[j] = s
 	}
 
+	// Nothing fails from here on: a kept TLS socket keeps its switch, and
+	// with it its session ticket keys.
+	for j, s := range next {
+		for k, o := range r.sockets {
+			if kept[s] && o == s {
+				listeners.Adopt(j, r.listeners, k, gen)
+			}
+		}
+	}
 	gen.Carry(old)
 	gen.Start(r.ctx)
 	bound := make([]net.Addr, len(next))

@@ -154,3 +154,86 @@ upstreams:
 		t.Error("after a failed reload, a new handshake did not get the certificate in force")
 	}
 }
+
+// TestReloadNewServerKeepsTicketKeys: a reload that starts a new server
+// (a timeout changed) on a kept TLS socket goes on with the old server's
+// session ticket keys, so that a client resumes its session after it, as
+// after a reload that keeps the server.
+func TestReloadNewServerKeepsTicketKeys(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "test CA")
+	certFile, keyFile := ca.Server(t, "example.com").Write(t, dir, "site")
+	cfgPath := filepath.Join(dir, "sluice.yaml")
+	write := func(idle string) {
+		cfg := fmt.Sprintf(`listen:
+  - address: 127.0.0.1:0
+    tls:
+      certificates: [{cert: %s, key: %s}]
+timeouts: {idle: %s}
+access_log: {enabled: false}
+routes: [{upstream: app}]
+upstreams:
+  app:
+    servers: [{address: %s}]
+`, certFile, keyFile, idle, up.Addr())
+		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("60s")
+	var stderr proxytest.Buffer
+	done := make(chan int, 1)
+	go func() { done <- run([]string{"run", "-c", cfgPath}, &bytes.Buffer{}, &stderr) }()
+	defer func() {
+		syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("sluice run exited %d:\n%s", code, stderr.String())
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("sluice run did not stop 10 s after TERM")
+		}
+	}()
+	waitLog := func(re *regexp.Regexp) []string {
+		t.Helper()
+		for i := 0; ; i++ {
+			if m := re.FindStringSubmatch(stderr.String()); m != nil {
+				return m
+			}
+			if i == 500 {
+				t.Fatalf("no line matching %s in 5 s:\n%s", re, stderr.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	addr := waitLog(regexp.MustCompile(`msg=listening address=(127\.0\.0\.1:\d+) tls=true`))[1]
+	sessions := tls.NewLRUClientSessionCache(4)
+	get := func() *tls.Conn {
+		t.Helper()
+		c, err := tls.Dial("tcp", addr, &tls.Config{ServerName: "example.com", RootCAs: ca.Pool(), ClientSessionCache: sessions})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: example.com\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil) // takes in the session ticket
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("got %d", resp.StatusCode)
+		}
+		return c
+	}
+	get()
+	write("30s")
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitLog(regexp.MustCompile(`msg=reloaded .*tls_listeners=1 new_server=\[timeouts\]`))
+	if c := get(); !c.ConnectionState().DidResume {
+		t.Error("a client's session from before a reload that started a new server did not resume after it")
+	}
+}
