@@ -10,7 +10,8 @@ import (
 // body's wire bytes: chunk-size lines with their extensions, chunk data, the
 // CRLFs, the trailer section; concatenated they reproduce the body byte for
 // byte. In decode mode the segments are the data only, with chunked framing
-// and trailers removed.
+// and trailers removed; the trailer section's field lines are kept apart
+// (Trailers).
 //
 // Chunked framing is checked strictly as it passes (RFC 9112 §7.1): a chunk
 // size that is not hex, overflows, or carries a sign; an extension with
@@ -25,8 +26,9 @@ type Body struct {
 	decode     bool
 	maxTrailer int
 	trailer    int
-	err        error // sticky: io.EOF once complete
-	limited    bool  // Limit was called: room bounds the data still to come
+	trailers   []byte // decode mode: the trailer field lines, CRLFs included
+	err        error  // sticky: io.EOF once complete
+	limited    bool   // Limit was called: room bounds the data still to come
 	room       int64
 }
 
@@ -45,11 +47,17 @@ const maxChunkLine = 4 << 10
 // Init prepares b to read a body with framing f from r. When decode is set,
 // segments carry only the data. maxTrailer bounds the trailer section.
 func (b *Body) Init(r *Reader, f Framing, decode bool, maxTrailer int) {
-	*b = Body{r: r, kind: f.Kind, left: f.Length, decode: decode, maxTrailer: maxTrailer}
+	*b = Body{r: r, kind: f.Kind, left: f.Length, decode: decode, maxTrailer: maxTrailer, trailers: b.trailers[:0]}
 	if f.Kind == NoBody || (f.Kind == Length && f.Length == 0) {
 		b.err = io.EOF
 	}
 }
+
+// Trailers returns, in decode mode, the field lines of a chunked body's
+// trailer section as they came, each with its CRLF (checked as Next checks
+// them; empty when there were none). It is complete once Next has returned
+// io.EOF, and valid until the next Init.
+func (b *Body) Trailers() []byte { return b.trailers }
 
 // Limit bounds the body's content (its data: not the chunk-size lines,
 // CRLFs and trailers of chunked framing) to n bytes, n >= 0; it must be
@@ -258,6 +266,9 @@ func (b *Body) nextChunked() ([]byte, error) {
 			}
 			if last && b.decode {
 				return nil, io.EOF
+			}
+			if b.decode {
+				b.trailers = append(b.trailers, line...)
 			}
 			if last {
 				b.err = io.EOF // the final CRLF is returned, then EOF

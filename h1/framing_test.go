@@ -156,6 +156,39 @@ func TestChunkedPassThroughIsByteExact(t *testing.T) {
 	}
 }
 
+// In decode mode the trailer section's field lines are kept apart, as
+// they came.
+func TestChunkedDecodeKeepsTrailers(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"5\r\nhello\r\n0\r\nX-Trailer: 1\r\nX-Other: two words\r\n\r\n", "X-Trailer: 1\r\nX-Other: two words\r\n"},
+		{"5\r\nhello\r\n0\r\n\r\n", ""},
+	}
+	for _, tt := range tests {
+		for _, oneByte := range []bool{false, true} {
+			var src io.Reader = strings.NewReader(tt.in)
+			if oneByte {
+				src = iotest.OneByteReader(src)
+			}
+			var b Body
+			b.Init(NewReader(src), Framing{Kind: Chunked}, true, 1024)
+			var data []byte
+			for {
+				seg, err := b.Next()
+				data = append(data, seg...)
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatalf("%q: %v", tt.in, err)
+				}
+			}
+			if string(data) != "hello" || string(b.Trailers()) != tt.want {
+				t.Errorf("%q (one byte at a time: %v): data %q, trailers %q; want %q", tt.in, oneByte, data, b.Trailers(), tt.want)
+			}
+		}
+	}
+}
+
 func TestChunkedRejects(t *testing.T) {
 	tests := []struct{ name, in string }{
 		{"no size", "\r\nabc\r\n0\r\n\r\n"},

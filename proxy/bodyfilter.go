@@ -18,7 +18,9 @@ import (
 // goes chunked to an HTTP/1.1 client (as DATA frames with no
 // content-length to an HTTP/2 one), or until the connection closes to an
 // HTTP/1.0 one. The filter gets the body's data as it arrives, with any
-// chunked framing and trailers removed (trailers are not forwarded).
+// chunked framing and trailers removed; the upstream's trailers follow the
+// filtered body to a client that can take them (HTTP/1.1 chunked, HTTP/2),
+// as they came.
 //
 // The engine calls Start once, then Write for each piece of the body and
 // Flush whenever it has no more of the body at hand and is about to wait
@@ -149,7 +151,7 @@ func (s *Session) relayFiltered(peer *Peer, a *Attempt, upKeep bool) {
 			w = h1.AppendResponse(w, resp)
 			head = false
 		}
-		w = s.appendFiltered(w, chunked, last)
+		w = s.appendFiltered(w, chunked, last, body.Trailers())
 		s.c.wbuf = w[:0]
 		if len(w) == 0 {
 			return nil
@@ -162,7 +164,7 @@ func (s *Session) relayFiltered(peer *Peer, a *Attempt, upKeep bool) {
 		if head {
 			w = h1.AppendResponse(w, resp)
 		}
-		w = s.appendFiltered(w, chunked, false)
+		w = s.appendFiltered(w, chunked, false, nil)
 		s.c.wbuf = w[:0]
 		s.failBody(peer, a, w, err)
 	}
@@ -218,8 +220,9 @@ func (s *Session) relayFiltered(peer *Peer, a *Attempt, upKeep bool) {
 }
 
 // appendFiltered appends to w what the filter wrote since the last call,
-// as a chunk when chunked, and the last chunk when last is set.
-func (s *Session) appendFiltered(w []byte, chunked, last bool) []byte {
+// as a chunk when chunked, and the last chunk, with trailers (field lines
+// with their CRLFs), when last is set.
+func (s *Session) appendFiltered(w []byte, chunked, last bool, trailers []byte) []byte {
 	out := &s.filtered
 	if n := len(out.buf); n > 0 {
 		if chunked {
@@ -233,7 +236,9 @@ func (s *Session) appendFiltered(w []byte, chunked, last bool) []byte {
 		out.buf = out.buf[:0]
 	}
 	if last && chunked {
-		w = append(w, "0\r\n\r\n"...)
+		w = append(w, "0\r\n"...)
+		w = append(w, trailers...)
+		w = append(w, "\r\n"...)
 	}
 	return w
 }

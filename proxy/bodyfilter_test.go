@@ -81,7 +81,7 @@ func TestBodyFilterFraming(t *testing.T) {
 		{"length", "Content-Length: 5\r\n\r\nhello", "GET / HTTP/1.1", "5\r\nHELLO\r\n0\r\n\r\n", true,
 			"start write close"},
 		{"chunked", "Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;ext=1\r\nde\r\n0\r\nT: v\r\n\r\n", "GET / HTTP/1.1",
-			"5\r\nABCDE\r\n0\r\n\r\n", true, "start write write flush close"}, // trailers: not looked past
+			"5\r\nABCDE\r\n0\r\nT: v\r\n\r\n", true, "start write write flush close"}, // the trailers follow
 		{"until close", "Connection: close\r\n\r\nxyz", "GET / HTTP/1.1", "3\r\nXYZ\r\n0\r\n\r\n", true,
 			"start write flush close"}, // the end is a read away
 		{"HTTP/1.0 client", "Content-Length: 5\r\n\r\nhello", "GET / HTTP/1.0", "HELLO", false,
@@ -126,6 +126,11 @@ func TestBodyFilterFraming(t *testing.T) {
 				want := strings.ToUpper(dechunk(tt.wantBody))
 				if string(got) != want {
 					t.Errorf("body %q, want %q", got, want)
+				}
+				if _, trailer, ok := strings.Cut(tt.wantBody, "0\r\nT: "); ok {
+					if v := resp.Trailer.Get("T"); v+"\r\n\r\n" != trailer {
+						t.Errorf("trailer T %q, want the upstream's", v)
+					}
 				}
 				// The connection is kept: a second request is served.
 				method := strings.Fields(tt.request)[0]
@@ -297,5 +302,25 @@ func TestBodyFilterH2(t *testing.T) {
 	<-u.closed
 	if got := u.String(); !strings.HasSuffix(got, "close") {
 		t.Errorf("filter calls %q", got)
+	}
+}
+
+// TestBodyFilterH2Trailers: the upstream's trailers follow a filtered body
+// to an HTTP/2 client too, as a trailing header block.
+func TestBodyFilterH2Trailers(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.Raw("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n5\r\nhello\r\n0\r\nX-Checksum: abc\r\n\r\n"))
+	h := newFiltering(up.Addr())
+	hs, client := startH2(t, h, h2c())
+	resp, err := client.Get("http://" + hs.addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || string(got) != "HELLO" {
+		t.Fatalf("body %q, %v", got, err)
+	}
+	if v := resp.Trailer.Get("X-Checksum"); v != "abc" {
+		t.Errorf("trailer X-Checksum %q, want abc", v)
 	}
 }
