@@ -65,6 +65,7 @@ type Server struct {
 	Log *slog.Logger
 
 	listening atomic.Bool
+	token     atomic.Pointer[[32]byte] // SHA-256 of the token asked for (SetToken)
 
 	mu       sync.Mutex
 	hash     string
@@ -134,7 +135,7 @@ func (a *Server) Handler() http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	return mux
+	return a.guard(mux)
 }
 
 // Listen serves the admin endpoints on addr until stop is called; stop

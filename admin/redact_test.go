@@ -19,7 +19,7 @@ func TestConfigViewRedactsSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := string(out)
-	for _, want := range []string{`"admin":{"address":"127.0.0.1:9901","pprof":false}`, `"max_idle_upstream_conns":`,
+	for _, want := range []string{`"admin":{"address":"127.0.0.1:9901","pprof":false,"token_file":"[redacted]"}`, `"max_idle_upstream_conns":`,
 		`"x_forwarded_for":true`, `"idle":"`, `"key":"/etc/`} {
 		if !strings.Contains(s, want) {
 			t.Errorf("config view lacks %s", want)

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -47,6 +48,8 @@ type Generation struct {
 	// Files holds, for each of Config.Listen, the certificates read from
 	// its files; nil for a listener with none.
 	Files []*tlsterm.Certificates
+	// AdminToken is the token read from admin.token_file; "" without one.
+	AdminToken string
 
 	// limiters are the routes' rate limiters, by name (routeName), for
 	// Carry and for metrics; redis is their Redis client, nil when no
@@ -226,6 +229,11 @@ func Build(cfg *Config) (_ *Generation, err error) {
 	}()
 	if err := g.buildTLS(log); err != nil {
 		return nil, err
+	}
+	if f := cfg.Admin.TokenFile; f != "" {
+		if g.AdminToken, err = readToken(f); err != nil {
+			return nil, fmt.Errorf("%s: admin.token_file: %w", cfg.File, err)
+		}
 	}
 	for _, u := range cfg.Upstreams {
 		built, err := buildUpstream(cfg, u, log)
@@ -571,4 +579,22 @@ func buildCompress(c *Compress) (*compress.Phase, error) {
 		opts.Algorithms = append(opts.Algorithms, alg)
 	}
 	return compress.New(opts)
+}
+
+// minToken is the shortest admin token taken: one a person would type
+// from memory is guessed too soon.
+const minToken = 16
+
+// readToken reads the admin token from file: its contents, surrounding
+// whitespace (a final newline) trimmed.
+func readToken(file string) (string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", err
+	}
+	t := strings.TrimSpace(string(b))
+	if len(t) < minToken {
+		return "", fmt.Errorf("%s: the token is %d bytes, want at least %d (openssl rand -hex 32 makes one)", file, len(t), minToken)
+	}
+	return t, nil
 }

@@ -131,3 +131,37 @@ func TestBuildUnixServer(t *testing.T) {
 		t.Fatalf("%d requests at the socket, want the active checks' too", len(up.Requests()))
 	}
 }
+
+// TestBuildAdminToken: admin.token_file is read by Build (and so by a
+// reload and sluice validate), trimmed; a file that cannot be read, or a
+// token too short, fails with the file and the reason.
+func TestBuildAdminToken(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	short := filepath.Join(dir, "short")
+	os.WriteFile(good, []byte("  0123456789abcdef0123\n"), 0o600)
+	os.WriteFile(short, []byte("secret\n"), 0o600)
+	tests := []struct {
+		file, wantToken, wantErr string
+	}{
+		{good, "0123456789abcdef0123", ""},
+		{short, "", "t.yaml: admin.token_file: " + short + ": the token is 6 bytes, want at least 16"},
+		{filepath.Join(dir, "missing"), "", "t.yaml: admin.token_file: open " + filepath.Join(dir, "missing") + ": no such file or directory"},
+	}
+	for _, tt := range tests {
+		yaml := head("{address: 127.0.0.1:9}") + fmt.Sprintf("admin: {address: 127.0.0.1:0, token_file: %q}\n", tt.file)
+		cfg, err := config.Parse("t.yaml", []byte(yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := config.Build(cfg)
+		switch {
+		case tt.wantErr == "" && err != nil:
+			t.Errorf("%s: %v", tt.file, err)
+		case tt.wantErr == "" && g.AdminToken != tt.wantToken:
+			t.Errorf("%s: token %q, want %q", tt.file, g.AdminToken, tt.wantToken)
+		case tt.wantErr != "" && (err == nil || !strings.HasPrefix(err.Error(), tt.wantErr)):
+			t.Errorf("%s: %v, want %s", tt.file, err, tt.wantErr)
+		}
+	}
+}

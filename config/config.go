@@ -388,6 +388,11 @@ type Admin struct {
 	// Pprof (key "pprof", default false) also serves Go's profiler at
 	// /debug/pprof/ on the admin address; a reload applies a change.
 	Pprof bool
+	// TokenFile (key "token_file", default "" = none) names a file whose
+	// contents (surrounding whitespace trimmed, at least 16 bytes) every
+	// request but /live and /ready must carry: as a bearer token, or as
+	// the password of basic authentication. A reload reads it again.
+	TokenFile string
 }
 
 // Route sends the requests it matches to an upstream. A route matches

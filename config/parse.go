@@ -494,6 +494,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 					}
 				}},
 				{"pprof", d.boolean(&c.Admin.Pprof)},
+				{"token_file", d.str(&c.Admin.TokenFile, checkNotEmpty)},
 			})
 		}},
 		{"routes", func(n *yaml.Node, path string) {

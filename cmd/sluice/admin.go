@@ -45,6 +45,7 @@ func (r *running) startAdmin(cfg *config.Config, l loaded, in *upgrade.Inherited
 		Pprof: cfg.Admin.Pprof, Log: r.log,
 	}
 	r.admin.SetConfig(l.hash, l.at)
+	r.admin.SetToken(r.gen.Load().AdminToken)
 	ln, ok, err := in.Take(adminSocket + cfg.Admin.Address)
 	if err != nil {
 		return err
@@ -55,7 +56,7 @@ func (r *running) startAdmin(cfg *config.Config, l loaded, in *upgrade.Inherited
 		}
 	}
 	r.adminCfg, r.adminLn, r.adminStop = cfg.Admin, ln, r.admin.Serve(ln)
-	logAdmin(r.log, ln.Addr(), cfg.Admin.Pprof)
+	logAdmin(r.log, ln.Addr(), cfg.Admin)
 	return nil
 }
 
@@ -74,6 +75,7 @@ func (r *running) reloaded(err error, hash string, gen *config.Generation) {
 		return
 	}
 	r.admin.SetConfig(hash, now)
+	r.admin.SetToken(gen.AdminToken)
 	keep := map[[2]string]bool{}
 	gen.Servers(func(upstream string, s *balance.Server) { keep[[2]string{upstream, s.Addr}] = true })
 	r.recorder.Retain(func(upstream, addr string) bool { return keep[[2]string{upstream, addr}] })
@@ -85,7 +87,11 @@ func (r *running) reloaded(err error, hash string, gen *config.Generation) {
 // changed. Turning the listener on or off takes a restart (RestartOnly
 // says so).
 func (r *running) moveAdmin(c config.Admin) {
-	if r.admin == nil || c.Address == "" || c == r.adminCfg {
+	if r.admin == nil || c.Address == "" {
+		return
+	}
+	if c.Address == r.adminCfg.Address && c.Pprof == r.adminCfg.Pprof {
+		r.adminCfg = c // the token is the admin server's (reloaded)
 		return
 	}
 	if c.Address == r.adminCfg.Address {
@@ -107,5 +113,5 @@ func (r *running) moveAdmin(c config.Admin) {
 		r.adminStop()
 	}
 	r.adminCfg, r.adminLn, r.adminStop = c, ln, r.admin.Serve(ln)
-	logAdmin(r.log, ln.Addr(), c.Pprof)
+	logAdmin(r.log, ln.Addr(), c)
 }

@@ -245,3 +245,45 @@ func TestRunAdmin(t *testing.T) {
 		t.Errorf("unknown upstream: %d %v, want 404 with an error", code, e)
 	}
 }
+
+// TestRunAdminToken: with admin.token_file, the admin listener asks for
+// the token (but at /live), and a reload reads the file again: the new
+// token works, the old one no longer does.
+func TestRunAdminToken(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	dir := t.TempDir()
+	path, tokenFile := filepath.Join(dir, "sluice.yaml"), filepath.Join(dir, "admin-token")
+	const first, second = "first-token-0123456789", "second-token-0123456789"
+	os.WriteFile(tokenFile, []byte(first+"\n"), 0o600)
+	body := fmt.Sprintf("listen: [{address: 127.0.0.1:0}]\naccess_log: {enabled: false}\nadmin: {address: %s, token_file: %s}\n"+
+		"routes: [{upstream: app}]\nupstreams:\n  app:\n    servers: [{address: %s}]\n", freeAddr(t), tokenFile, up.Addr())
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := startAdminRun(t, path)
+	status := func(token string) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+r.admin+"/api/upstreams", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code, _ := r.call(t, "GET", "/live", nil); code != 200 {
+		t.Errorf("/live: %d, want 200 without the token", code)
+	}
+	if a, b := status(""), status(first); a != 401 || b != 200 {
+		t.Errorf("without the token %d (want 401), with it %d (want 200)", a, b)
+	}
+	os.WriteFile(tokenFile, []byte(second+"\n"), 0o600)
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	r.waitLog(t, regexp.MustCompile(`msg=reloaded`), 1)
+	if a, b := status(first), status(second); a != 401 || b != 200 {
+		t.Errorf("after the reload: the old token %d (want 401), the new one %d (want 200)", a, b)
+	}
+}

@@ -169,8 +169,8 @@ func loadConfig(path string) (*config.Config, string, error) {
 }
 
 // logAdmin logs where the admin listener serves.
-func logAdmin(log *slog.Logger, bound net.Addr, pprof bool) {
-	log.Info("admin", "address", bound.String(), "status", "http://"+bound.String()+"/status", "pprof", pprof)
+func logAdmin(log *slog.Logger, bound net.Addr, c config.Admin) {
+	log.Info("admin", "address", bound.String(), "status", "http://"+bound.String()+"/status", "pprof", c.Pprof, "token", c.TokenFile != "")
 }
 
 // logCertificates logs the certificates read from the files of each TLS
