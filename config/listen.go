@@ -156,12 +156,12 @@ func (ls *Listeners) running(next []Listener, j int) int {
 
 // Adopt makes TLS listener i take the switch of TLS listener k of old,
 // the listeners a reload replaces, with listener i's settings in g (the
-// Generation ls were made for): a new
-// server on a socket the reload keeps goes on with the session ticket keys
-// the old one served with, so that clients resume their sessions across
-// the reload as across one that keeps the server. Either not being a TLS
-// listener leaves listener i as it is. Call it once nothing of the reload
-// can fail any more: the old server's new handshakes get the settings too.
+// Generation ls were made for): a new server on a socket the reload keeps
+// goes on with the session ticket keys the old one served with, so that
+// clients resume their sessions across the reload as across one that
+// keeps the server. Either not being a TLS listener leaves listener i as
+// it is. Call it once nothing of the reload can fail any more: the old
+// server's new handshakes get the settings too.
 func (ls *Listeners) Adopt(i int, old *Listeners, k int, g *Generation) {
 	if i >= len(ls.switches) || k >= len(old.switches) || ls.switches[i] == nil || old.switches[k] == nil || i >= len(g.TLS) || g.TLS[i] == nil {
 		return
