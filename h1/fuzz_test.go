@@ -146,6 +146,10 @@ func FuzzChunked(f *testing.F) {
 		if data.Len() > raw.Len() {
 			t.Fatalf("decoded more than the raw body")
 		}
+		// The trailers kept apart are the raw body's trailer section.
+		if tr := b.Trailers(); !bytes.HasSuffix(raw.Bytes(), append(append([]byte("\r\n"), tr...), "\r\n"...)) {
+			t.Fatalf("trailers %q are not the end of the raw body %q", tr, raw.Bytes())
+		}
 		// Ready never claims a segment Next would have to read for: fed
 		// a few bytes per read, both modes read only where Ready said no.
 		// (Reads of 64 bytes let decode mode's Ready look past a chunk's
