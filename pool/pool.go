@@ -140,6 +140,7 @@ type Conn struct {
 	id           uint64  // the watcher's name for it, from its first Put
 	sv           *server // what the pool knows of its server, from its first Put
 	sys          sysConn // the socket: the TCP connection's, under TLS too
+	rd           readDeadline
 
 	// A TLS connection's layers: tls is Conn, and tr the TCP connection
 	// under it. Both are nil for a plain TCP connection.
@@ -150,7 +151,7 @@ type Conn struct {
 // NewConn wraps a freshly dialed connection.
 func NewConn(c net.Conn, key string, limits *Limits, now time.Time) *Conn {
 	pc := &Conn{Conn: c, Key: key, Limits: limits, Created: now}
-	pc.Reader.Reset(c)
+	pc.Reader.Reset(pc) // its deadlines go through pc (SetReadDeadline)
 	pc.sys.init(c)
 	return pc
 }

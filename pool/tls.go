@@ -22,7 +22,7 @@ func NewTLSConn(raw net.Conn, cfg *tls.Config, key string, limits *Limits, now t
 	tr := &transport{Conn: raw}
 	tc := tls.Client(tr, cfg)
 	pc := &Conn{Conn: tc, Key: key, Limits: limits, Created: now, tr: tr, tls: tc}
-	pc.Reader.Reset(tc)
+	pc.Reader.Reset(pc) // its deadlines go through pc (SetReadDeadline)
 	pc.sys.init(raw)
 	tr.sys = &pc.sys
 	return pc

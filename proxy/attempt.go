@@ -41,7 +41,8 @@ func (s *Session) try(peer *Peer, pol *retry.Policy, a *Attempt) bool {
 	if syncBody {
 		// The whole request goes in this write; Send then waits for the
 		// answer within the response-header timeout.
-		up.SetReadDeadline(now.Add(opts.responseHeaderTimeout()))
+		t := opts.responseHeaderTimeout()
+		up.ReadDeadlineWithin(now.Add(t), deadlineSlack(t))
 		n, err = up.Send(wbuf, opts.writeTimeout())
 	} else {
 		up.SetWriteDeadline(now.Add(opts.writeTimeout()))
