@@ -932,7 +932,9 @@ func (c *Conn) closeStream(st *Stream, err error) {
 		f()
 	}
 	st.onAbort = nil
-	close(st.done)
+	if st.done != nil {
+		close(st.done)
+	}
 	poke(st.wwake)
 	if len(c.streams) == 0 {
 		c.idleLocked()

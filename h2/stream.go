@@ -21,7 +21,7 @@ type Stream struct {
 	header []hpack.HeaderField
 	length int64 // the request's content-length, -1 when absent
 
-	done chan struct{}
+	done chan struct{} // made by Done, closed as the stream closes; guarded by c.mu
 	// hdr holds the request's fields when they fit: the stream and its
 	// header arrive in one allocation.
 	hdr [maxInlineFields]hpack.HeaderField
@@ -44,7 +44,6 @@ const maxInlineFields = 16
 // decoded into st.hdr when they fit), stream id of c.
 func (st *Stream) init(c *Conn, id uint32, header []hpack.HeaderField, length int64) {
 	st.c, st.id, st.header, st.length = c, id, header, length
-	st.done = make(chan struct{})
 }
 
 // wake returns *ch, making it first: c.mu is held.
@@ -89,8 +88,27 @@ func (st *Stream) Trailers() []hpack.HeaderField {
 }
 
 // Done returns a channel closed when the stream has ended either way: both
-// sides ended, reset by either side, or the connection gone.
-func (st *Stream) Done() <-chan struct{} { return st.done }
+// sides ended, reset by either side, or the connection gone. The channel is
+// made on the first call: most streams end without anyone asking.
+func (st *Stream) Done() <-chan struct{} {
+	st.c.mu.Lock()
+	defer st.c.mu.Unlock()
+	if st.done == nil {
+		if st.closed {
+			return closedDone
+		}
+		st.done = make(chan struct{})
+	}
+	return st.done
+}
+
+// closedDone is Done's channel for a stream that closed before it was
+// asked for.
+var closedDone = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
 
 // OnAbort arranges for f to be called once if the stream ends abnormally:
 // reset by either side, or its connection gone. f runs on the goroutine
