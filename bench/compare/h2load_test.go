@@ -175,22 +175,15 @@ func TestH2Scenarios(t *testing.T) {
 	}
 }
 
-// go-relay speaks HTTP/1.1 alone and sits out the HTTP/2 scenario with the
-// reason in its row; direct (plain HTTP) sits it out too; the others are in.
+// Every proxy, go-relay too, takes part in the HTTP/2 scenario; direct
+// (plain HTTP) sits it out.
 func TestH2SitsOut(t *testing.T) {
 	sc, _ := scenarioByName("h2-small")
-	for _, name := range []string{"sluice", "nginx", "haproxy", "caddy"} {
+	for _, name := range []string{"sluice", "nginx", "haproxy", "caddy", "go-relay"} {
 		p, _ := proxyByName(name)
 		if why := p.sitsOutWhy(sc); why != "" {
 			t.Errorf("%s sits out h2-small: %s", name, why)
 		}
-	}
-	relay, _ := proxyByName("go-relay")
-	if why := relay.sitsOutWhy(sc); !strings.Contains(why, "HTTP/1.1 only") {
-		t.Errorf("go-relay in h2-small: %q, want it to sit out, saying why", why)
-	}
-	if tlsSmall, _ := scenarioByName("tls-small"); relay.sitsOut(tlsSmall) {
-		t.Error("go-relay sits out tls-small")
 	}
 	if !direct.sitsOut(sc) {
 		t.Error("direct does not sit out h2-small")
@@ -310,7 +303,7 @@ func TestVerdictsH2(t *testing.T) {
 
 // The HTTP/2 table: counts summed over the rounds, the least and most
 // time for a request over them, CPU per request ÷ HAProxy; a row that sits
-// out says why; every line has as many cells as the header.
+// out or failed says why; every line has as many cells as the header.
 func TestH2Table(t *testing.T) {
 	sc, _ := scenarioByName("h2-small")
 	at := func(round int, cpu float64, mean time.Duration) sample {
@@ -323,13 +316,13 @@ func TestH2Table(t *testing.T) {
 	rows := []loadRow{
 		{sc: sc, name: "sluice", samples: []sample{at(0, 0.8, time.Millisecond), at(1, 1.6, 2*time.Millisecond), at(2, 2.4, 3*time.Millisecond)}},
 		{sc: sc, name: "haproxy", samples: []sample{at(0, 1, time.Millisecond), at(1, 2, time.Millisecond), at(2, 3, time.Millisecond)}},
-		{sc: sc, name: "go-relay", failure: "sits out: go-relay speaks HTTP/1.1 only (crypto/tls with no ALPN)"},
+		{sc: sc, name: "caddy", failure: "caddy: exit status 1"},
 		{sc: sc, name: direct.name, failure: "sits out this scenario"},
 	}
 	var out strings.Builder
 	(&bench{}).h2Table(&out, rows)
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 7 { // title, blank, header, rule, sluice, haproxy, go-relay; no direct
+	if len(lines) != 7 { // title, blank, header, rule, sluice, haproxy, caddy; no direct
 		t.Fatalf("%d lines, want 7:\n%s", len(lines), out.String())
 	}
 	cells := strings.Count(lines[2], "|")
@@ -341,8 +334,8 @@ func TestH2Table(t *testing.T) {
 	for _, want := range []string{
 		"| HTTP/2 small GET (h2load) | sluice | 3000 | 2994 | 0 | 6 | 0 | 3 | 0.10 ms | 2.00 ms | 1.00 ms | 30.0 ms | 90.0% | 0.80 |",
 		"| haproxy | 3000 |",
-		"| go-relay | — |",
-		"HTTP/1.1 only",
+		"| caddy | — |",
+		"exit status 1",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("no %q in:\n%s", want, out.String())

@@ -11,9 +11,9 @@
 // the client. It is not a proxy to use.
 //
 // With -cert and -key it serves TLS 1.3 with Go's crypto/tls as it comes
-// (tls.NewListener, the handshake on the connection's first read, automatic
-// session tickets): the least a Go proxy pays for TLS, beside which sluice's
-// TLS figures can be read.
+// (tls.NewListener, automatic session tickets): the least a Go proxy pays
+// for TLS, beside which sluice's TLS figures can be read. There it offers
+// HTTP/2 too (ALPN), carried the least way as well (h2.go).
 package main
 
 import (
@@ -54,13 +54,24 @@ func main() {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		go r.serve(c)
+		go r.accept(c)
 	}
 }
 
-// serverTLS is the relay's TLS: TLS 1.3, crypto/tls's defaults otherwise.
+// serverTLS is the relay's TLS: TLS 1.3, h2 or http/1.1 by ALPN,
+// crypto/tls's defaults otherwise.
 func serverTLS(cert tls.Certificate) *tls.Config {
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13, NextProtos: h2Protos}
+}
+
+// accept serves a client connection: as HTTP/2 when ALPN chose h2, as
+// HTTP/1.1 otherwise.
+func (r *relay) accept(c net.Conn) {
+	if tc, ok := c.(*tls.Conn); ok && isH2(tc) {
+		r.serveH2(c)
+		return
+	}
+	r.serve(c)
 }
 
 type relay struct {

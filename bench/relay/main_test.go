@@ -3,14 +3,17 @@ package main
 import (
 	"bufio"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sluice-proxy/sluice/internal/tlstest"
+	"golang.org/x/net/http2"
 )
 
 // The relay carries what bench/compare sends: keep-alive GETs, a POST with
@@ -106,5 +109,82 @@ func testRelay(t *testing.T, listen func(net.Listener) net.Listener, dial func(n
 	}
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Fatalf("after Connection: close the relay kept the connection: %v", err)
+	}
+}
+
+// Over TLS with ALPN h2: concurrent GETs on one HTTP/2 connection, each
+// answered whole through the upstream's kept-alive connections; a request
+// with a body, which the relay does not carry, is refused, not hung.
+func TestRelayH2(t *testing.T) {
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	go http.Serve(up, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Host", r.Host)
+		io.WriteString(w, r.Method+" "+r.URL.Path)
+	}))
+	ca := tlstest.NewCA(t, "relay CA")
+	leaf := ca.Server(t, "relay.test")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln = tls.NewListener(ln, serverTLS(*leaf.TLS))
+	defer ln.Close()
+	r := &relay{upstream: up.Addr().String(), idle: make(chan *upConn, 8)}
+	defer func() {
+		for len(r.idle) > 0 {
+			(<-r.idle).nc.Close()
+		}
+	}()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go r.accept(c)
+		}
+	}()
+
+	tr := &http2.Transport{TLSClientConfig: &tls.Config{ServerName: "relay.test", RootCAs: ca.Pool()}}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	base := "https://" + ln.Addr().String()
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for i := range 50 {
+		wg.Go(func() {
+			path := "/n/" + strconv.Itoa(i)
+			resp, err := client.Get(base + path)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			switch {
+			case err != nil:
+				errs <- err
+			case resp.ProtoMajor != 2 || resp.StatusCode != 200 || string(body) != "GET "+path:
+				errs <- fmt.Errorf("%s: %s %d %q, want HTTP/2 200 %q", path, resp.Proto, resp.StatusCode, body, "GET "+path)
+			case resp.Header.Get("X-Host") != ln.Addr().String() || resp.ContentLength != int64(len(body)):
+				errs <- fmt.Errorf("%s: X-Host %q, Content-Length %d", path, resp.Header.Get("X-Host"), resp.ContentLength)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// The body is opaque to the client, which cannot rewind it: a refused
+	// stream ends the request instead of being retried with backoff.
+	resp, err := client.Post(base+"/post", "text/plain", io.MultiReader(strings.NewReader("hello")))
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("a POST with a body: %s, want the stream refused", resp.Status)
 	}
 }
