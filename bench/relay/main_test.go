@@ -64,23 +64,7 @@ func testRelay(t *testing.T, listen func(net.Listener) net.Listener, dial func(n
 		t.Fatal(err)
 	}
 	ln = listen(ln)
-	defer ln.Close()
-	r := &relay{upstream: up.Addr().String(), idle: make(chan *upConn, 4)}
-	defer func() {
-		// The relay's pooled upstream connections end with the test.
-		for len(r.idle) > 0 {
-			(<-r.idle).nc.Close()
-		}
-	}()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go r.serve(c)
-		}
-	}()
+	runRelay(t, ln, up.Addr().String())
 
 	nc, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
@@ -132,22 +116,7 @@ func TestRelayH2(t *testing.T) {
 		t.Fatal(err)
 	}
 	ln = tls.NewListener(ln, serverTLS(*leaf.TLS))
-	defer ln.Close()
-	r := &relay{upstream: up.Addr().String(), idle: make(chan *upConn, 8)}
-	defer func() {
-		for len(r.idle) > 0 {
-			(<-r.idle).nc.Close()
-		}
-	}()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go r.accept(c)
-		}
-	}()
+	runRelay(t, ln, up.Addr().String())
 
 	tr := &http2.Transport{TLSClientConfig: &tls.Config{ServerName: "relay.test", RootCAs: ca.Pool()}}
 	defer tr.CloseIdleConnections()
@@ -187,4 +156,26 @@ func TestRelayH2(t *testing.T) {
 		resp.Body.Close()
 		t.Fatalf("a POST with a body: %s, want the stream refused", resp.Status)
 	}
+}
+
+// runRelay serves ln as main does, relaying to upstream, until the test
+// ends; then the listener and the relay's pooled upstream connections
+// are closed.
+func runRelay(t *testing.T, ln net.Listener, upstream string) {
+	r := &relay{upstream: upstream, idle: make(chan *upConn, 8)}
+	t.Cleanup(func() {
+		ln.Close()
+		for len(r.idle) > 0 {
+			(<-r.idle).nc.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go r.accept(c)
+		}
+	}()
 }
