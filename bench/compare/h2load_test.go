@@ -295,6 +295,25 @@ func TestVerdictsH2(t *testing.T) {
 	if len(vs) != 1 || vs[0].what != "HTTP/2 small GET: CPU per request ÷ HAProxy" || math.Abs(vs[0].got-0.9) > 1e-9 || vs[0].missBy != 0 {
 		t.Fatalf("verdicts = %+v, want one, 0.9 of HAProxy's, met", vs)
 	}
+	if !math.IsNaN(vs[0].floor) {
+		t.Errorf("without go-relay: floor %v, want NaN", vs[0].floor)
+	}
+	// go-relay's figure, paired with HAProxy's as sluice's is, is the floor.
+	relay := loadRow{sc: sc, name: "go-relay", samples: []sample{at(0, 1.2), at(1, 2.4)}}
+	withRelay := verdicts(append(loads, relay), nil)
+	if len(withRelay) != 1 || math.Abs(withRelay[0].floor-1.2) > 1e-9 {
+		t.Fatalf("with go-relay: verdicts = %+v, want the floor at 1.2", withRelay)
+	}
+	var out strings.Builder
+	(&bench{}).targetTable(&out, append(withRelay, vs...))
+	for _, want := range []string{
+		"| HTTP/2 small GET: CPU per request ÷ HAProxy | ≤ 1.00 | 0.90 | met | 1.20 |",
+		"| HTTP/2 small GET: CPU per request ÷ HAProxy | ≤ 1.00 | 0.90 | met | — |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q in:\n%s", want, out.String())
+		}
+	}
 	// Without HAProxy the target is not checked, whatever nginx did.
 	if vs := verdicts(loads[:2], nil); len(vs) != 0 {
 		t.Errorf("without haproxy: verdicts = %+v, want none", vs)
