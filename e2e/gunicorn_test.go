@@ -3,6 +3,7 @@ package e2e
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,7 +36,13 @@ func needGunicorn(t *testing.T) string {
 // Behind sluice, no client may see a 5xx or a transport error, and no
 // request may be processed twice: the POSTs carry no Idempotency-Key, so a
 // POST that may have reached the app must not be sent again.
-func TestGunicornChurn(t *testing.T) { gunicornChurn(t, "") }
+func TestGunicornChurn(t *testing.T) { gunicornChurn(t, "", 0) }
+
+// TestGunicornChurnH2 is TestGunicornChurn with the clients' requests as
+// streams of two HTTP/2 connections: each stream is its own request to
+// the upstream, over the same pool, and the same rules must hold. The
+// clients never resend a request, whatever the proxy answered.
+func TestGunicornChurnH2(t *testing.T) { gunicornChurn(t, "", 2) }
 
 // TestGunicornChurnUnix is TestGunicornChurn with gunicorn bound to a Unix
 // socket (--bind unix:PATH): a recycled worker's pooled connections die
@@ -49,12 +56,13 @@ func TestGunicornChurnUnix(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	gunicornChurn(t, filepath.Join(dir, "g.sock"))
+	gunicornChurn(t, filepath.Join(dir, "g.sock"), 0)
 }
 
 // gunicornChurn runs the churn scenario against gunicorn on 127.0.0.1, or
-// on the Unix socket at socket when it is not "".
-func gunicornChurn(t *testing.T, socket string) {
+// on the Unix socket at socket when it is not "", from HTTP/1.1 clients,
+// or from streams of h2Conns HTTP/2 connections when that is above 0.
+func gunicornChurn(t *testing.T, socket string, h2Conns int) {
 	python := needGunicorn(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -77,7 +85,7 @@ func gunicornChurn(t *testing.T, socket string) {
 
 	const requests, clients, bodySize = 3000, 16, 64
 	start := time.Now()
-	results := Load{Addr: sl.Addr, Clients: clients, Requests: requests, BodySize: bodySize, Prefix: "g"}.Run(ctx)
+	results := Load{Addr: sl.Addr, Clients: clients, Requests: requests, BodySize: bodySize, Prefix: "g", H2Conns: h2Conns}.Run(ctx)
 	elapsed := time.Since(start)
 	if err := sl.Close(); err != nil {
 		t.Errorf("sluice: %v", err)
@@ -90,8 +98,12 @@ func gunicornChurn(t *testing.T, socket string) {
 	rep := Tally(results, records, bodySize)
 	log := sl.Log()
 
-	t.Logf("%d requests from %d keep-alive clients in %s; %d worker processes (%d recycles)",
-		requests, clients, elapsed.Round(time.Millisecond), rep.PIDs, max(0, rep.PIDs-2))
+	from := fmt.Sprintf("%d keep-alive clients", clients)
+	if h2Conns > 0 {
+		from = fmt.Sprintf("%d clients, streams of %d HTTP/2 connections", clients, h2Conns)
+	}
+	t.Logf("%d requests from %s in %s; %d worker processes (%d recycles)",
+		requests, from, elapsed.Round(time.Millisecond), rep.PIDs, max(0, rep.PIDs-2))
 	t.Logf("clients and app:\n%s", rep)
 	t.Logf("sluice pool: %+v", sl.Server.Pool.Stats())
 	t.Logf("sluice failed tries: %s", strings.Join(TrySummary(log), "; "))

@@ -148,6 +148,16 @@ type Load struct {
 	BodySize int
 	// Timeout bounds each request; 0 means 10 s.
 	Timeout time.Duration
+	// H2Conns, when above 0, makes the clients streams of this many
+	// HTTP/2 connections (h2c, prior knowledge) instead of HTTP/1.1
+	// connections of their own: Clients requests in flight at a time,
+	// multiplexed.
+	H2Conns int
+}
+
+// doer sends one request the way Client.Do does.
+type doer interface {
+	Do(method, id string, body []byte) Result
 }
 
 // Run sends the load and returns one Result per request, in request order.
@@ -162,10 +172,20 @@ func (l Load) Run(ctx context.Context) []Result {
 	results := make([]Result, n)
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range orInt(l.Clients, 16) {
+	var h2 []*H2Client
+	for range l.H2Conns {
+		h2 = append(h2, &H2Client{Addr: l.Addr, Timeout: l.Timeout})
+	}
+	for k := range orInt(l.Clients, 16) {
 		wg.Go(func() {
-			c := &Client{Addr: l.Addr, Timeout: l.Timeout}
-			defer c.Close()
+			var c doer
+			if len(h2) > 0 {
+				c = h2[k%len(h2)] // shared: closed once all are done
+			} else {
+				own := &Client{Addr: l.Addr, Timeout: l.Timeout}
+				defer own.Close()
+				c = own
+			}
 			for ctx.Err() == nil {
 				i := int(next.Add(1) - 1)
 				if i >= n {
@@ -181,6 +201,9 @@ func (l Load) Run(ctx context.Context) []Result {
 		})
 	}
 	wg.Wait()
+	for _, c := range h2 {
+		c.Close()
+	}
 	return results
 }
 

@@ -55,7 +55,8 @@ type Sluice struct {
 }
 
 // StartSluice parses and builds yaml (a sluice config file), and serves it
-// on 127.0.0.1:0, whatever its listen section says. Its error log is
+// on 127.0.0.1:0 (HTTP/1.1, and HTTP/2 to clients that open with its
+// preface), whatever its listen section says. Its error log is
 // written as JSON to memory (see Log) and, when tee is not nil, to tee.
 // Close must be called.
 func StartSluice(yaml string, tee io.Writer) (*Sluice, error) {
@@ -84,7 +85,7 @@ func StartSluice(yaml string, tee io.Writer) (*Sluice, error) {
 		return nil, err
 	}
 	s.Addr, s.Server, s.closer = ln.Addr().String(), srv, closer
-	go func() { s.served <- srv.Serve(ln) }()
+	go func() { s.served <- srv.ServeWith(ln, proxy.ListenerOptions{Protocols: []string{"http/1.1", "h2c"}}) }()
 	return s, nil
 }
 
