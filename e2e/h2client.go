@@ -69,14 +69,8 @@ func (c *H2Client) conn(timeout time.Duration) (*http2.ClientConn, error) {
 func (c *H2Client) Do(method, id string, body []byte) (r Result) {
 	r = Result{ID: id, Method: method, Start: time.Now()}
 	defer func() { r.Duration = time.Since(r.Start) }()
-	timeout := orDuration(c.Timeout, 10*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), orDuration(c.Timeout, 10*time.Second))
 	defer cancel()
-	cc, err := c.conn(timeout)
-	if err != nil {
-		r.Err = err
-		return r
-	}
 	var rd io.Reader
 	if body != nil {
 		// Opaque to net/http: no GetBody, so nothing could rewind it.
@@ -92,7 +86,7 @@ func (c *H2Client) Do(method, id string, body []byte) (r Result) {
 		req.Header.Set("Content-Type", "application/octet-stream")
 		req.ContentLength = int64(len(body))
 	}
-	resp, err := cc.RoundTrip(req)
+	resp, err := c.RoundTrip(req)
 	if err != nil {
 		r.Err = err
 		return r
@@ -108,6 +102,16 @@ func (c *H2Client) Do(method, id string, body []byte) (r Result) {
 		r.Err = &MismatchError{Want: id, Got: got}
 	}
 	return r
+}
+
+// RoundTrip sends req as one stream of the connection, once, and returns
+// the response, its body still to read. It is safe for concurrent use.
+func (c *H2Client) RoundTrip(req *http.Request) (*http.Response, error) {
+	cc, err := c.conn(orDuration(c.Timeout, 10*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	return cc.RoundTrip(req)
 }
 
 // Close closes the connection, if any; the next Do dials again.

@@ -174,7 +174,17 @@ func soakPlan(id int) *soakRequest {
 // byte for byte. Nothing cut may look complete; no POST may be processed
 // twice; every GET that failed before a byte went out is retried and
 // answered whole; every POST that did is answered 502, not resent.
-func TestFaultSoak(t *testing.T) {
+func TestFaultSoak(t *testing.T) { faultSoak(t, 0) }
+
+// TestFaultSoakH2 is TestFaultSoak with the clients' requests as streams
+// of four HTTP/2 connections, which never resend: a response cut in the
+// middle must reach its client as a reset stream, never as a stream that
+// ends, and the other streams of its connection go on.
+func TestFaultSoakH2(t *testing.T) { faultSoak(t, 4) }
+
+// faultSoak runs the fault soak from HTTP/1.x clients or, when h2Conns is
+// above 0, from streams of that many HTTP/2 connections.
+func faultSoak(t *testing.T, h2Conns int) {
 	if testing.Short() {
 		t.Skip("the fault soak takes several seconds")
 	}
@@ -203,11 +213,27 @@ upstreams:
 	defer s.Close()
 
 	results := make([]*soakRequest, clients*perClient)
+	var h2 []*H2Client
+	for range h2Conns {
+		c := &H2Client{Addr: s.Addr, Timeout: 20 * time.Second}
+		defer c.Close()
+		h2 = append(h2, c)
+	}
 	var wg sync.WaitGroup
 	for cl := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if len(h2) > 0 {
+				for i := range perClient {
+					id := cl*perClient + i
+					r := soakPlan(id)
+					r.http10 = false
+					results[id] = r
+					soakDoH2(h2[cl%len(h2)], r)
+				}
+				return
+			}
 			var nc net.Conn
 			var br *bufio.Reader
 			for i := range perClient {
@@ -314,4 +340,35 @@ func soakDo(nc net.Conn, br *bufio.Reader, r *soakRequest) bool {
 	r.body, r.err = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	return r.err == nil && !resp.Close && !r.http10
+}
+
+// soakDoH2 sends r as a stream of c and reads its response whole,
+// recording it in r.
+func soakDoH2(c *H2Client, r *soakRequest) {
+	te := "length"
+	if r.chunked {
+		te = "chunked"
+	}
+	var body io.Reader
+	if r.method == "POST" {
+		// Opaque to net/http: no GetBody, so nothing could rewind it.
+		body = io.MultiReader(bytes.NewReader(soakBody(r.id, 512)))
+	}
+	req, err := http.NewRequest(r.method, fmt.Sprintf("http://soak/o?id=%d&size=%d&te=%s", r.id, r.size, te), body)
+	if err != nil {
+		r.err = err
+		return
+	}
+	if body != nil {
+		req.ContentLength = 512
+	}
+	resp, err := c.RoundTrip(req)
+	if err != nil {
+		r.err = err
+		return
+	}
+	r.status = resp.StatusCode
+	r.proxy = resp.Header.Get("Proxy-Status")
+	r.body, r.err = io.ReadAll(resp.Body)
+	resp.Body.Close()
 }
