@@ -123,7 +123,7 @@ func ServerChanged(old, new *Config) []string {
 	}{
 		{"listen", listenShape(old.Listen), listenShape(new.Listen)},
 		{"timeouts", old.Timeouts, new.Timeouts},
-		{"limits", old.Limits, new.Limits},
+		{"limits", serverLimits(old.Limits), serverLimits(new.Limits)},
 		{"access_log", old.AccessLog, new.AccessLog},
 		{"log", old.Log, new.Log},
 		{"forwarded", old.Forwarded, new.Forwarded},
@@ -135,15 +135,18 @@ func ServerChanged(old, new *Config) []string {
 	return diff
 }
 
+// serverLimits is what of the limits the server holds: all but the bound
+// of the pool every server shares, which a reload sets on the pool.
+func serverLimits(l Limits) Limits {
+	l.MaxIdleUpstreamConns = 0
+	return l
+}
+
 // RestartOnly lists the keys that differ between two configs and that a
-// reload cannot apply: limits.max_idle_upstream_conns, the bound of the
-// connection pool every server of the process shares, and whether there
-// is an admin listener (its address and pprof change on a reload).
+// reload cannot apply: whether there is an admin listener (its address and
+// pprof change on a reload).
 func RestartOnly(old, new *Config) []string {
 	var keys []string
-	if old.Limits.MaxIdleUpstreamConns != new.Limits.MaxIdleUpstreamConns {
-		keys = append(keys, "limits.max_idle_upstream_conns")
-	}
 	if (old.Admin.Address == "") != (new.Admin.Address == "") {
 		keys = append(keys, "admin")
 	}
@@ -501,7 +504,7 @@ func NewServer(cfg *Config, g *Generation, errorLog *slog.Logger) (*proxy.Server
 func NewServerPool(cfg *Config, g *Generation, errorLog *slog.Logger, p *pool.Pool) (*proxy.Server, *Resources, error) {
 	res := &Resources{pool: p}
 	if p == nil {
-		p = pool.New(max(1, cfg.Limits.MaxIdleUpstreamConns), nil)
+		p = pool.New(cfg.Limits.PoolBound(), nil)
 		res.pool = p
 		res.ownPool = true
 	}

@@ -279,11 +279,18 @@ type Limits struct {
 	MaxHeaders int
 	// MaxIdleUpstreamConns (key "max_idle_upstream_conns", default 1024,
 	// >= 0) caps the idle pooled upstream connections of all upstreams
-	// together; 0 keeps none.
+	// together; 0 keeps none. A reload applies it to the pool every
+	// server of the process shares (PoolBound).
 	MaxIdleUpstreamConns int
 	// H2 (key "h2") bounds what a client may do on an HTTP/2 connection.
 	H2 H2Limits
 }
+
+// PoolBound is the most idle connections the process's connection pool
+// holds under l (pool.New, Pool.SetMaxTotal). With MaxIdleUpstreamConns 0
+// no upstream pools any (Build sets their max_idle to 0), and the bound
+// is 1, as the pool takes 0 for no bound.
+func (l Limits) PoolBound() int { return max(1, l.MaxIdleUpstreamConns) }
 
 // H2Limits bound each downstream HTTP/2 connection. Towards an upstream,
 // sluice honours the upstream's own SETTINGS.

@@ -212,17 +212,17 @@ type Stats struct {
 // Pool holds idle connections by key. It is safe for concurrent use. The
 // zero value is not usable; use New, and Close when done.
 type Pool struct {
-	maxTotal int
-	now      func() time.Time
+	now func() time.Time
 
-	mu      sync.Mutex
-	keys    map[string]*idleList       // each key's idle connections; empty lists go at the next sweep
-	lru     struct{ head, tail *Conn } // all idle conns; head is the most recent
-	byID    map[uint64]*Conn
-	nextID  uint64
-	servers map[string]*server // what the pool has learned of each server
-	total   int
-	closed  bool
+	mu       sync.Mutex
+	maxTotal int
+	keys     map[string]*idleList       // each key's idle connections; empty lists go at the next sweep
+	lru      struct{ head, tail *Conn } // all idle conns; head is the most recent
+	byID     map[uint64]*Conn
+	nextID   uint64
+	servers  map[string]*server // what the pool has learned of each server
+	total    int
+	closed   bool
 
 	hits, misses, stale, watched, expired, retired, evicted, tooOld, closingSkips, untrusted atomic.Uint64
 
@@ -482,6 +482,25 @@ func (p *Pool) Put(c *Conn) bool {
 		d.discard()
 	}
 	return true
+}
+
+// SetMaxTotal changes the most idle connections the pool holds in all, as
+// New's maxTotal: a reload's new bound. Lowered below those idle now, it
+// closes the least recently used at once.
+func (p *Pool) SetMaxTotal(maxTotal int) {
+	p.mu.Lock()
+	p.maxTotal = maxTotal
+	var drop []*Conn
+	for maxTotal > 0 && p.total > maxTotal && p.lru.tail != nil {
+		last := p.lru.tail
+		p.remove(last)
+		drop = append(drop, last)
+	}
+	p.mu.Unlock()
+	for _, d := range drop {
+		p.evicted.Add(1)
+		d.discard()
+	}
 }
 
 // Close closes every idle connection and stops the pool's goroutine. Later

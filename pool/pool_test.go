@@ -216,9 +216,24 @@ func TestLimits(t *testing.T) {
 	}
 	// Overall limit: 3 in all.
 	put("b", 1)
-	put("b", 1)
+	newest := put("b", 1)
 	if s := p.Stats(); s.Idle != 3 || s.Evicted != 2 {
 		t.Fatalf("overall limit: %+v", s)
+	}
+	// A lower overall limit (a reload's) closes the least recently used
+	// at once, "a"'s last then "b"'s first; a higher one lets more in.
+	p.SetMaxTotal(1)
+	if s := p.Stats(); s.Idle != 1 || s.Evicted != 4 {
+		t.Fatalf("overall limit lowered to 1: %+v", s)
+	}
+	if got := p.Get("b", nil); got != newest {
+		t.Fatalf("after lowering the limit, Get(b) = %v, want the most recent connection", got)
+	}
+	p.SetMaxTotal(3)
+	put("e", 1)
+	put("e", 1)
+	if s := p.Stats(); s.Idle != 2 || s.Evicted != 4 {
+		t.Fatalf("overall limit raised to 3: %+v", s)
 	}
 	// max_requests retires.
 	if put("c", 5); p.Stats().Retired != 1 {

@@ -128,7 +128,7 @@ func start(path string, cfg *config.Config, l loaded, stderr io.Writer, log *slo
 	}
 	logCertificates(log, gen)
 	ctx, cancel := context.WithCancel(context.Background())
-	p := pool.New(max(1, cfg.Limits.MaxIdleUpstreamConns), nil)
+	p := pool.New(cfg.Limits.PoolBound(), nil)
 	srv, res, err := config.NewServerPool(cfg, gen, log, p)
 	if err != nil {
 		cancel()

@@ -26,7 +26,8 @@ import (
 // listeners, client timeouts, limits, logs, forwarding; or turns metrics
 // on or off), a new server takes over the sockets (see running) and the
 // old one drains. The metrics endpoint moves when its address changes.
-// The pid file is written at its new path, and the old one removed.
+// The pid file is written at its new path, and the old one removed. The
+// pool every server shares takes the new limits.max_idle_upstream_conns.
 func (r *running) reload() {
 	cfg, hash, err := loadConfig(r.path)
 	if err != nil {
@@ -107,6 +108,9 @@ func (r *running) reload() {
 		if r.cfg.PIDFile != "" {
 			removePIDFile(r.cfg.PIDFile)
 		}
+	}
+	if bound := cfg.Limits.PoolBound(); bound != r.cfg.Limits.PoolBound() {
+		r.pool.SetMaxTotal(bound)
 	}
 	r.cfg = cfg
 	logCertificates(r.log, gen)

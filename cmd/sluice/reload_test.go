@@ -96,6 +96,49 @@ func TestReload(t *testing.T) {
 	}
 }
 
+// limits.max_idle_upstream_conns is applied by a reload, to the pool every
+// server shares and without a new server: lowered, it closes the idle
+// connections beyond it at once; no restart is asked for.
+func TestReloadPoolBound(t *testing.T) {
+	var ups []string
+	for range 3 {
+		ups = append(ups, upstreamtest.Start(t, upstreamtest.OK("ok")).Addr())
+	}
+	conf := func(bound int) string {
+		return fmt.Sprintf("listen: [{address: 127.0.0.1:0}]\naccess_log: {enabled: false}\nlimits: {max_idle_upstream_conns: %d}\n", bound) +
+			"routes:\n  - {path_prefix: /0, upstream: u0}\n  - {path_prefix: /1, upstream: u1}\n  - {path_prefix: /2, upstream: u2}\n" +
+			fmt.Sprintf("upstreams:\n  u0: {servers: [{address: %s}]}\n  u1: {servers: [{address: %s}]}\n  u2: {servers: [{address: %s}]}\n", ups[0], ups[1], ups[2])
+	}
+	s := startRunning(t, conf(10))
+	srv := s.srv
+	for i := range 3 {
+		if code, _ := proxytest.Get(t, s.addr(0), fmt.Sprintf("/%d", i), ""); code != 200 {
+			t.Fatalf("GET /%d: %d", i, code)
+		}
+	}
+	if idle := s.pool.Stats().Idle; idle != 3 {
+		t.Fatalf("%d idle upstream connections before the reload, want 3", idle)
+	}
+	s.reloadWith(t, conf(1))
+	if s.srv != srv {
+		t.Error("a reload of max_idle_upstream_conns alone started a new server")
+	}
+	if idle := s.pool.Stats().Idle; idle != 1 {
+		t.Errorf("%d idle upstream connections after lowering the bound to 1, want 1", idle)
+	}
+	for i := range 3 {
+		if code, _ := proxytest.Get(t, s.addr(0), fmt.Sprintf("/%d", i), ""); code != 200 {
+			t.Fatalf("after the reload, GET /%d: %d", i, code)
+		}
+	}
+	if idle := s.pool.Stats().Idle; idle != 1 {
+		t.Errorf("%d idle upstream connections under a bound of 1, want 1", idle)
+	}
+	if strings.Contains(s.log.String(), "take effect only on restart") {
+		t.Errorf("the reload asked for a restart:\n%s", s.log.String())
+	}
+}
+
 // holdUpstream answers /hold/... once release is closed, and anything
 // else at once; held counts the requests waiting.
 func holdUpstream(t *testing.T) (u *upstreamtest.Server, release chan struct{}) {
