@@ -43,8 +43,8 @@ const LetsEncrypt = certmagic.LetsEncryptProductionCA
 type Options struct {
 	// Domains are the names to get certificates for, a certificate
 	// each; at least one. Each is a DNS name (any case, a trailing dot
-	// ignored), not a wildcard: the CA validates a name by HTTP-01 or
-	// TLS-ALPN-01, and a wildcard needs DNS-01.
+	// ignored); a wildcard (*.example.com) only with DNS, as the CA
+	// validates one by DNS-01 alone.
 	Domains []string
 	// Email is the ACME account's contact address, for the CA to write
 	// to about the certificates; "" registers an account without one.
@@ -64,6 +64,11 @@ type Options struct {
 	// renewed or loaded at info level, failures as errors;
 	// certmagic's own narration at debug level. nil means slog.Default().
 	Log *slog.Logger
+
+	// DNS, when set, answers the CA's challenges by DNS-01 (TXT records
+	// written by dynamic updates) instead of the listeners' HTTP-01 and
+	// TLS-ALPN-01: for wildcards, and for servers the CA cannot reach.
+	DNS *DNS
 
 	// RenewalWindowRatio is the part of a certificate's lifetime left
 	// when it is renewed, unless the CA's renewal information (ARI, RFC
@@ -126,7 +131,17 @@ func New(o Options) (*Manager, error) {
 		if slices.Contains(m.domains, name) {
 			return nil, fmt.Errorf("acme: domain %s given twice", name)
 		}
+		if o.DNS == nil && strings.HasPrefix(name, "*.") {
+			return nil, fmt.Errorf("acme: %s is a wildcard, which only the DNS-01 challenge can validate: configure dns, or list the names", name)
+		}
 		m.domains = append(m.domains, name)
+	}
+	if o.DNS != nil {
+		d, err := o.DNS.Check()
+		if err != nil {
+			return nil, err
+		}
+		m.opts.DNS = &d
 	}
 	if o.CA != "" {
 		if err := CheckCA(o.CA); err != nil {
@@ -251,7 +266,9 @@ func (m *Manager) Start(ctx context.Context, ch Challenges) error {
 		TrustedRoots:              m.opts.Roots, // nil: the system's
 		Logger:                    zl,
 	}
-	if err := ch.issuer(&tmpl); err != nil {
+	if m.opts.DNS != nil {
+		tmpl.DNS01Solver = m.opts.DNS.solver(zl)
+	} else if err := ch.issuer(&tmpl); err != nil {
 		r.cache.Stop()
 		return err
 	}
@@ -269,11 +286,16 @@ func (m *Manager) Start(ctx context.Context, ch Challenges) error {
 	ctx, r.cancel = context.WithCancel(ctx)
 	m.run.Store(r)
 	var kinds []string
-	if !tmpl.DisableHTTPChallenge {
-		kinds = append(kinds, "http-01")
-	}
-	if !tmpl.DisableTLSALPNChallenge {
-		kinds = append(kinds, "tls-alpn-01")
+	switch {
+	case tmpl.DNS01Solver != nil:
+		kinds = append(kinds, "dns-01")
+	default:
+		if !tmpl.DisableHTTPChallenge {
+			kinds = append(kinds, "http-01")
+		}
+		if !tmpl.DisableTLSALPNChallenge {
+			kinds = append(kinds, "tls-alpn-01")
+		}
 	}
 	ca := m.opts.CA
 	if ca == "" {
@@ -376,13 +398,21 @@ func (m *Manager) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, 
 	return nil, fmt.Errorf("acme: no certificate for %s yet", name)
 }
 
-// lookup returns the certificate of the domain hello names, nil when m
-// manages no such domain or has no certificate for it yet.
+// lookup returns the certificate of the domain hello names, or of the
+// wildcard that holds it (*.example.com for www.example.com), nil when m
+// manages neither or has no certificate for it yet.
 func (m *Manager) lookup(hello *tls.ClientHelloInfo) *tls.Certificate {
 	if hello.ServerName == "" {
 		return nil
 	}
-	return m.cert(hello, normalize(hello.ServerName))
+	name := normalize(hello.ServerName)
+	if c := m.cert(hello, name); c != nil {
+		return c
+	}
+	if _, parent, ok := strings.Cut(name, "."); ok && strings.Contains(parent, ".") {
+		return m.cert(hello, "*."+parent)
+	}
+	return nil
 }
 
 // first returns the certificate of the first domain with one.
@@ -515,14 +545,26 @@ func normalize(name string) string { return strings.ToLower(strings.TrimSuffix(n
 
 // CheckDomain checks that name can be a Manager's domain and returns it
 // normalized: a DNS name of letters, digits and hyphens (an IDN in its
-// xn-- form), not a wildcard, nor an IP address.
+// xn-- form), or a wildcard of one (*.example.com: one label, the first;
+// not a public suffix alone, which no CA issues for), not an IP address.
+// A wildcard needs Options.DNS.
 func CheckDomain(name string) (string, error) {
 	n := normalize(name)
+	if rest, ok := strings.CutPrefix(n, "*."); ok {
+		if !strings.Contains(rest, ".") {
+			return "", fmt.Errorf("acme: %s is a wildcard of a top-level domain, which no CA issues", name)
+		}
+		if strings.Contains(rest, "*") {
+			return "", fmt.Errorf("acme: %s: a wildcard is one label, the first", name)
+		}
+		if _, err := CheckDomain(rest); err != nil {
+			return "", fmt.Errorf("acme: %s is not a wildcard of a domain name (%s)", name, strings.TrimPrefix(err.Error(), "acme: "))
+		}
+		return n, nil
+	}
 	switch {
 	case n == "":
 		return "", errors.New("acme: an empty domain")
-	case strings.HasPrefix(n, "*."):
-		return "", fmt.Errorf("acme: %s is a wildcard, which only the DNS-01 challenge can validate; list the names", name)
 	case net.ParseIP(strings.Trim(n, "[]")) != nil:
 		return "", fmt.Errorf("acme: %s is an IP address; name a domain", name)
 	case len(n) > 253:

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -186,6 +187,92 @@ func TestObtainHTTP01(t *testing.T) {
 	if !strings.Contains(s.log.String(), `msg="ACME certificate obtained" names=[http01.sluice.test] not_after=`) {
 		t.Errorf("no line for the certificate obtained:\n%s", s.log)
 	}
+}
+
+// A wildcard certificate is obtained by DNS-01: the Manager writes the
+// TXT records by RFC 2136 updates signed with its TSIG key to the zone's
+// server (the one the CA asks), the CA validates them for real, and the
+// records are removed after. The wildcard serves the names under it; the
+// zone's own name has its certificate. No listener answers a challenge.
+func TestObtainDNS01Wildcard(t *testing.T) {
+	s, use := serve(t)
+	const key, secret = "acme-update.", "c2x1aWNlIHRlc3QgdHNpZyBrZXkgc2VjcmV0IQ=="
+	ca := acmetest.Start(t, acmetest.Options{Zone: "sluice.test", TSIGName: key, TSIGSecret: secret})
+	m, err := New(Options{Domains: []string{"*.sluice.test", "sluice.test"}, CA: ca.Directory, Roots: ca.TLSRoots, Storage: t.TempDir(),
+		Log: slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		DNS: &DNS{Server: ca.DNS, KeyName: key, Secret: secret, Resolvers: []string{ca.DNS}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Stop)
+	use(m)
+	if err := m.Start(context.Background(), Challenges{}); err != nil {
+		t.Fatal(err)
+	}
+	roots := ca.Roots(t)
+	for _, sni := range []string{"www.sluice.test", "API.sluice.test"} {
+		if leaf := s.served(t, sni, roots); !slices.Equal(leaf.DNSNames, []string{"*.sluice.test"}) {
+			t.Errorf("%s: served a certificate for %v, want the wildcard", sni, leaf.DNSNames)
+		}
+	}
+	if leaf := s.served(t, "sluice.test", roots); !slices.Equal(leaf.DNSNames, []string{"sluice.test"}) {
+		t.Errorf("sluice.test: served a certificate for %v", leaf.DNSNames)
+	}
+	// Two records added (pebble validated them: no listener answers a
+	// challenge here) and two removed, each signed; none refused.
+	proxytestWait(t, "the challenge records removed", func() bool {
+		applied, _ := ca.Updates()
+		return applied == 4 && len(ca.TXT("_acme-challenge.sluice.test")) == 0
+	})
+	if applied, refused := ca.Updates(); applied != 4 || refused != 0 {
+		t.Errorf("%d updates applied, %d refused; want 4 and 0", applied, refused)
+	}
+	if !strings.Contains(s.log.String(), `challenges=[dns-01]`) {
+		t.Errorf("the Manager does not say it answers DNS-01:\n%s", s.log)
+	}
+	// A name two labels under the wildcard is not covered by it.
+	if _, _, err := s.handshake("a.b.sluice.test", roots); err == nil {
+		t.Error("a.b.sluice.test: a certificate verified, yet the wildcard covers one label only")
+	}
+}
+
+// A DNS-01 update the zone's server refuses (a key it does not know) fails
+// the order, and says why; nothing is served.
+func TestDNS01Refused(t *testing.T) {
+	s, use := serve(t)
+	ca := acmetest.Start(t, acmetest.Options{Zone: "sluice.test", TSIGName: "acme-update.", TSIGSecret: "c2VjcmV0"})
+	m, err := New(Options{Domains: []string{"*.sluice.test"}, CA: ca.Directory, Roots: ca.TLSRoots, Storage: t.TempDir(),
+		Log: slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		DNS: &DNS{Server: ca.DNS, KeyName: "other-key.", Secret: "c2VjcmV0", Resolvers: []string{ca.DNS}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Stop)
+	use(m)
+	if err := m.Start(context.Background(), Challenges{}); err != nil {
+		t.Fatal(err)
+	}
+	proxytestWait(t, "the refused update logged", func() bool {
+		return strings.Contains(s.log.String(), "dns update of sluice.test. at "+ca.DNS+": the server answered REFUSED")
+	})
+	if applied, refused := ca.Updates(); applied != 0 || refused == 0 {
+		t.Errorf("%d updates applied, %d refused; want none applied", applied, refused)
+	}
+	if _, _, err := s.handshake("www.sluice.test", nil); err == nil {
+		t.Error("a certificate served, though the update was refused")
+	}
+}
+
+// proxytestWait polls cond every 20 ms for up to 30 s, and fails the test
+// naming what when it never holds.
+func proxytestWait(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("%s: not within 30 s", what)
 }
 
 // A certificate is obtained with the CA validating TLS-ALPN-01 for real on
@@ -448,7 +535,17 @@ func TestNewChecks(t *testing.T) {
 		want string
 	}{
 		{Options{Storage: "x"}, "no domains"},
-		{Options{Domains: []string{"*.example.com"}, Storage: "x"}, "wildcard"},
+		{Options{Domains: []string{"*.example.com"}, Storage: "x"}, "only the DNS-01 challenge"},
+		{Options{Domains: []string{"*.com"}, Storage: "x", DNS: dnsAt("ns.example.com")}, "top-level domain"},
+		{Options{Domains: []string{"*.*.example.com"}, Storage: "x", DNS: dnsAt("ns.example.com")}, "one label, the first"},
+		{Options{Domains: []string{"www.*.example.com"}, Storage: "x", DNS: dnsAt("ns.example.com")}, `'*' is not allowed`},
+		{Options{Domains: []string{"*.bad_name.com"}, Storage: "x", DNS: dnsAt("ns.example.com")}, "not a wildcard of a domain name"},
+		{Options{Domains: []string{"a.example.com"}, Storage: "x", DNS: dnsAt("")}, "dns: no server"},
+		{Options{Domains: []string{"a.example.com"}, Storage: "x", DNS: &DNS{Server: "ns:53", KeyName: "k", Secret: "c2VjcmV0", KeyAlgorithm: "md5"}}, "key algorithm"},
+		{Options{Domains: []string{"a.example.com"}, Storage: "x", DNS: &DNS{Server: "ns:53", KeyName: "k"}}, "has no secret"},
+		{Options{Domains: []string{"a.example.com"}, Storage: "x", DNS: &DNS{Server: "ns:53", Secret: "c2VjcmV0"}}, "without a key name"},
+		{Options{Domains: []string{"a.example.com"}, Storage: "x", DNS: &DNS{Server: "ns:53", KeyName: "k", Secret: "not base64!"}}, "not base64"},
+		{Options{Domains: []string{"a.example.com"}, Storage: "x", DNS: &DNS{Server: "ns:53", Resolvers: []string{"1.1.1.1"}}}, `resolver "1.1.1.1" is not host:port`},
 		{Options{Domains: []string{"10.0.0.1"}, Storage: "x"}, "IP address"},
 		{Options{Domains: []string{"bad_name.example.com"}, Storage: "x"}, `'_' is not allowed`},
 		{Options{Domains: []string{"-a.example.com"}, Storage: "x"}, "not a domain name"},
@@ -472,7 +569,22 @@ func TestNewChecks(t *testing.T) {
 	if err := m.Start(context.Background(), Challenges{}); err == nil {
 		t.Error("Start without a listener to answer a challenge: no error")
 	}
+	// With dns: wildcards, and the server's port and the key's algorithm
+	// filled in.
+	m, err = New(Options{Domains: []string{"*.Example.com", "example.com"}, Storage: "x", DNS: &DNS{Server: "ns.example.com", KeyName: "k", Secret: "c2VjcmV0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := m.Domains(); !slices.Equal(d, []string{"*.example.com", "example.com"}) {
+		t.Errorf("domains %v", d)
+	}
+	if d := m.Options().DNS; d.Server != "ns.example.com:53" || d.KeyAlgorithm != "hmac-sha256" {
+		t.Errorf("dns %+v, want the server on port 53 and hmac-sha256", d)
+	}
 }
+
+// dnsAt is a DNS of the server at addr, unsigned.
+func dnsAt(addr string) *DNS { return &DNS{Server: addr} }
 
 // syncBuffer is a bytes.Buffer safe for a logger's writes and a test's
 // reads at once.

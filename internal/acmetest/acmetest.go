@@ -42,6 +42,13 @@ type Options struct {
 	// OCSPResponder is the OCSP responder URL the certificates name; ""
 	// names none.
 	OCSPResponder string
+	// Zone, when set, makes the DNS server pebble asks authoritative for
+	// that zone ("example.test"), as DNS-01 needs: it answers the zone's
+	// SOA and the TXT records that RFC 2136 updates signed with the TSIG
+	// key TSIGName (hmac-sha256, secret TSIGSecret, base64) add; it
+	// refuses other updates. Pebble then validates DNS-01 challenges.
+	Zone                 string
+	TSIGName, TSIGSecret string
 }
 
 // CA is a running pebble.
@@ -54,9 +61,13 @@ type CA struct {
 	// TLSRoots holds the same CA.
 	TLSRoots *x509.CertPool
 
+	// DNS is the host:port (TCP and UDP) of the DNS server pebble asks.
+	DNS string
+
 	mgmt   string // host:port of pebble's management interface
 	client *http.Client
 	out    *syncBuffer
+	zone   *zone
 }
 
 // Start runs pebble until the test ends. It fails the test when pebble
@@ -69,17 +80,21 @@ func Start(t testing.TB, o Options) *CA {
 	certFile, keyFile := tlsCA.Server(t, "127.0.0.1", "localhost").Write(t, dir, "pebble")
 	rootFile := filepath.Join(dir, "pebble-tls-ca.pem")
 	tlstest.WriteFile(t, rootFile, tlsCA.PEM)
-	resolver := startDNS(t)
+	z := &zone{name: dns.Fqdn(o.Zone), txt: map[string][]string{}}
+	if o.TSIGName != "" {
+		z.key = dns.Fqdn(o.TSIGName)
+	}
+	resolver := startDNS(t, z, o.TSIGSecret)
 
 	env := append(os.Environ(),
 		"PEBBLE_VA_NOSLEEP=1",      // no random sleep before validating
 		"PEBBLE_WFE_NONCEREJECT=0", // no badNonce for valid nonces
 		"PEBBLE_AUTHZREUSE=0",      // every order validates afresh
 	)
-	if o.HTTPPort == 0 && o.TLSPort == 0 {
+	if o.HTTPPort == 0 && o.TLSPort == 0 && o.Zone == "" {
 		env = append(env, "PEBBLE_VA_ALWAYS_VALID=1")
 	}
-	ca := &CA{TLSRootFile: rootFile, TLSRoots: tlsCA.Pool(), out: &syncBuffer{}}
+	ca := &CA{TLSRootFile: rootFile, TLSRoots: tlsCA.Pool(), DNS: resolver, out: &syncBuffer{}, zone: z}
 	ca.client = &http.Client{Timeout: 10 * time.Second,
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.TLSRoots}}}
 	t.Cleanup(ca.client.CloseIdleConnections)
@@ -237,36 +252,6 @@ func freePort(t testing.TB) string {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// startDNS serves DNS over TCP (pebble asks over TCP only) on 127.0.0.1
-// until the test ends: A 127.0.0.1 for every name, nothing of any other
-// type. It returns its address.
-func startDNS(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &dns.Server{Listener: ln, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
-		m := new(dns.Msg)
-		m.SetReply(r)
-		for _, q := range r.Question {
-			if q.Qtype == dns.TypeA {
-				m.Answer = append(m.Answer, &dns.A{
-					Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET},
-					A:   net.IPv4(127, 0, 0, 1),
-				})
-			}
-		}
-		w.WriteMsg(m)
-	})}
-	started := make(chan struct{})
-	srv.NotifyStartedFunc = func() { close(started) }
-	go srv.ActivateAndServe()
-	<-started
-	t.Cleanup(func() { srv.Shutdown() })
 	return ln.Addr().String()
 }
 
