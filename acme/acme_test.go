@@ -236,6 +236,33 @@ func TestObtainDNS01Wildcard(t *testing.T) {
 	}
 }
 
+// A challenge delegated by a CNAME (_acme-challenge.sluice.test, in a DNS
+// that takes no updates, to a name in a zone that does): the record is
+// written at OverrideDomain, and the CA, following the CNAME, validates it.
+func TestDNS01Delegated(t *testing.T) {
+	s, use := serve(t)
+	const key, secret = "acme-update.", "c2VjcmV0"
+	ca := acmetest.Start(t, acmetest.Options{Zone: "acme-zone.test", TSIGName: key, TSIGSecret: secret,
+		CNAMEs: map[string]string{"_acme-challenge.sluice.test": "sluice.acme-zone.test"}})
+	m, err := New(Options{Domains: []string{"*.sluice.test"}, CA: ca.Directory, Roots: ca.TLSRoots, Storage: t.TempDir(),
+		Log: slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		DNS: &DNS{Server: ca.DNS, KeyName: key, Secret: secret, Resolvers: []string{ca.DNS}, OverrideDomain: "sluice.acme-zone.test."}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Stop)
+	use(m)
+	if err := m.Start(context.Background(), Challenges{}); err != nil {
+		t.Fatal(err)
+	}
+	if leaf := s.served(t, "www.sluice.test", ca.Roots(t)); !slices.Equal(leaf.DNSNames, []string{"*.sluice.test"}) {
+		t.Errorf("served a certificate for %v, want the wildcard", leaf.DNSNames)
+	}
+	if applied, refused := ca.Updates(); applied < 1 || refused != 0 {
+		t.Errorf("%d updates applied, %d refused", applied, refused)
+	}
+}
+
 // A DNS-01 update the zone's server refuses (a key it does not know) fails
 // the order, and says why; nothing is served.
 func TestDNS01Refused(t *testing.T) {
@@ -546,6 +573,8 @@ func TestNewChecks(t *testing.T) {
 		{Options{Domains: []string{"a.example.com"}, Storage: "x", DNS: &DNS{Server: "ns:53", Secret: "c2VjcmV0"}}, "without a key name"},
 		{Options{Domains: []string{"a.example.com"}, Storage: "x", DNS: &DNS{Server: "ns:53", KeyName: "k", Secret: "not base64!"}}, "not base64"},
 		{Options{Domains: []string{"a.example.com"}, Storage: "x", DNS: &DNS{Server: "ns:53", Resolvers: []string{"1.1.1.1"}}}, `resolver "1.1.1.1" is not host:port`},
+		{Options{Domains: []string{"a.example.com"}, Storage: "x", DNS: &DNS{Server: "ns:53", OverrideDomain: "*.acme.example.net"}}, "override domain"},
+		{Options{Domains: []string{"a.example.com"}, Storage: "x", DNS: &DNS{Server: "ns:53", OverrideDomain: "net"}}, "override domain"},
 		{Options{Domains: []string{"10.0.0.1"}, Storage: "x"}, "IP address"},
 		{Options{Domains: []string{"bad_name.example.com"}, Storage: "x"}, `'_' is not allowed`},
 		{Options{Domains: []string{"-a.example.com"}, Storage: "x"}, "not a domain name"},

@@ -43,6 +43,11 @@ type DNS struct {
 	// answered before the CA is asked to look (a CA that looks too early
 	// fails the order); 0 means 2 minutes, a negative one does not wait.
 	PropagationTimeout time.Duration
+	// OverrideDomain, when set, is where the TXT records are written
+	// instead of _acme-challenge.NAME, which is a CNAME to it: a zone that
+	// takes updates validates names whose own DNS does not (a hosted
+	// one). Every domain's record goes there.
+	OverrideDomain string
 }
 
 // dnsAlgorithms are the TSIG algorithms a DNS's KeyAlgorithm may name.
@@ -82,6 +87,11 @@ func (d DNS) Check() (DNS, error) {
 			return d, fmt.Errorf("acme: dns: key %s: the secret is not base64: %v", d.KeyName, err)
 		}
 	}
+	if d.OverrideDomain != "" {
+		if labels, ok := dns.IsDomainName(d.OverrideDomain); !ok || labels < 2 || strings.ContainsAny(d.OverrideDomain, "* ") {
+			return d, fmt.Errorf("acme: dns: override domain %q is not a domain name", d.OverrideDomain)
+		}
+	}
 	for _, r := range d.Resolvers {
 		if _, _, err := net.SplitHostPort(r); err != nil {
 			return d, fmt.Errorf("acme: dns: resolver %q is not host:port", r)
@@ -102,6 +112,7 @@ func (d DNS) solver(log *zap.Logger) *certmagic.DNS01Solver {
 		TTL:                time.Minute,
 		PropagationTimeout: timeout,
 		Resolvers:          d.Resolvers,
+		OverrideDomain:     strings.TrimSuffix(d.OverrideDomain, "."),
 		Logger:             log,
 	}}
 }

@@ -209,7 +209,43 @@ type ACME struct {
 	// (made, mode 0700, when missing): it must be writable, or
 	// creatable.
 	Storage string
+	// DNS (key "dns"), when set, has the CA validate by DNS-01, TXT
+	// records written by RFC 2136 dynamic updates, instead of HTTP-01 and
+	// TLS-ALPN-01 on the listeners; a wildcard domain needs it.
+	DNS *ACMEDNS
 	// Line is the line of acme in the file, for messages.
+	Line int
+}
+
+// ACMEDNS is acme.dns: where and how the DNS-01 challenge's TXT records
+// are written.
+type ACMEDNS struct {
+	// Server (key "server", required) is the host:port of the zone's
+	// DNS server that takes dynamic updates (its primary).
+	Server string
+	// KeyName (key "key_name", default "": updates unsigned) is the TSIG
+	// key the updates are signed with, as the server knows it.
+	KeyName string
+	// KeyAlgorithm (key "key_algorithm", default hmac-sha256) is its HMAC:
+	// hmac-sha224, hmac-sha256, hmac-sha384, hmac-sha512 or hmac-sha1.
+	KeyAlgorithm string
+	// KeyFile (key "key_file", required with key_name) holds the key's
+	// secret, base64: alone, or as the secret "..." line of the key
+	// block tsig-keygen writes.
+	KeyFile string
+	// Resolvers (key "resolvers", default: the system's) are host:port
+	// DNS resolvers that find a name's zone and watch the record appear.
+	Resolvers []string
+	// PropagationTimeout (key "propagation_timeout", default 2m) is how
+	// long to wait for the record to be answered before the CA is asked
+	// to look; 0 does not wait.
+	PropagationTimeout time.Duration
+	// OverrideDomain (key "override_domain", default "") is where the
+	// records are written instead of _acme-challenge.DOMAIN, which is a
+	// CNAME to it: a zone that takes updates answers for a DNS that does
+	// not.
+	OverrideDomain string
+	// Line is the line of dns in the file, for messages.
 	Line int
 }
 

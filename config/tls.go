@@ -6,12 +6,16 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"net"
 	"net/mail"
 	"net/netip"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -60,6 +64,11 @@ func (d *decoder) listenerTLS(n *yaml.Node, path string) *ListenerTLS {
 // checked when the config is built.
 func (d *decoder) acme(n *yaml.Node, path string) *ACME {
 	a := &ACME{Storage: DefaultACMEStorage, Line: n.Line}
+	type wildcard struct {
+		n    *yaml.Node
+		path string
+	}
+	var wildcards []wildcard // need dns
 	present := d.mapping(n, path, []field{
 		{"domains", func(n *yaml.Node, path string) {
 			if n.Kind == yaml.ScalarNode && !isNull(n) {
@@ -79,6 +88,9 @@ func (d *decoder) acme(n *yaml.Node, path string) *ACME {
 					d.addf(n, path, "%s is listed twice", name)
 				default:
 					a.Domains = append(a.Domains, name)
+					if strings.HasPrefix(name, "*.") {
+						wildcards = append(wildcards, wildcard{n, path})
+					}
 				}
 			})
 			if count == 0 && isList(n) {
@@ -94,8 +106,60 @@ func (d *decoder) acme(n *yaml.Node, path string) *ACME {
 		})},
 		{"ca_root", d.str(&a.CARoot, checkNotEmpty)},
 		{"storage", d.str(&a.Storage, checkNotEmpty)},
+		{"dns", func(n *yaml.Node, path string) { a.DNS = d.acmeDNS(n, path) }},
 	})
 	d.required(n, path, present, "domains")
+	if a.DNS == nil {
+		for _, w := range wildcards {
+			d.addf(w.n, w.path, "%s is a wildcard, which only the DNS-01 challenge can validate: add dns, or list the names", w.n.Value)
+		}
+	}
+	return a
+}
+
+// acmeDNS walks acme's "dns" mapping; the key file is read when the config
+// is built.
+func (d *decoder) acmeDNS(n *yaml.Node, path string) *ACMEDNS {
+	a := &ACMEDNS{KeyAlgorithm: "hmac-sha256", PropagationTimeout: 2 * time.Minute, Line: n.Line}
+	hostPort := func(s string) (string, string) {
+		if host, port, err := net.SplitHostPort(s); err != nil || host == "" || port == "" {
+			return "", fmt.Sprintf("%q is not a host:port address, such as ns1.example.com:53", s)
+		}
+		return s, ""
+	}
+	present := d.mapping(n, path, []field{
+		{"server", d.str(&a.Server, hostPort)},
+		{"key_name", d.str(&a.KeyName, checkNotEmpty)},
+		{"key_algorithm", d.enum(&a.KeyAlgorithm, "hmac-sha256", "hmac-sha224", "hmac-sha384", "hmac-sha512", "hmac-sha1")},
+		{"key_file", d.str(&a.KeyFile, checkNotEmpty)},
+		{"resolvers", func(n *yaml.Node, path string) {
+			if n.Kind == yaml.ScalarNode && !isNull(n) {
+				d.addf(n, path, "must be a list, such as [%s]", n.Value)
+				return
+			}
+			d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
+				var s string
+				if !d.scalarString(&s, n, path) {
+					return
+				}
+				if _, msg := hostPort(s); msg != "" {
+					d.addf(n, path, "%s", msg)
+					return
+				}
+				a.Resolvers = append(a.Resolvers, s)
+			})
+		}},
+		{"propagation_timeout", d.duration(&a.PropagationTimeout, false)},
+		{"override_domain", d.str(&a.OverrideDomain, checkNotEmpty)},
+	})
+	d.required(n, path, present, "server")
+	// By value, not by present: a typo of one is reported once, as such.
+	switch {
+	case a.KeyName != "" && !present["key_file"]:
+		d.addf(n, join(path, "key_file"), "missing; it is required with key_name (the key's secret)")
+	case a.KeyFile != "" && !present["key_name"]:
+		d.addf(n, join(path, "key_name"), "missing; it is required with key_file (the name the server knows the key by)")
+	}
 	return a
 }
 
@@ -230,6 +294,42 @@ type acmeSlot struct {
 	started   bool
 }
 
+// acmeDNS makes the acme.DNS of a, reading its key file.
+func acmeDNS(a *ACMEDNS) (*acme.DNS, error) {
+	d := &acme.DNS{Server: a.Server, KeyName: a.KeyName, KeyAlgorithm: a.KeyAlgorithm, Resolvers: a.Resolvers,
+		PropagationTimeout: a.PropagationTimeout, OverrideDomain: a.OverrideDomain}
+	if a.PropagationTimeout == 0 {
+		d.PropagationTimeout = -1 // no wait, where acme.DNS's 0 is its default
+	}
+	if a.KeyFile != "" {
+		b, err := os.ReadFile(a.KeyFile)
+		if pe, ok := err.(*fs.PathError); ok {
+			err = fmt.Errorf("%s: %w", pe.Path, pe.Err) // as the other files' errors say it
+		}
+		if err != nil {
+			return nil, &pathError{"dns.key_file", err}
+		}
+		d.Secret = tsigSecret(string(b))
+	}
+	if _, err := d.Check(); err != nil {
+		return nil, &pathError{"dns", errors.New(strings.TrimPrefix(err.Error(), "acme: dns: "))}
+	}
+	return d, nil
+}
+
+// bindSecret finds the secret of a BIND key block (key "name" {
+// algorithm hmac-sha256; secret "..."; };).
+var bindSecret = regexp.MustCompile(`secret\s+"([^"]*)"`)
+
+// tsigSecret is the base64 secret a key file holds: alone, or in a BIND
+// key block, as tsig-keygen writes it.
+func tsigSecret(file string) string {
+	if m := bindSecret.FindStringSubmatch(file); m != nil {
+		return m[1]
+	}
+	return strings.TrimSpace(file)
+}
+
 // pathError is an error of the file or directory under a key of acme.
 type pathError struct {
 	key string
@@ -261,14 +361,24 @@ func (g *Generation) acmeSlot(a *ACME, log *slog.Logger) (*acmeSlot, error) {
 	if err := acme.CheckStorage(a.Storage); err != nil {
 		return nil, &pathError{"storage", err}
 	}
+	var dns *acme.DNS
+	if a.DNS != nil {
+		var err error
+		if dns, err = acmeDNS(a.DNS); err != nil {
+			return nil, err
+		}
+	}
 	sum := sha256.Sum256(rootsPEM)
 	key := fmt.Sprintf("domains=%q email=%q ca=%q ca_root=%q %x storage=%q", a.Domains, a.Email, a.CA, a.CARoot, sum, a.Storage)
+	if dns != nil {
+		key += fmt.Sprintf(" dns=%q %q %q %x %q %s %q", dns.Server, dns.KeyName, dns.KeyAlgorithm, sha256.Sum256([]byte(dns.Secret)), dns.Resolvers, dns.PropagationTimeout, dns.OverrideDomain)
+	}
 	for _, s := range g.acme {
 		if s.key == key {
 			return s, nil
 		}
 	}
-	m, err := acme.New(acme.Options{Domains: a.Domains, Email: a.Email, CA: a.CA, Roots: roots, Storage: a.Storage, Log: log})
+	m, err := acme.New(acme.Options{Domains: a.Domains, Email: a.Email, CA: a.CA, Roots: roots, Storage: a.Storage, Log: log, DNS: dns})
 	if err != nil {
 		return nil, err
 	}

@@ -9,8 +9,10 @@ import (
 	"net"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-proxy/sluice/acme"
 	"github.com/sluice-proxy/sluice/internal/tlstest"
@@ -72,6 +74,13 @@ func TestParseTLSProblems(t *testing.T) {
 		{"acme, ca over http", listen("    tls:", "      acme: {domains: [example.com], ca: \"http://ca.test/dir\"}"), 4, 42, "listen[0].tls.acme.ca", "not an https:// URL"},
 		{"acme, empty storage", listen("    tls:", "      acme: {domains: [example.com], storage: \"\"}"), 4, 47, "listen[0].tls.acme.storage", "must not be empty"},
 		{"acme, unknown key", listen("    tls:", "      acme: {domains: [example.com], emial: ops@example.com}"), 4, 38, "listen[0].tls.acme.emial", `did you mean "email"?`},
+		{"acme dns without a server", listen("    tls:", "      acme: {domains: [\"*.example.com\"], dns: {key_name: k, key_file: k.key}}"), 4, 47, "listen[0].tls.acme.dns.server", "missing; it is required"},
+		{"acme dns, a server without a port", listen("    tls:", "      acme: {domains: [example.com], dns: {server: ns1.example.com}}"), 4, 52, "listen[0].tls.acme.dns.server", "not a host:port address"},
+		{"acme dns, a key name without a file", listen("    tls:", "      acme: {domains: [example.com], dns: {server: \"ns:53\", key_name: k}}"), 4, 43, "listen[0].tls.acme.dns.key_file", "required with key_name"},
+		{"acme dns, a key file without a name", listen("    tls:", "      acme: {domains: [example.com], dns: {server: \"ns:53\", key_file: k.key}}"), 4, 43, "listen[0].tls.acme.dns.key_name", "required with key_file"},
+		{"acme dns, an algorithm", listen("    tls:", "      acme: {domains: [example.com], dns: {server: \"ns:53\", key_algorithm: hmac-md5}}"), 4, 76, "listen[0].tls.acme.dns.key_algorithm", "hmac-sha256"},
+		{"acme dns, a resolver", listen("    tls:", "      acme: {domains: [example.com], dns: {server: \"ns:53\", resolvers: [1.1.1.1]}}"), 4, 73, "listen[0].tls.acme.dns.resolvers[0]", "not a host:port address"},
+		{"acme dns, an unknown key", listen("    tls:", "      acme: {domains: [example.com], dns: {server: \"ns:53\", resolver: [\"ns:53\"]}}"), 4, 61, "listen[0].tls.acme.dns.resolver", `did you mean "resolvers"?`},
 		{"unknown tls key", listen("    tls:", cert, "      min_versoin: \"1.3\""), 5, 7, "listen[0].tls.min_versoin", `did you mean "min_version"?`},
 		{"redirect on a TLS listener", listen("    tls:", cert, "    redirect_https: true"), 5, 21, "listen[0].redirect_https", "is for a plain listener"},
 		{"https_port without redirect", listen("    https_port: 8443"), 3, 17, "listen[0].https_port", "only used with redirect_https"},
@@ -396,6 +405,61 @@ func TestBuildACME(t *testing.T) {
 		var e *Error
 		if !errors.As(err, &e) || len(e.Problems) != 1 || !strings.HasPrefix(e.Problems[0].String(), tt.want) {
 			t.Errorf("got %v\nwant %s", err, tt.want)
+		}
+	}
+}
+
+// acme.dns: the key file is read when the config is built, its secret
+// alone or in tsig-keygen's key block; a missing or bad one is a problem at
+// its key; propagation_timeout 0 does not wait; a wildcard is taken.
+func TestBuildACMEDNS(t *testing.T) {
+	dir := t.TempDir()
+	plain, block := filepath.Join(dir, "plain.key"), filepath.Join(dir, "block.key")
+	tlstest.WriteFile(t, plain, []byte("c2VjcmV0\n"))
+	tlstest.WriteFile(t, block, []byte("key \"acme-update\" {\n\talgorithm hmac-sha512;\n\tsecret \"b3RoZXI=\";\n};\n"))
+	build := func(dns string) (*Generation, error) {
+		t.Helper()
+		cfg, err := Parse("t.yaml", []byte("listen:\n  - address: 127.0.0.1:0\n    tls:\n      acme: {domains: [\"*.a.test\", a.test], storage: "+dir+", dns: "+dns+"}\n"+rest))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Build(cfg)
+	}
+	for _, tt := range []struct {
+		dns  string
+		want acme.DNS
+	}{
+		{"{server: \"ns.a.test:53\", key_name: acme-update, key_file: " + plain + "}",
+			acme.DNS{Server: "ns.a.test:53", KeyName: "acme-update", KeyAlgorithm: "hmac-sha256", Secret: "c2VjcmV0", PropagationTimeout: 2 * time.Minute}},
+		{"{server: \"ns.a.test:53\", key_name: acme-update, key_algorithm: hmac-sha512, key_file: " + block + ", resolvers: [\"127.0.0.1:53\"], propagation_timeout: 0s, override_domain: a.acme.test}",
+			acme.DNS{Server: "ns.a.test:53", KeyName: "acme-update", KeyAlgorithm: "hmac-sha512", Secret: "b3RoZXI=", Resolvers: []string{"127.0.0.1:53"}, PropagationTimeout: -1, OverrideDomain: "a.acme.test"}},
+		{"{server: \"ns.a.test:53\"}",
+			acme.DNS{Server: "ns.a.test:53", KeyAlgorithm: "hmac-sha256", PropagationTimeout: 2 * time.Minute}},
+	} {
+		g, err := build(tt.dns)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.dns, err)
+		}
+		ms := g.ACME()
+		if len(ms) != 1 {
+			t.Fatalf("%s: %d managers", tt.dns, len(ms))
+		}
+		if got := ms[0].Options().DNS; got == nil || !reflect.DeepEqual(*got, tt.want) {
+			t.Errorf("%s: dns %+v, want %+v", tt.dns, got, tt.want)
+		}
+		if d := ms[0].Domains(); !slices.Equal(d, []string{"*.a.test", "a.test"}) {
+			t.Errorf("%s: domains %v", tt.dns, d)
+		}
+	}
+	bad := filepath.Join(dir, "bad.key")
+	tlstest.WriteFile(t, bad, []byte("not base64!"))
+	for _, tt := range []struct{ dns, want string }{
+		{"{server: \"ns:53\", key_name: k, key_file: " + filepath.Join(dir, "missing.key") + "}", "listen[0].tls.acme.dns.key_file: " + filepath.Join(dir, "missing.key") + ": no such file"},
+		{"{server: \"ns:53\", key_name: k, key_file: " + bad + "}", "listen[0].tls.acme.dns: key k: the secret is not base64"},
+	} {
+		_, err := build(tt.dns)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want %q", tt.dns, err, tt.want)
 		}
 	}
 }

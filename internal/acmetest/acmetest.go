@@ -49,6 +49,9 @@ type Options struct {
 	// refuses other updates. Pebble then validates DNS-01 challenges.
 	Zone                 string
 	TSIGName, TSIGSecret string
+	// CNAMEs are names the DNS server answers with a CNAME to another:
+	// the records of a challenge delegated to Zone.
+	CNAMEs map[string]string
 }
 
 // CA is a running pebble.
@@ -80,7 +83,10 @@ func Start(t testing.TB, o Options) *CA {
 	certFile, keyFile := tlsCA.Server(t, "127.0.0.1", "localhost").Write(t, dir, "pebble")
 	rootFile := filepath.Join(dir, "pebble-tls-ca.pem")
 	tlstest.WriteFile(t, rootFile, tlsCA.PEM)
-	z := &zone{name: dns.Fqdn(o.Zone), txt: map[string][]string{}}
+	z := &zone{name: dns.Fqdn(o.Zone), txt: map[string][]string{}, cname: map[string]string{}}
+	for from, to := range o.CNAMEs {
+		z.cname[strings.ToLower(dns.Fqdn(from))] = strings.ToLower(dns.Fqdn(to))
+	}
 	if o.TSIGName != "" {
 		z.key = dns.Fqdn(o.TSIGName)
 	}

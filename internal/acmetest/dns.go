@@ -16,6 +16,8 @@ type zone struct {
 	name string // fully qualified; "." when there is no zone
 	key  string // the TSIG key name updates must be signed with
 
+	cname map[string]string // lower-case fully qualified names
+
 	mu               sync.Mutex
 	txt              map[string][]string // by lower-case fully qualified name
 	updates, refused int
@@ -103,8 +105,13 @@ func (z *zone) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 				m.Answer = append(m.Answer, z.soa())
 			}
 		case dns.TypeTXT:
+			owner := q.Name
+			if to, ok := z.cname[name]; ok {
+				m.Answer = append(m.Answer, &dns.CNAME{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: 1}, Target: to})
+				owner, name = to, to
+			}
 			for _, v := range z.txt[name] {
-				m.Answer = append(m.Answer, &dns.TXT{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 1}, Txt: []string{v}})
+				m.Answer = append(m.Answer, &dns.TXT{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 1}, Txt: []string{v}})
 			}
 		}
 	}
