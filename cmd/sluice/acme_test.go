@@ -120,6 +120,56 @@ upstreams:
 	second.stop(t)
 }
 
+// sluice run with acme.dns, as the README shows it: a wildcard obtained
+// by DNS-01 (RFC 2136 updates signed with the key of a key file that is
+// tsig-keygen's block) from pebble, which validates for real; the
+// wildcard serves and proxies a name under it.
+func TestRunACMEDNS(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	dir := t.TempDir()
+	const secret = "c2x1aWNlIHJ1biBkbnMtMDEga2V5"
+	ca := acmetest.Start(t, acmetest.Options{Zone: "sluice.test", TSIGName: "acme-update", TSIGSecret: secret})
+	keyFile := filepath.Join(dir, "acme-update.key")
+	tlstest.WriteFile(t, keyFile, []byte("key \"acme-update\" {\n\talgorithm hmac-sha256;\n\tsecret \""+secret+"\";\n};\n"))
+	tlsAddr := freeAddr(t)
+	cfgPath := filepath.Join(dir, "sluice.yaml")
+	cfg := fmt.Sprintf(`listen:
+  - address: %s
+    tls:
+      acme:
+        domains: ["*.sluice.test"]
+        ca: %s
+        ca_root: %s
+        storage: %s
+        dns:
+          server: %s
+          key_name: acme-update
+          key_file: %s
+          resolvers: [%q]
+access_log: {enabled: false}
+routes: [{upstream: app}]
+upstreams:
+  app:
+    servers: [{address: %s}]
+`, tlsAddr, ca.Directory, ca.TLSRootFile, filepath.Join(dir, "acme"), ca.DNS, keyFile, ca.DNS, up.Addr())
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := startRun(t, cfgPath)
+	r.waitLog(t, regexp.MustCompile(`msg="ACME certificates managed" domains=\[\*.sluice.test\] .*challenges=\[dns-01\]`), 1)
+	roots := ca.Roots(t)
+	if leaf := servedBy(t, tlsAddr, "shop.sluice.test", roots); len(leaf.DNSNames) != 1 || leaf.DNSNames[0] != "*.sluice.test" {
+		t.Errorf("served a certificate for %v, want the wildcard", leaf.DNSNames)
+	}
+	if got := httpsGet(t, tlsAddr, "shop.sluice.test", roots); got != "ok" {
+		t.Errorf("GET over the wildcard: %q", got)
+	}
+	if applied, refused := ca.Updates(); applied < 1 || refused != 0 {
+		t.Errorf("%d updates applied, %d refused", applied, refused)
+	}
+	r.stop(t)
+}
+
 // sluiceRun is sluice run on a goroutine of the test.
 type sluiceRun struct {
 	stderr *proxytest.Buffer
