@@ -234,6 +234,15 @@ func TestObtainDNS01Wildcard(t *testing.T) {
 	if _, _, err := s.handshake("a.b.sluice.test", roots); err == nil {
 		t.Error("a.b.sluice.test: a certificate verified, yet the wildcard covers one label only")
 	}
+	// A client that sends no name gets the first domain's: the wildcard.
+	nc, err := tls.Dial("tcp", s.tls.String(), &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatalf("no SNI: %v", err)
+	}
+	if got := nc.ConnectionState().PeerCertificates[0].DNSNames; !slices.Equal(got, []string{"*.sluice.test"}) {
+		t.Errorf("no SNI: served %v, want the wildcard", got)
+	}
+	nc.Close()
 }
 
 // A challenge delegated by a CNAME (_acme-challenge.sluice.test, in a DNS
