@@ -8,8 +8,10 @@
 // challenges are answered by sluice's own listeners: TLS-ALPN-01 in the
 // TLS handshake (a Manager is the listener's tlsterm.Source, its config
 // offering tlsterm.ACMETLS1), HTTP-01 by a plain listener's
-// proxy.ListenerOptions.Filter (HTTPChallenges). A Manager owns what runs
-// in the background for it: Start begins it, Stop ends it.
+// proxy.ListenerOptions.Filter (HTTPChallenges); or, with Options.DNS,
+// DNS-01 by RFC 2136 dynamic updates (dns.go), the way to wildcards. A
+// Manager owns what runs in the background for it: Start begins it, Stop
+// ends it.
 package acme
 
 import (
