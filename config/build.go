@@ -142,17 +142,6 @@ func serverLimits(l Limits) Limits {
 	return l
 }
 
-// RestartOnly lists the keys that differ between two configs and that a
-// reload cannot apply: whether there is an admin listener (its address and
-// pprof change on a reload).
-func RestartOnly(old, new *Config) []string {
-	var keys []string
-	if (old.Admin.Address == "") != (new.Admin.Address == "") {
-		keys = append(keys, "admin")
-	}
-	return keys
-}
-
 // listenShape is what of the listeners the server holds: all but their
 // TLS settings, which a reload swaps in place.
 func listenShape(ls []Listener) []Listener {

@@ -851,14 +851,4 @@ func TestParseAdmin(t *testing.T) {
 	if c.Admin != (Admin{}) {
 		t.Errorf("admin by default = %+v, want off", c.Admin)
 	}
-	old := *c
-	c.Admin.Address = "127.0.0.1:9901"
-	if got := RestartOnly(&old, c); !slices.Equal(got, []string{"admin"}) {
-		t.Errorf("turning admin on: RestartOnly = %v, want [admin]", got)
-	}
-	moved := *c
-	moved.Admin = Admin{Address: "127.0.0.1:9902", Pprof: true}
-	if got := RestartOnly(c, &moved); len(got) != 0 {
-		t.Errorf("moving admin, pprof on: RestartOnly = %v, want none (a reload applies them)", got)
-	}
 }

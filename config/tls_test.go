@@ -227,16 +227,10 @@ func TestServerChanged(t *testing.T) {
 		if got := ServerChanged(tt.old, tt.new); !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("%s: ServerChanged %v, want %v", tt.name, got, tt.want)
 		}
-		if got := RestartOnly(tt.old, tt.new); got != nil {
-			t.Errorf("%s: RestartOnly %v, want none", tt.name, got)
-		}
 	}
 	// The pool's bound is the shared pool's, which a reload sets: no new
-	// server, no restart.
+	// server.
 	old, bound := parse(plain, ""), parse(plain, "limits: {max_idle_upstream_conns: 5}\n")
-	if got := RestartOnly(old, bound); got != nil {
-		t.Errorf("pool bound: RestartOnly %v, want none", got)
-	}
 	if got := ServerChanged(old, bound); got != nil {
 		t.Errorf("pool bound: ServerChanged %v, want none", got)
 	}

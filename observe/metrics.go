@@ -51,7 +51,7 @@ type Metrics struct {
 	byUp  sync.Map // upstream name -> *series
 	codes [600]string
 
-	rec *Recorder // told of every try too, when set (Record)
+	rec atomic.Pointer[Recorder] // told of every try too, when set (Record)
 
 	reloads    *prometheus.CounterVec // result
 	reloadsOK  prometheus.Counter
@@ -155,9 +155,10 @@ func New(p *pool.Pool) *Metrics {
 	return m
 }
 
-// Record has every try told to r as well, for the admin's status page.
-// Call it before the Metrics are in use.
-func (m *Metrics) Record(r *Recorder) { m.rec = r }
+// Record has every try told to r as well, for the admin's status page;
+// nil stops it. It may be called while the Metrics are in use (a reload
+// that turns the admin listener on or off).
+func (m *Metrics) Record(r *Recorder) { m.rec.Store(r) }
 
 // ConfigLoaded records the config now running: its hash (of the file's
 // bytes, say) and when it was loaded.
@@ -363,8 +364,8 @@ func (m *Metrics) Try(s *proxy.Session, a *proxy.Attempt) {
 		outcome = reason(a.Err)
 	}
 	child(&ser.tries, m.tries, up, outcome).Inc()
-	if m.rec != nil {
-		m.rec.Try(a)
+	if rec := m.rec.Load(); rec != nil {
+		rec.Try(a)
 	}
 	if a.StaleResend {
 		ser.stale.Inc()

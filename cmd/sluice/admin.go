@@ -38,14 +38,6 @@ func (c *current) Connections(report func(listener, protocol string)) {
 // startAdmin starts the admin listener cfg asks for, on the socket
 // inherited from an upgrade's old process when there is one (in).
 func (r *running) startAdmin(cfg *config.Config, l loaded, in *upgrade.Inherited) error {
-	r.recorder = observe.NewRecorder()
-	r.metrics.Record(r.recorder)
-	r.admin = &admin.Server{
-		Generation: r.gen.Load, Proxy: &r.current, Pool: r.pool, Metrics: r.metrics, Recorder: r.recorder,
-		Pprof: cfg.Admin.Pprof, Log: r.log,
-	}
-	r.admin.SetConfig(l.hash, l.at)
-	r.admin.SetToken(r.gen.Load().AdminToken)
 	ln, ok, err := in.Take(adminSocket + cfg.Admin.Address)
 	if err != nil {
 		return err
@@ -55,9 +47,32 @@ func (r *running) startAdmin(cfg *config.Config, l loaded, in *upgrade.Inherited
 			return err
 		}
 	}
-	r.adminCfg, r.adminLn, r.adminStop = cfg.Admin, ln, r.admin.Serve(ln)
-	logAdmin(r.log, ln.Addr(), cfg.Admin)
+	r.serveAdmin(cfg.Admin, l, ln)
 	return nil
+}
+
+// serveAdmin serves the admin API and status page on ln, with a recorder
+// of the tries from now on. The metrics must exist (ensureMetrics).
+func (r *running) serveAdmin(c config.Admin, l loaded, ln net.Listener) {
+	r.recorder = observe.NewRecorder()
+	r.metrics.Record(r.recorder)
+	r.admin = &admin.Server{
+		Generation: r.gen.Load, Proxy: &r.current, Pool: r.pool, Metrics: r.metrics, Recorder: r.recorder,
+		Pprof: c.Pprof, Log: r.log,
+	}
+	r.admin.SetConfig(l.hash, l.at)
+	r.admin.SetToken(r.gen.Load().AdminToken)
+	r.adminCfg, r.adminLn, r.adminStop = c, ln, r.admin.Serve(ln)
+	logAdmin(r.log, ln.Addr(), c)
+}
+
+// stopAdmin closes the admin listener, and the recorder stops recording.
+func (r *running) stopAdmin() {
+	r.admin.SetListening(false)
+	r.adminStop()
+	r.metrics.Record(nil)
+	r.admin, r.recorder, r.adminCfg, r.adminLn, r.adminStop = nil, nil, config.Admin{}, nil, nil
+	r.log.Info("admin listener closed")
 }
 
 // reloaded tells the metrics and the admin listener how a reload went: on
@@ -81,13 +96,21 @@ func (r *running) reloaded(err error, hash string, gen *config.Generation) {
 	r.recorder.Retain(func(upstream, addr string) bool { return keep[[2]string{upstream, addr}] })
 }
 
-// moveAdmin applies a reloaded admin section: the listener moves to a new
-// address (the old one closes once the new one is open; if it cannot be
-// opened, the old one stays), or reopens on its address when only pprof
-// changed. Turning the listener on or off takes a restart (RestartOnly
-// says so).
-func (r *running) moveAdmin(c config.Admin) {
-	if r.admin == nil || c.Address == "" {
+// moveAdmin applies a reloaded admin section: the listener opens on ln,
+// bound by the reload, when there was none; closes when c has no address;
+// moves to a new address (the old one closes once the new one is open; if
+// it cannot be opened, the old one stays), or reopens on its address when
+// only pprof changed.
+func (r *running) moveAdmin(c config.Admin, l loaded, ln net.Listener) {
+	switch {
+	case r.admin == nil && ln != nil:
+		r.serveAdmin(c, l, ln)
+		r.admin.SetListening(true)
+		return
+	case r.admin == nil:
+		return
+	case c.Address == "":
+		r.stopAdmin()
 		return
 	}
 	if c.Address == r.adminCfg.Address && c.Pprof == r.adminCfg.Pprof {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"time"
 
 	"github.com/sluice-proxy/sluice/config"
 )
@@ -25,7 +26,8 @@ import (
 // When the file changes what the server holds (config.ServerChanged:
 // listeners, client timeouts, limits, logs, forwarding; or turns metrics
 // on or off), a new server takes over the sockets (see running) and the
-// old one drains. The metrics endpoint moves when its address changes.
+// old one drains. The metrics endpoint moves when its address changes;
+// the admin listener opens, moves or closes as admin.address says.
 // The pid file is written at its new path, and the old one removed. The
 // pool every server shares takes the new limits.max_idle_upstream_conns.
 func (r *running) reload() {
@@ -34,9 +36,6 @@ func (r *running) reload() {
 		r.log.Error("reload failed; still serving the previous configuration", "error", err)
 		r.reloaded(err, "", nil)
 		return
-	}
-	if keys := config.RestartOnly(r.cfg, cfg); len(keys) > 0 {
-		r.log.Warn("reload: these keys changed and take effect only on restart", "keys", keys)
 	}
 	// The new generation's balancers and ACME managers log to
 	// slog.Default as Build makes them: the new log, put back to the old
@@ -61,10 +60,26 @@ func (r *running) reload() {
 		changed = append(changed, "metrics") // the server's Observer
 	}
 	moveMetrics := cfg.Metrics.Address != r.cfg.Metrics.Address
-	var metricsLn net.Listener
+	var metricsLn, adminLn net.Listener
+	closeNew := func() {
+		for _, ln := range []net.Listener{metricsLn, adminLn} {
+			if ln != nil {
+				ln.Close()
+			}
+		}
+	}
 	if moveMetrics && cfg.Metrics.Address != "" {
 		if metricsLn, err = metricsListener(cfg.Metrics.Address, nil); err != nil {
 			fail(err)
+			return
+		}
+	}
+	if r.admin == nil && cfg.Admin.Address != "" {
+		// Turned on: bound first, as a new listener is, so that an
+		// address taken fails the reload and changes nothing.
+		if adminLn, err = net.Listen("tcp", cfg.Admin.Address); err != nil {
+			closeNew()
+			fail(fmt.Errorf("admin: %w", err))
 			return
 		}
 	}
@@ -83,9 +98,7 @@ func (r *running) reload() {
 		tlsListeners = len(r.listeners.Reload(gen))
 		r.gen.Store(gen)
 	} else if tlsListeners, err = r.replaceServer(cfg, gen, old, log); err != nil {
-		if metricsLn != nil {
-			metricsLn.Close()
-		}
+		closeNew()
 		fail(err)
 		return
 	}
@@ -98,7 +111,7 @@ func (r *running) reload() {
 	}
 	old.Close()
 	r.reloaded(nil, hash, gen)
-	r.moveAdmin(cfg.Admin)
+	r.moveAdmin(cfg.Admin, loaded{hash, time.Now()}, adminLn)
 	if cfg.PIDFile != r.cfg.PIDFile {
 		if cfg.PIDFile != "" {
 			if err := writePIDFile(cfg.PIDFile); err != nil {

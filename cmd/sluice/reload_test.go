@@ -134,8 +134,65 @@ func TestReloadPoolBound(t *testing.T) {
 	if idle := s.pool.Stats().Idle; idle != 1 {
 		t.Errorf("%d idle upstream connections under a bound of 1, want 1", idle)
 	}
-	if strings.Contains(s.log.String(), "take effect only on restart") {
-		t.Errorf("the reload asked for a restart:\n%s", s.log.String())
+}
+
+// A reload turns the admin listener on (ready, and counting the tries
+// from then on) and off again, with no restart; an address that cannot be
+// bound fails the reload, which then changes nothing.
+func TestReloadAdminOnOff(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	base := "listen: [{address: 127.0.0.1:0}]\naccess_log: {enabled: false}\n" + fmt.Sprintf(upstreamsOf, up.Addr())
+	s := startRunning(t, base)
+	adminAddr := freeAddr(t)
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + adminAddr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/live"); code != 0 {
+		t.Fatalf("an admin listener before it was configured: %d", code)
+	}
+
+	s.reloadWith(t, base+"admin: {address: "+adminAddr+"}\n")
+	if code, body := get("/ready"); code != 200 {
+		t.Fatalf("admin turned on by a reload: /ready %d %s", code, body)
+	}
+	if code, _ := proxytest.Get(t, s.addr(0), "/", ""); code != 200 {
+		t.Fatalf("GET through the proxy: %d", code)
+	}
+	if code, body := get("/api/upstreams"); code != 200 || !strings.Contains(body, `"tries": 1,`) {
+		t.Errorf("admin turned on: /api/upstreams %d %s, want the try counted", code, body)
+	}
+
+	// Taken: the reload fails, the listener stays.
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	s.reloadWith(t, base+"admin: {address: "+taken.Addr().String()+"}\n")
+	if code, _ := get("/live"); code != 200 {
+		t.Errorf("after a move to a taken address, the admin listener is gone: %d", code)
+	}
+
+	s.reloadWith(t, base)
+	if code, _ := get("/live"); code != 0 {
+		t.Errorf("admin turned off by a reload, still answers: %d", code)
+	}
+	if !strings.Contains(s.log.String(), "admin listener closed") {
+		t.Errorf("turning admin off is not logged:\n%s", s.log.String())
+	}
+	// Off, then on at an address taken: the reload fails, nothing changes.
+	s.reloadWith(t, base+"admin: {address: "+taken.Addr().String()+"}\n")
+	if !strings.Contains(s.log.String(), "reload failed; still serving the previous configuration") {
+		t.Errorf("turning admin on at a taken address did not fail the reload:\n%s", s.log.String())
+	}
+	if s.admin != nil {
+		t.Error("a failed reload left an admin server")
 	}
 }
 
