@@ -97,7 +97,7 @@ type Server struct {
 	// and about every client fault when it is a ClientFaultObserver.
 	Observer Observer
 
-	mux        muxSet // HTTP/2 connections to upstreams
+	mux        *muxSet // HTTP/2 connections to upstreams, perhaps shared (ShareUpstreamConns)
 	hooks      atomic.Pointer[hooks]
 	faultLines logSampler // client-fault lines at info level
 
@@ -123,6 +123,7 @@ type Server struct {
 	parker      *parker              // holds idle client connections without goroutines; nil where unsupported
 	workers     *workers.Pool[*conn] // the goroutines that serve connections (workers.go)
 	ownPool     bool
+	muxClosed   bool // Shutdown let mux go (under mu)
 	inited      bool
 	wg          sync.WaitGroup
 }
@@ -209,6 +210,26 @@ type hooks struct {
 // they started with. It is safe to call while serving.
 func (srv *Server) SetHandler(h Handler) { srv.hooks.Store(newHooks(h)) }
 
+// ShareUpstreamConns has srv take its HTTP/2 streams to upstreams on
+// from's connections, and open new ones beside them, as the two servers'
+// HTTP/1.1 tries share one Pool: a reload's new server goes on with the
+// old one's connections instead of dialing each server again. They close
+// with the last of the two servers' Shutdowns. Call it before srv serves;
+// it does nothing when from has shut down.
+func (srv *Server) ShareUpstreamConns(from *Server) {
+	from.mu.Lock()
+	if from.mux == nil {
+		from.mux = &muxSet{}
+	}
+	m := from.mux
+	from.mu.Unlock()
+	if m.share() {
+		srv.mu.Lock()
+		srv.mux = m
+		srv.mu.Unlock()
+	}
+}
+
 func newHooks(h Handler) *hooks {
 	hk := &hooks{h: h}
 	hk.requestFilter, _ = h.(RequestFilter)
@@ -236,6 +257,9 @@ func (srv *Server) init() {
 	if srv.Pool == nil {
 		srv.Pool = pool.New(1024, nil)
 		srv.ownPool = true
+	}
+	if srv.mux == nil {
+		srv.mux = &muxSet{}
 	}
 	if srv.ErrorLog == nil {
 		srv.ErrorLog = slog.Default()
@@ -397,7 +421,16 @@ func (srv *Server) Shutdown(ctx context.Context) error {
 		err = ctx.Err()
 		srv.expireDrain(done)
 	}
-	srv.mux.close()
+	srv.mu.Lock()
+	m := srv.mux
+	if srv.muxClosed {
+		m = nil // a second Shutdown: the set is let go once
+	}
+	srv.muxClosed = true
+	srv.mu.Unlock()
+	if m != nil {
+		m.close()
+	}
 	if srv.ownPool {
 		srv.Pool.Close()
 	}

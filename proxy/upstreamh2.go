@@ -53,6 +53,7 @@ type muxSet struct {
 	mu      sync.Mutex
 	conns   map[string][]*muxConn
 	dialing map[string]chan struct{} // closed when the dial under way for a key ends
+	shares  int                      // servers beyond the first that close it (ShareUpstreamConns)
 	closed  bool
 	sweeper *time.Timer // runs tick while conns holds any
 }
@@ -170,11 +171,28 @@ func (m *muxSet) tick() {
 	}
 }
 
+// share counts one more server that will close m; false when m is closed
+// already.
+func (m *muxSet) share() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.shares++
+	return true
+}
+
 // close shuts every connection down gracefully (GOAWAY, then close once
-// its streams ended) and takes no more.
+// its streams ended) and takes no more, once the last server sharing m
+// closes it.
 func (m *muxSet) close() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.shares > 0 {
+		m.shares--
+		return
+	}
 	m.closed = true
 	if m.sweeper != nil {
 		m.sweeper.Stop()

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -20,10 +21,12 @@ import (
 )
 
 // h2Upstream is an HTTP/2 upstream made of sluice's own h2 server: each
-// stream is answered by handle, and it counts the connections it accepted.
+// stream is answered by handle, and it counts the connections it accepted,
+// and those that ended.
 type h2Upstream struct {
 	ln    net.Listener
 	conns atomic.Int32
+	ended atomic.Int32
 	mu    sync.Mutex
 	live  []*h2.Conn
 }
@@ -72,6 +75,7 @@ func serveH2Upstream(t testing.TB, ln net.Listener, settings *h2.Settings, handl
 				u.live = append(u.live, c)
 				u.mu.Unlock()
 				c.Serve()
+				u.ended.Add(1)
 			}()
 		}
 	}()
@@ -332,4 +336,35 @@ func TestMuxSetClosesIdle(t *testing.T) {
 		_, ok := m.conns["gone"]
 		return !ok && m.sweeper == nil
 	})
+}
+
+// A reload's new server shares the old one's HTTP/2 connections to
+// upstreams (ShareUpstreamConns): its requests go on the connection the
+// old one opened, the old one's Shutdown (twice, even) leaves it open, and
+// the new one's closes it.
+func TestH2UpstreamConnsShared(t *testing.T) {
+	up := startH2Upstream(t, nil, nil, echoH2)
+	h := peers(h2Options(ProtocolH2C, nil), up.addr())
+	old := start(t, h)
+	if code, body := old.get(t, "/a"); code != 200 || body != "GET /a " {
+		t.Fatalf("through the old server: %d %q", code, body)
+	}
+	next := start(t, h, func(s *Server) { s.Pool = old.srv.Pool; s.ShareUpstreamConns(old.srv) })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for range 2 {
+		if err := old.srv.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, body := next.get(t, "/b"); code != 200 || body != "GET /b " {
+		t.Fatalf("through the new server: %d %q", code, body)
+	}
+	if n := up.conns.Load(); n != 1 {
+		t.Errorf("%d upstream connections, want the old server's one", n)
+	}
+	if err := next.srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the shared connection closed by the last Shutdown", func() bool { return up.ended.Load() == 1 })
 }

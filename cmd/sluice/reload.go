@@ -26,7 +26,8 @@ import (
 // When the file changes what the server holds (config.ServerChanged:
 // listeners, client timeouts, limits, logs, forwarding; or turns metrics
 // on or off), a new server takes over the sockets (see running) and the
-// old one drains. The metrics endpoint moves when its address changes;
+// old one drains; the new one goes on with the old one's connections to
+// upstreams, HTTP/1.1 (the pool) and HTTP/2. The metrics endpoint moves when its address changes;
 // the admin listener opens, moves or closes as admin.address says.
 // The pid file is written at its new path, and the old one removed. The
 // pool every server shares takes the new limits.max_idle_upstream_conns.
@@ -198,6 +199,9 @@ func (r *running) replaceServer(cfg *config.Config, gen *config.Generation, old 
 	if err := listeners.StartACME(r.ctx, gen, bound); err != nil {
 		r.log.Error("reload: starting ACME", "error", err)
 	}
+	// Its HTTP/1.1 tries share the pool; its HTTP/2 ones the old
+	// server's connections too.
+	srv.ShareUpstreamConns(r.srv)
 	r.serveAll(srv, listeners, next, kept, log)
 	for _, s := range r.sockets {
 		if !kept[s] {

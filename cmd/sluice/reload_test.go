@@ -11,10 +11,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2/hpack"
+
 	"github.com/sluice-proxy/sluice/config"
+	"github.com/sluice-proxy/sluice/h2"
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 )
@@ -193,6 +198,68 @@ func TestReloadAdminOnOff(t *testing.T) {
 	}
 	if s.admin != nil {
 		t.Error("a failed reload left an admin server")
+	}
+}
+
+// A reload that starts a new server keeps the HTTP/2 connection to an h2c
+// upstream: the new server's requests go on it, nothing is dialed again.
+func TestReloadKeepsH2UpstreamConns(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted atomic.Int32
+	var live sync.WaitGroup
+	var mu sync.Mutex
+	var conns []*h2.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		live.Wait()
+	})
+	live.Add(1)
+	go func() {
+		defer live.Done()
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c := h2.NewConn(nc, nil, nil, func(st *h2.Stream) {
+				st.WriteHeaders([]hpack.HeaderField{{Name: ":status", Value: "200"}}, false)
+				io.WriteString(st, "h2")
+				st.End()
+			})
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			live.Add(1)
+			go func() { defer live.Done(); c.Serve() }()
+		}
+	}()
+	conf := func(header string) string {
+		return "listen: [{address: 127.0.0.1:0}]\naccess_log: {enabled: false}\ntimeouts: {header: " + header + "}\n" +
+			"routes: [{upstream: app}]\nupstreams:\n  app:\n    protocol: h2c\n    servers: [{address: " + ln.Addr().String() + "}]\n"
+	}
+	s := startRunning(t, conf("10s"))
+	srv := s.srv
+	if code, body := proxytest.Get(t, s.addr(0), "/", ""); code != 200 || body != "h2" {
+		t.Fatalf("before the reload: %d %q", code, body)
+	}
+	s.reloadWith(t, conf("20s"))
+	if s.srv == srv {
+		t.Fatal("a reload of timeouts.header did not start a new server")
+	}
+	if code, body := proxytest.Get(t, s.addr(0), "/", ""); code != 200 || body != "h2" {
+		t.Fatalf("after the reload: %d %q", code, body)
+	}
+	if n := accepted.Load(); n != 1 {
+		t.Errorf("%d upstream connections, want the one from before the reload", n)
 	}
 }
 
