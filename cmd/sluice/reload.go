@@ -27,10 +27,11 @@ import (
 // listeners, client timeouts, limits, logs, forwarding; or turns metrics
 // on or off), a new server takes over the sockets (see running) and the
 // old one drains; the new one goes on with the old one's connections to
-// upstreams, HTTP/1.1 (the pool) and HTTP/2. The metrics endpoint moves when its address changes;
-// the admin listener opens, moves or closes as admin.address says.
-// The pid file is written at its new path, and the old one removed. The
-// pool every server shares takes the new limits.max_idle_upstream_conns.
+// upstreams, HTTP/1.1 (the pool) and HTTP/2. The metrics endpoint moves
+// when its address changes; the admin listener opens, moves or closes as
+// admin.address says. The pid file is written at its new path, and the
+// old one removed. The pool every server shares takes the new
+// limits.max_idle_upstream_conns.
 func (r *running) reload() {
 	cfg, hash, err := loadConfig(r.path)
 	if err != nil {
