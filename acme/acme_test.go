@@ -110,6 +110,21 @@ func (s *server) manager(t *testing.T, ca *acmetest.CA, dir string, domains ...s
 	return m
 }
 
+// dnsManager makes a Manager of pebble for domains that answers DNS-01
+// as d says, asking the CA's DNS server to find zones and watch records,
+// storing in a directory of the test's, logging to s.log.
+func (s *server) dnsManager(t *testing.T, ca *acmetest.CA, d DNS, domains ...string) *Manager {
+	t.Helper()
+	d.Resolvers = []string{ca.DNS}
+	m, err := New(Options{Domains: domains, CA: ca.Directory, Roots: ca.TLSRoots, Storage: t.TempDir(), DNS: &d,
+		Log: slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Stop)
+	return m
+}
+
 // handshake makes a TLS handshake with the server for sni and returns the
 // certificate chain served, verified against roots.
 func (s *server) handshake(sni string, roots *x509.CertPool) ([]*x509.Certificate, []byte, error) {
@@ -198,13 +213,7 @@ func TestObtainDNS01Wildcard(t *testing.T) {
 	s, use := serve(t)
 	const key, secret = "acme-update.", "c2x1aWNlIHRlc3QgdHNpZyBrZXkgc2VjcmV0IQ=="
 	ca := acmetest.Start(t, acmetest.Options{Zone: "sluice.test", TSIGName: key, TSIGSecret: secret})
-	m, err := New(Options{Domains: []string{"*.sluice.test", "sluice.test"}, CA: ca.Directory, Roots: ca.TLSRoots, Storage: t.TempDir(),
-		Log: slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		DNS: &DNS{Server: ca.DNS, KeyName: key, Secret: secret, Resolvers: []string{ca.DNS}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Stop)
+	m := s.dnsManager(t, ca, DNS{Server: ca.DNS, KeyName: key, Secret: secret}, "*.sluice.test", "sluice.test")
 	use(m)
 	if err := m.Start(context.Background(), Challenges{}); err != nil {
 		t.Fatal(err)
@@ -253,13 +262,7 @@ func TestDNS01Delegated(t *testing.T) {
 	const key, secret = "acme-update.", "c2VjcmV0"
 	ca := acmetest.Start(t, acmetest.Options{Zone: "acme-zone.test", TSIGName: key, TSIGSecret: secret,
 		CNAMEs: map[string]string{"_acme-challenge.sluice.test": "sluice.acme-zone.test"}})
-	m, err := New(Options{Domains: []string{"*.sluice.test"}, CA: ca.Directory, Roots: ca.TLSRoots, Storage: t.TempDir(),
-		Log: slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		DNS: &DNS{Server: ca.DNS, KeyName: key, Secret: secret, Resolvers: []string{ca.DNS}, OverrideDomain: "sluice.acme-zone.test."}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Stop)
+	m := s.dnsManager(t, ca, DNS{Server: ca.DNS, KeyName: key, Secret: secret, OverrideDomain: "sluice.acme-zone.test."}, "*.sluice.test")
 	use(m)
 	if err := m.Start(context.Background(), Challenges{}); err != nil {
 		t.Fatal(err)
@@ -277,13 +280,7 @@ func TestDNS01Delegated(t *testing.T) {
 func TestDNS01Refused(t *testing.T) {
 	s, use := serve(t)
 	ca := acmetest.Start(t, acmetest.Options{Zone: "sluice.test", TSIGName: "acme-update.", TSIGSecret: "c2VjcmV0"})
-	m, err := New(Options{Domains: []string{"*.sluice.test"}, CA: ca.Directory, Roots: ca.TLSRoots, Storage: t.TempDir(),
-		Log: slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		DNS: &DNS{Server: ca.DNS, KeyName: "other-key.", Secret: "c2VjcmV0", Resolvers: []string{ca.DNS}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Stop)
+	m := s.dnsManager(t, ca, DNS{Server: ca.DNS, KeyName: "other-key.", Secret: "c2VjcmV0"}, "*.sluice.test")
 	use(m)
 	if err := m.Start(context.Background(), Challenges{}); err != nil {
 		t.Fatal(err)

@@ -91,16 +91,7 @@ func (c *H2Client) Do(method, id string, body []byte) (r Result) {
 		r.Err = err
 		return r
 	}
-	r.Status = resp.StatusCode
-	r.ProxyStatus = resp.Header.Get("Proxy-Status")
-	r.Body, err = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	switch got := resp.Header.Get("X-Request-Id"); {
-	case err != nil:
-		r.Err = err
-	case got != id && resp.StatusCode < 500:
-		r.Err = &MismatchError{Want: id, Got: got}
-	}
+	r.take(resp)
 	return r
 }
 

@@ -105,22 +105,29 @@ func (c *Client) Do(method, id string, body []byte) (r Result) {
 		c.Close()
 		return r
 	}
+	r.take(resp)
+	if r.Err != nil || resp.Close {
+		c.Close()
+	}
+	return r
+}
+
+// take records resp, its body read whole, in r: a response that is not
+// for r.ID is an error.
+func (r *Result) take(resp *http.Response) {
 	r.Status = resp.StatusCode
 	r.ProxyStatus = resp.Header.Get("Proxy-Status")
+	var err error
 	r.Body, err = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	switch got := resp.Header.Get("X-Request-Id"); {
 	case err != nil:
 		r.Err = err
-	case got != id && resp.StatusCode < 500:
+	case got != r.ID && resp.StatusCode < 500:
 		// A proxy's own error answer carries no id; an upstream's
 		// answer must carry this one.
-		r.Err = &MismatchError{Want: id, Got: got}
+		r.Err = &MismatchError{Want: r.ID, Got: got}
 	}
-	if r.Err != nil || resp.Close {
-		c.Close()
-	}
-	return r
 }
 
 // Close closes the connection, if any; the next Do dials again.
