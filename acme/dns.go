@@ -30,8 +30,8 @@ type DNS struct {
 	// KeyName is the TSIG key's name, as the server knows it; "" sends
 	// the updates unsigned (a server that accepts them by address).
 	KeyName string
-	// KeyAlgorithm is the TSIG key's HMAC: "hmac-sha256" (when ""),
-	// "hmac-sha224", "hmac-sha384", "hmac-sha512" or "hmac-sha1".
+	// KeyAlgorithm is the TSIG key's HMAC, one of KeyAlgorithms;
+	// "hmac-sha256" when "".
 	KeyAlgorithm string
 	// Secret is the key's secret, base64, as tsig-keygen prints it.
 	Secret string
@@ -50,7 +50,11 @@ type DNS struct {
 	OverrideDomain string
 }
 
-// dnsAlgorithms are the TSIG algorithms a DNS's KeyAlgorithm may name.
+// KeyAlgorithms are the TSIG algorithms a DNS's KeyAlgorithm may name,
+// the default first.
+var KeyAlgorithms = []string{"hmac-sha256", "hmac-sha224", "hmac-sha384", "hmac-sha512", "hmac-sha1"}
+
+// dnsAlgorithms are KeyAlgorithms as miekg/dns names them.
 var dnsAlgorithms = map[string]string{
 	"hmac-sha1":   dns.HmacSHA1,
 	"hmac-sha224": dns.HmacSHA224,
@@ -72,10 +76,10 @@ func (d DNS) Check() (DNS, error) {
 		return d, fmt.Errorf("acme: dns: server %q is not host:port", d.Server)
 	}
 	if d.KeyAlgorithm == "" {
-		d.KeyAlgorithm = "hmac-sha256"
+		d.KeyAlgorithm = KeyAlgorithms[0]
 	}
 	if _, ok := dnsAlgorithms[d.KeyAlgorithm]; !ok {
-		return d, fmt.Errorf("acme: dns: key algorithm %q, want hmac-sha256, hmac-sha224, hmac-sha384, hmac-sha512 or hmac-sha1", d.KeyAlgorithm)
+		return d, fmt.Errorf("acme: dns: key algorithm %q, want one of %s", d.KeyAlgorithm, strings.Join(KeyAlgorithms, ", "))
 	}
 	switch {
 	case d.KeyName == "" && d.Secret != "":

@@ -120,7 +120,7 @@ func (d *decoder) acme(n *yaml.Node, path string) *ACME {
 // acmeDNS walks acme's "dns" mapping; the key file is read when the config
 // is built.
 func (d *decoder) acmeDNS(n *yaml.Node, path string) *ACMEDNS {
-	a := &ACMEDNS{KeyAlgorithm: "hmac-sha256", PropagationTimeout: 2 * time.Minute, Line: n.Line}
+	a := &ACMEDNS{KeyAlgorithm: acme.KeyAlgorithms[0], PropagationTimeout: 2 * time.Minute, Line: n.Line}
 	hostPort := func(s string) (string, string) {
 		if host, port, err := net.SplitHostPort(s); err != nil || host == "" || port == "" {
 			return "", fmt.Sprintf("%q is not a host:port address, such as ns1.example.com:53", s)
@@ -130,7 +130,7 @@ func (d *decoder) acmeDNS(n *yaml.Node, path string) *ACMEDNS {
 	present := d.mapping(n, path, []field{
 		{"server", d.str(&a.Server, hostPort)},
 		{"key_name", d.str(&a.KeyName, checkNotEmpty)},
-		{"key_algorithm", d.enum(&a.KeyAlgorithm, "hmac-sha256", "hmac-sha224", "hmac-sha384", "hmac-sha512", "hmac-sha1")},
+		{"key_algorithm", d.enum(&a.KeyAlgorithm, acme.KeyAlgorithms...)},
 		{"key_file", d.str(&a.KeyFile, checkNotEmpty)},
 		{"resolvers", func(n *yaml.Node, path string) {
 			if n.Kind == yaml.ScalarNode && !isNull(n) {
