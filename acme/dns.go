@@ -41,7 +41,8 @@ type DNS struct {
 	Resolvers []string
 	// PropagationTimeout is how long to wait for the record to be
 	// answered before the CA is asked to look (a CA that looks too early
-	// fails the order); 0 means 2 minutes, a negative one does not wait.
+	// fails the order); 0 means DefaultPropagationTimeout, a negative one
+	// does not wait.
 	PropagationTimeout time.Duration
 	// OverrideDomain, when set, is where the TXT records are written
 	// instead of _acme-challenge.NAME, which is a CNAME to it: a zone that
@@ -49,6 +50,10 @@ type DNS struct {
 	// one). Every domain's record goes there.
 	OverrideDomain string
 }
+
+// DefaultPropagationTimeout is how long a DNS waits for its record to be
+// answered unless told otherwise.
+const DefaultPropagationTimeout = 2 * time.Minute
 
 // KeyAlgorithms are the TSIG algorithms a DNS's KeyAlgorithm may name,
 // the default first.
@@ -108,8 +113,11 @@ func (d DNS) Check() (DNS, error) {
 // rfc2136.
 func (d DNS) solver(log *zap.Logger) *certmagic.DNS01Solver {
 	timeout := d.PropagationTimeout
-	if timeout < 0 {
+	switch {
+	case timeout < 0:
 		timeout = -1 // certmagic's "do not check"
+	case timeout == 0:
+		timeout = DefaultPropagationTimeout
 	}
 	return &certmagic.DNS01Solver{DNSManager: certmagic.DNSManager{
 		DNSProvider:        &rfc2136{d: d},

@@ -15,7 +15,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -120,7 +119,7 @@ func (d *decoder) acme(n *yaml.Node, path string) *ACME {
 // acmeDNS walks acme's "dns" mapping; the key file is read when the config
 // is built.
 func (d *decoder) acmeDNS(n *yaml.Node, path string) *ACMEDNS {
-	a := &ACMEDNS{KeyAlgorithm: acme.KeyAlgorithms[0], PropagationTimeout: 2 * time.Minute, Line: n.Line}
+	a := &ACMEDNS{KeyAlgorithm: acme.KeyAlgorithms[0], PropagationTimeout: acme.DefaultPropagationTimeout, Line: n.Line}
 	hostPort := func(s string) (string, string) {
 		if host, port, err := net.SplitHostPort(s); err != nil || host == "" || port == "" {
 			return "", fmt.Sprintf("%q is not a host:port address, such as ns1.example.com:53", s)
