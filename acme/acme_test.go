@@ -275,6 +275,60 @@ func TestDNS01Delegated(t *testing.T) {
 	}
 }
 
+// A hook program writes and removes the records (DNS.Exec): run with
+// present and cleanup, the name and the value, after the arguments
+// given; a hook that fails fails the order with its output.
+func TestDNS01Hook(t *testing.T) {
+	dir := t.TempDir()
+	hookFile := filepath.Join(dir, "hook.sh")
+	// $1 is the argument configured before the action: the directory.
+	script := `#!/bin/sh
+set -e
+dir=$1 action=$2 name=$(echo "$3" | tr A-Z a-z | sed 's/\.$//') value=$4
+case $action in
+present) echo "$value" >> "$dir/$name" ;;
+cleanup) grep -vxF "$value" "$dir/$name" > "$dir/$name.new" || true; mv "$dir/$name.new" "$dir/$name" ;;
+*) echo "unknown action $action" >&2; exit 2 ;;
+esac
+echo "$action $name" >> "$dir/calls"
+`
+	if err := os.WriteFile(hookFile, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, use := serve(t)
+	ca := acmetest.Start(t, acmetest.Options{Zone: "sluice.test", TXTDir: dir})
+	m := s.dnsManager(t, ca, DNS{Exec: []string{hookFile, dir}}, "*.sluice.test")
+	use(m)
+	if err := m.Start(context.Background(), Challenges{}); err != nil {
+		t.Fatal(err)
+	}
+	if leaf := s.served(t, "www.sluice.test", ca.Roots(t)); !slices.Equal(leaf.DNSNames, []string{"*.sluice.test"}) {
+		t.Errorf("served a certificate for %v, want the wildcard", leaf.DNSNames)
+	}
+	proxytestWait(t, "the hook's cleanup", func() bool {
+		calls, _ := os.ReadFile(filepath.Join(dir, "calls"))
+		return string(calls) == "present _acme-challenge.sluice.test\ncleanup _acme-challenge.sluice.test\n"
+	})
+	if left, _ := os.ReadFile(filepath.Join(dir, "_acme-challenge.sluice.test")); len(bytes.TrimSpace(left)) != 0 {
+		t.Errorf("records left after the cleanup: %q", left)
+	}
+
+	// A hook that fails: the order fails, logged with its output.
+	failing := filepath.Join(dir, "fail.sh")
+	if err := os.WriteFile(failing, []byte("#!/bin/sh\necho no credentials for $2 >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s2, use2 := serve(t)
+	m2 := s2.dnsManager(t, ca, DNS{Exec: []string{failing}}, "*.other.sluice.test")
+	use2(m2)
+	if err := m2.Start(context.Background(), Challenges{}); err != nil {
+		t.Fatal(err)
+	}
+	proxytestWait(t, "the failing hook logged", func() bool {
+		return strings.Contains(s2.log.String(), "dns hook "+failing+" present _acme-challenge.other.sluice.test.: exit status 3: no credentials for _acme-challenge.other.sluice.test.")
+	})
+}
+
 // A DNS-01 update the zone's server refuses (a key it does not know) fails
 // the order, and says why; nothing is served.
 func TestDNS01Refused(t *testing.T) {
@@ -573,7 +627,10 @@ func TestNewChecks(t *testing.T) {
 		{Options{Domains: []string{"*.*.example.com"}, Storage: "x", DNS: dnsAt("ns.example.com")}, "one label, the first"},
 		{Options{Domains: []string{"www.*.example.com"}, Storage: "x", DNS: dnsAt("ns.example.com")}, `'*' is not allowed`},
 		{Options{Domains: []string{"*.bad_name.com"}, Storage: "x", DNS: dnsAt("ns.example.com")}, "not a wildcard of a domain name"},
-		{Options{Domains: []string{"a.example.com"}, Storage: "x", DNS: dnsAt("")}, "dns: no server"},
+		{Options{Domains: []string{"a.example.com"}, Storage: "x", DNS: dnsAt("")}, "dns: no server, and no exec hook"},
+		{Options{Domains: []string{"a.example.com"}, Storage: "x", DNS: &DNS{Server: "ns:53", Exec: []string{"/bin/hook"}}}, "give one"},
+		{Options{Domains: []string{"a.example.com"}, Storage: "x", DNS: &DNS{Exec: []string{""}}}, "exec: no program"},
+		{Options{Domains: []string{"a.example.com"}, Storage: "x", DNS: &DNS{Exec: []string{"/bin/hook"}, KeyName: "k", Secret: "c2VjcmV0"}}, "sends no updates"},
 		{Options{Domains: []string{"a.example.com"}, Storage: "x", DNS: &DNS{Server: "ns:53", KeyName: "k", Secret: "c2VjcmV0", KeyAlgorithm: "md5"}}, "key algorithm"},
 		{Options{Domains: []string{"a.example.com"}, Storage: "x", DNS: &DNS{Server: "ns:53", KeyName: "k"}}, "has no secret"},
 		{Options{Domains: []string{"a.example.com"}, Storage: "x", DNS: &DNS{Server: "ns:53", Secret: "c2VjcmV0"}}, "without a key name"},

@@ -21,12 +21,20 @@ import (
 // 2136 dynamic update, signed with a TSIG key (RFC 8945), to the zone's
 // primary DNS server (BIND, Knot, PowerDNS and most others take them), waits
 // until the zone's servers answer it, and removes it once the CA has looked.
+// Instead of updates, a hook program of the operator's may write and
+// remove the records (Exec), through any DNS provider's API or tool.
 // A Manager with DNS answers DNS-01 alone: its listeners answer no
 // challenge.
 type DNS struct {
 	// Server is the host:port of the DNS server that takes the zone's
-	// updates; a port of 53 when none is given.
+	// updates; a port of 53 when none is given. Server or Exec, not both.
 	Server string
+	// Exec is a hook program and its first arguments, run as
+	// Exec... present FQDN VALUE to add the TXT record FQDN (with its
+	// final dot) holding VALUE, and Exec... cleanup FQDN VALUE to remove
+	// it, as lego's exec provider does; it exits 0 once done. Its
+	// output is logged when it fails. Each run gets HookTimeout.
+	Exec []string
 	// KeyName is the TSIG key's name, as the server knows it; "" sends
 	// the updates unsigned (a server that accepts them by address).
 	KeyName string
@@ -71,8 +79,19 @@ var dnsAlgorithms = map[string]string{
 // Check checks d and returns it with its defaults filled in: the server's
 // port, the key's algorithm.
 func (d DNS) Check() (DNS, error) {
-	if d.Server == "" {
-		return d, errors.New("acme: dns: no server")
+	switch {
+	case d.Server == "" && len(d.Exec) == 0:
+		return d, errors.New("acme: dns: no server, and no exec hook")
+	case d.Server != "" && len(d.Exec) > 0:
+		return d, errors.New("acme: dns: a server and an exec hook: give one")
+	case len(d.Exec) > 0:
+		if d.Exec[0] == "" {
+			return d, errors.New("acme: dns: exec: no program")
+		}
+		if d.KeyName != "" || d.Secret != "" {
+			return d, errors.New("acme: dns: a TSIG key with an exec hook, which sends no updates")
+		}
+		return d.checkRest()
 	}
 	if _, _, err := net.SplitHostPort(d.Server); err != nil {
 		d.Server = net.JoinHostPort(strings.Trim(d.Server, "[]"), "53")
@@ -96,6 +115,11 @@ func (d DNS) Check() (DNS, error) {
 			return d, fmt.Errorf("acme: dns: key %s: the secret is not base64: %v", d.KeyName, err)
 		}
 	}
+	return d.checkRest()
+}
+
+// checkRest is Check's part for both ways of writing records.
+func (d DNS) checkRest() (DNS, error) {
 	if d.OverrideDomain != "" {
 		if labels, ok := dns.IsDomainName(d.OverrideDomain); !ok || labels < 2 || strings.ContainsAny(d.OverrideDomain, "* ") {
 			return d, fmt.Errorf("acme: dns: override domain %q is not a domain name", d.OverrideDomain)
@@ -109,8 +133,8 @@ func (d DNS) Check() (DNS, error) {
 	return d, nil
 }
 
-// solver is certmagic's DNS-01 solver for d, with the updates sent by
-// rfc2136.
+// solver is certmagic's DNS-01 solver for d, with the records written by
+// rfc2136 updates or the hook.
 func (d DNS) solver(log *zap.Logger) *certmagic.DNS01Solver {
 	timeout := d.PropagationTimeout
 	switch {
@@ -119,8 +143,12 @@ func (d DNS) solver(log *zap.Logger) *certmagic.DNS01Solver {
 	case timeout == 0:
 		timeout = DefaultPropagationTimeout
 	}
+	var provider certmagic.DNSProvider = &rfc2136{d: d}
+	if len(d.Exec) > 0 {
+		provider = &hook{argv: d.Exec}
+	}
 	return &certmagic.DNS01Solver{DNSManager: certmagic.DNSManager{
-		DNSProvider:        &rfc2136{d: d},
+		DNSProvider:        provider,
 		TTL:                time.Minute,
 		PropagationTimeout: timeout,
 		Resolvers:          d.Resolvers,

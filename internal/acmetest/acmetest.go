@@ -52,6 +52,10 @@ type Options struct {
 	// CNAMEs are names the DNS server answers with a CNAME to another:
 	// the records of a challenge delegated to Zone.
 	CNAMEs map[string]string
+	// TXTDir, when set, holds TXT records the DNS server answers too, as
+	// a hook program would write them: a file per name (lower case, no
+	// final dot), a value per line.
+	TXTDir string
 }
 
 // CA is a running pebble.
@@ -83,7 +87,7 @@ func Start(t testing.TB, o Options) *CA {
 	certFile, keyFile := tlsCA.Server(t, "127.0.0.1", "localhost").Write(t, dir, "pebble")
 	rootFile := filepath.Join(dir, "pebble-tls-ca.pem")
 	tlstest.WriteFile(t, rootFile, tlsCA.PEM)
-	z := &zone{name: dns.Fqdn(o.Zone), txt: map[string][]string{}, cname: map[string]string{}}
+	z := &zone{name: dns.Fqdn(o.Zone), txt: map[string][]string{}, cname: map[string]string{}, txtDir: o.TXTDir}
 	for from, to := range o.CNAMEs {
 		z.cname[strings.ToLower(dns.Fqdn(from))] = strings.ToLower(dns.Fqdn(to))
 	}

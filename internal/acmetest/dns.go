@@ -2,6 +2,8 @@ package acmetest
 
 import (
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -16,7 +18,8 @@ type zone struct {
 	name string // fully qualified; "." when there is no zone
 	key  string // the TSIG key name updates must be signed with
 
-	cname map[string]string // lower-case fully qualified names
+	cname  map[string]string // lower-case fully qualified names
+	txtDir string            // Options.TXTDir
 
 	mu               sync.Mutex
 	txt              map[string][]string // by lower-case fully qualified name
@@ -110,7 +113,7 @@ func (z *zone) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 				m.Answer = append(m.Answer, &dns.CNAME{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: 1}, Target: to})
 				owner, name = to, to
 			}
-			for _, v := range z.txt[name] {
+			for _, v := range slices.Concat(z.txt[name], z.filed(name)) {
 				m.Answer = append(m.Answer, &dns.TXT{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 1}, Txt: []string{v}})
 			}
 		}
@@ -155,6 +158,18 @@ func (z *zone) update(w dns.ResponseWriter, r *dns.Msg) int {
 	}
 	z.updates++
 	return dns.RcodeSuccess
+}
+
+// filed returns the TXT records of name, fully qualified, in z.txtDir.
+func (z *zone) filed(name string) []string {
+	if z.txtDir == "" || strings.ContainsAny(name, "/\\") {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(z.txtDir, strings.TrimSuffix(name, ".")))
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(string(b))
 }
 
 func (z *zone) soa() *dns.SOA {
