@@ -220,9 +220,15 @@ type ACME struct {
 // ACMEDNS is acme.dns: where and how the DNS-01 challenge's TXT records
 // are written.
 type ACMEDNS struct {
-	// Server (key "server", required) is the host:port of the zone's
-	// DNS server that takes dynamic updates (its primary).
+	// Server (key "server") is the host:port of the zone's DNS server
+	// that takes dynamic updates (its primary). Server or Exec, one of
+	// them.
 	Server string
+	// Exec (key "exec") is a hook program and its first arguments, a
+	// list (or one path), run with present or cleanup, the record's name
+	// (with its final dot) and its value to write or remove the record
+	// itself: for a DNS provider that takes no updates.
+	Exec []string
 	// KeyName (key "key_name", default "": updates unsigned) is the TSIG
 	// key the updates are signed with, as the server knows it.
 	KeyName string

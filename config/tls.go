@@ -12,6 +12,7 @@ import (
 	"net/mail"
 	"net/netip"
 	"os"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
@@ -128,6 +129,33 @@ func (d *decoder) acmeDNS(n *yaml.Node, path string) *ACMEDNS {
 	}
 	present := d.mapping(n, path, []field{
 		{"server", d.str(&a.Server, hostPort)},
+		{"exec", func(n *yaml.Node, path string) {
+			if n.Kind == yaml.ScalarNode && !isNull(n) {
+				var s string
+				if d.scalarString(&s, n, path) {
+					if _, msg := checkNotEmpty(s); msg != "" {
+						d.addf(n, path, "%s", msg)
+						return
+					}
+					a.Exec = []string{s}
+				}
+				return
+			}
+			count := d.sequence(n, path, func(i int, n *yaml.Node, path string) {
+				var s string
+				if !d.scalarString(&s, n, path) {
+					return
+				}
+				if _, msg := checkNotEmpty(s); i == 0 && msg != "" {
+					d.addf(n, path, "%s: the hook program's path", msg)
+					return
+				}
+				a.Exec = append(a.Exec, s)
+			})
+			if count == 0 && isList(n) {
+				d.addf(n, path, "must name the hook program, such as [/usr/local/bin/acme-dns-hook]")
+			}
+		}},
 		{"key_name", d.str(&a.KeyName, checkNotEmpty)},
 		{"key_algorithm", d.enum(&a.KeyAlgorithm, acme.KeyAlgorithms...)},
 		{"key_file", d.str(&a.KeyFile, checkNotEmpty)},
@@ -151,7 +179,14 @@ func (d *decoder) acmeDNS(n *yaml.Node, path string) *ACMEDNS {
 		{"propagation_timeout", d.duration(&a.PropagationTimeout, false)},
 		{"override_domain", d.str(&a.OverrideDomain, checkNotEmpty)},
 	})
-	d.required(n, path, present, "server")
+	switch {
+	case !present["server"] && !present["exec"]:
+		d.addf(n, join(path, "server"), "missing; it is required, or exec for a hook program that writes the records")
+	case present["server"] && present["exec"]:
+		d.addf(n, join(path, "exec"), "with server: give one, the DNS server that takes updates or the hook program")
+	case present["exec"] && (present["key_name"] || present["key_file"]):
+		d.addf(n, join(path, "exec"), "with a TSIG key: the hook program sends no updates; leave key_name and key_file out")
+	}
 	// By value, not by present: a typo of one is reported once, as such.
 	switch {
 	case a.KeyName != "" && !present["key_file"]:
@@ -295,8 +330,13 @@ type acmeSlot struct {
 
 // acmeDNS makes the acme.DNS of a, reading its key file.
 func acmeDNS(a *ACMEDNS) (*acme.DNS, error) {
-	d := &acme.DNS{Server: a.Server, KeyName: a.KeyName, KeyAlgorithm: a.KeyAlgorithm, Resolvers: a.Resolvers,
+	d := &acme.DNS{Server: a.Server, Exec: a.Exec, KeyName: a.KeyName, KeyAlgorithm: a.KeyAlgorithm, Resolvers: a.Resolvers,
 		PropagationTimeout: a.PropagationTimeout, OverrideDomain: a.OverrideDomain}
+	if len(a.Exec) > 0 {
+		if _, err := exec.LookPath(a.Exec[0]); err != nil {
+			return nil, &pathError{"dns.exec", err}
+		}
+	}
 	if a.PropagationTimeout == 0 {
 		d.PropagationTimeout = -1 // no wait, where acme.DNS's 0 is its default
 	}
@@ -370,7 +410,7 @@ func (g *Generation) acmeSlot(a *ACME, log *slog.Logger) (*acmeSlot, error) {
 	sum := sha256.Sum256(rootsPEM)
 	key := fmt.Sprintf("domains=%q email=%q ca=%q ca_root=%q %x storage=%q", a.Domains, a.Email, a.CA, a.CARoot, sum, a.Storage)
 	if dns != nil {
-		key += fmt.Sprintf(" dns=%q %q %q %x %q %s %q", dns.Server, dns.KeyName, dns.KeyAlgorithm, sha256.Sum256([]byte(dns.Secret)), dns.Resolvers, dns.PropagationTimeout, dns.OverrideDomain)
+		key += fmt.Sprintf(" dns=%q %q %q %q %x %q %s %q", dns.Server, dns.Exec, dns.KeyName, dns.KeyAlgorithm, sha256.Sum256([]byte(dns.Secret)), dns.Resolvers, dns.PropagationTimeout, dns.OverrideDomain)
 	}
 	for _, s := range g.acme {
 		if s.key == key {

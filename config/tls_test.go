@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -74,7 +75,10 @@ func TestParseTLSProblems(t *testing.T) {
 		{"acme, ca over http", listen("    tls:", "      acme: {domains: [example.com], ca: \"http://ca.test/dir\"}"), 4, 42, "listen[0].tls.acme.ca", "not an https:// URL"},
 		{"acme, empty storage", listen("    tls:", "      acme: {domains: [example.com], storage: \"\"}"), 4, 47, "listen[0].tls.acme.storage", "must not be empty"},
 		{"acme, unknown key", listen("    tls:", "      acme: {domains: [example.com], emial: ops@example.com}"), 4, 38, "listen[0].tls.acme.emial", `did you mean "email"?`},
-		{"acme dns without a server", listen("    tls:", "      acme: {domains: [\"*.example.com\"], dns: {key_name: k, key_file: k.key}}"), 4, 47, "listen[0].tls.acme.dns.server", "missing; it is required"},
+		{"acme dns without a server", listen("    tls:", "      acme: {domains: [\"*.example.com\"], dns: {key_name: k, key_file: k.key}}"), 4, 47, "listen[0].tls.acme.dns.server", "missing; it is required, or exec"},
+		{"acme dns, a server and exec", listen("    tls:", "      acme: {domains: [example.com], dns: {server: \"ns:53\", exec: /bin/hook}}"), 4, 43, "listen[0].tls.acme.dns.exec", "give one"},
+		{"acme dns, exec with a key", listen("    tls:", "      acme: {domains: [example.com], dns: {exec: [/bin/hook], key_name: k, key_file: k.key}}"), 4, 43, "listen[0].tls.acme.dns.exec", "sends no updates"},
+		{"acme dns, an empty exec", listen("    tls:", "      acme: {domains: [example.com], dns: {exec: []}}"), 4, 50, "listen[0].tls.acme.dns.exec", "must name the hook program"},
 		{"acme dns, a server without a port", listen("    tls:", "      acme: {domains: [example.com], dns: {server: ns1.example.com}}"), 4, 52, "listen[0].tls.acme.dns.server", "not a host:port address"},
 		{"acme dns, a key name without a file", listen("    tls:", "      acme: {domains: [example.com], dns: {server: \"ns:53\", key_name: k}}"), 4, 43, "listen[0].tls.acme.dns.key_file", "required with key_name"},
 		{"acme dns, a key file without a name", listen("    tls:", "      acme: {domains: [example.com], dns: {server: \"ns:53\", key_file: k.key}}"), 4, 43, "listen[0].tls.acme.dns.key_name", "required with key_file"},
@@ -411,6 +415,10 @@ func TestBuildACMEDNS(t *testing.T) {
 	plain, block := filepath.Join(dir, "plain.key"), filepath.Join(dir, "block.key")
 	tlstest.WriteFile(t, plain, []byte("c2VjcmV0\n"))
 	tlstest.WriteFile(t, block, []byte("key \"acme-update\" {\n\talgorithm hmac-sha512;\n\tsecret \"b3RoZXI=\";\n};\n"))
+	hook := filepath.Join(dir, "hook.sh")
+	if err := os.WriteFile(hook, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	build := func(dns string) (*Generation, error) {
 		t.Helper()
 		cfg, err := Parse("t.yaml", []byte("listen:\n  - address: 127.0.0.1:0\n    tls:\n      acme: {domains: [\"*.a.test\", a.test], storage: "+dir+", dns: "+dns+"}\n"+rest))
@@ -429,6 +437,10 @@ func TestBuildACMEDNS(t *testing.T) {
 			acme.DNS{Server: "ns.a.test:53", KeyName: "acme-update", KeyAlgorithm: "hmac-sha512", Secret: "b3RoZXI=", Resolvers: []string{"127.0.0.1:53"}, PropagationTimeout: -1, OverrideDomain: "a.acme.test"}},
 		{"{server: \"ns.a.test:53\"}",
 			acme.DNS{Server: "ns.a.test:53", KeyAlgorithm: "hmac-sha256", PropagationTimeout: 2 * time.Minute}},
+		{"{exec: " + hook + "}",
+			acme.DNS{Exec: []string{hook}, KeyAlgorithm: "hmac-sha256", PropagationTimeout: 2 * time.Minute}},
+		{"{exec: [" + hook + ", --zone, a.test]}",
+			acme.DNS{Exec: []string{hook, "--zone", "a.test"}, KeyAlgorithm: "hmac-sha256", PropagationTimeout: 2 * time.Minute}},
 	} {
 		g, err := build(tt.dns)
 		if err != nil {
@@ -450,6 +462,8 @@ func TestBuildACMEDNS(t *testing.T) {
 	for _, tt := range []struct{ dns, want string }{
 		{"{server: \"ns:53\", key_name: k, key_file: " + filepath.Join(dir, "missing.key") + "}", "listen[0].tls.acme.dns.key_file: " + filepath.Join(dir, "missing.key") + ": no such file"},
 		{"{server: \"ns:53\", key_name: k, key_file: " + bad + "}", "listen[0].tls.acme.dns: key k: the secret is not base64"},
+		{"{exec: " + filepath.Join(dir, "no-hook") + "}", "listen[0].tls.acme.dns.exec: exec: \"" + filepath.Join(dir, "no-hook") + "\": stat " + filepath.Join(dir, "no-hook") + ": no such file"},
+		{"{exec: " + plain + "}", "listen[0].tls.acme.dns.exec: exec: \"" + plain + "\": permission denied"},
 	} {
 		_, err := build(tt.dns)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
