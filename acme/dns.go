@@ -33,7 +33,9 @@ type DNS struct {
 	// Exec... present FQDN VALUE to add the TXT record FQDN (with its
 	// final dot) holding VALUE, and Exec... cleanup FQDN VALUE to remove
 	// it, as lego's exec provider does; it exits 0 once done. Its
-	// output is logged when it fails. Each run gets HookTimeout.
+	// output is logged when it fails. Each run gets HookTimeout. Runs
+	// may overlap, for one FQDN too (a domain and its wildcard), each
+	// with its own value.
 	Exec []string
 	// KeyName is the TSIG key's name, as the server knows it; "" sends
 	// the updates unsigned (a server that accepts them by address).
