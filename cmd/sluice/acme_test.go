@@ -267,17 +267,6 @@ func httpsGet(t *testing.T, addr, sni string, roots *x509.CertPool) string {
 	return string(body)
 }
 
-// freeAddr returns a 127.0.0.1 address whose port was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 func portOf(addr string) int {
 	_, p, _ := net.SplitHostPort(addr)
 	var n int

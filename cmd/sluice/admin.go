@@ -44,7 +44,7 @@ func (r *running) startAdmin(cfg *config.Config, l loaded, in *upgrade.Inherited
 	}
 	if !ok {
 		if ln, err = net.Listen("tcp", cfg.Admin.Address); err != nil {
-			return err
+			return listenError(cfg.Admin.Address, err)
 		}
 	}
 	r.serveAdmin(cfg.Admin, l, ln)
@@ -123,6 +123,7 @@ func (r *running) moveAdmin(c config.Admin, l loaded, ln net.Listener) {
 	r.admin.Pprof = c.Pprof
 	ln, err := net.Listen("tcp", c.Address)
 	if err != nil {
+		err = listenError(c.Address, err)
 		r.admin.Pprof = r.adminCfg.Pprof
 		if c.Address == r.adminCfg.Address {
 			r.log.Error("reload: reopening the admin listener failed; it is closed until a reload or restart opens it", "address", c.Address, "error", err)

@@ -135,26 +135,28 @@ func start(path string, cfg *config.Config, l loaded, stderr io.Writer, log *slo
 		p.Close()
 		return nil, err
 	}
-	r = &running{
+	// The cleanup on failure works on run, never on r: a return sets r
+	// (to nil) before the deferred functions run.
+	run := &running{
 		path: path, exe: exe, stderr: stderr, ctx: ctx, cancel: cancel, log: log, notify: newNotifier(),
 		cfg: cfg, pool: p, srv: srv, res: res, listeners: listeners,
 		failed: make(chan error, 1), sig: sig,
 	}
-	r.gen.Store(gen)
-	r.current.p.Store(srv)
+	run.gen.Store(gen)
+	run.current.p.Store(srv)
 	gen.Start(ctx)
 	stopAll := func() {
-		if r.adminStop != nil {
-			r.adminStop()
+		if run.adminStop != nil {
+			run.adminStop()
 		}
-		for _, s := range r.sockets {
+		for _, s := range run.sockets {
 			s.close()
 		}
 		quick, stop := context.WithTimeout(context.Background(), time.Second)
 		srv.Shutdown(quick) // the clients accepted before the failure
 		stop()
-		if r.stopMetrics != nil {
-			r.stopMetrics()
+		if run.stopMetrics != nil {
+			run.stopMetrics()
 		}
 		cancel()
 		gen.Close()
@@ -167,37 +169,37 @@ func start(path string, cfg *config.Config, l loaded, stderr io.Writer, log *slo
 		}
 	}()
 	if observed(cfg) {
-		r.ensureMetrics()
-		r.metrics.ConfigLoaded(l.hash, l.at)
-		srv.Observer = r.metrics
+		run.ensureMetrics()
+		run.metrics.ConfigLoaded(l.hash, l.at)
+		srv.Observer = run.metrics
 	}
 	if cfg.Metrics.Address != "" {
 		ln, err := metricsListener(cfg.Metrics.Address, in)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("metrics: %w", err)
 		}
-		r.moveMetrics(ln)
+		run.moveMetrics(ln)
 	}
 	if cfg.Admin.Address != "" {
-		if err := r.startAdmin(cfg, l, in); err != nil {
+		if err := run.startAdmin(cfg, l, in); err != nil {
 			return nil, fmt.Errorf("admin: %w", err)
 		}
 	}
 	for _, l := range cfg.Listen {
 		s, err := bind(l.Address, in)
 		if err != nil {
-			return nil, fmt.Errorf("listening on %s: %w", l.Address, err)
+			return nil, err
 		}
-		r.sockets = append(r.sockets, s)
+		run.sockets = append(run.sockets, s)
 	}
 	// The ACME managers start once their challenges' listeners are bound,
 	// before serving; their certificates come in the background.
-	if err = listeners.StartACME(ctx, gen, r.bound()); err != nil {
+	if err = listeners.StartACME(ctx, gen, run.bound()); err != nil {
 		return nil, fmt.Errorf("starting ACME: %w", err)
 	}
-	r.serveAll(srv, listeners, r.sockets, nil, log)
-	if r.admin != nil {
-		r.admin.SetListening(true) // connections queue until served
+	run.serveAll(srv, listeners, run.sockets, nil, log)
+	if run.admin != nil {
+		run.admin.SetListening(true) // connections queue until served
 	}
 	if cfg.PIDFile != "" {
 		if err = writePIDFile(cfg.PIDFile); err != nil {
@@ -205,14 +207,14 @@ func start(path string, cfg *config.Config, l loaded, stderr io.Writer, log *slo
 		}
 	}
 	if in == nil {
-		if err := r.notify.send("READY=1", "STATUS=serving"); err != nil {
+		if err := run.notify.send("READY=1", "STATUS=serving"); err != nil {
 			log.Warn("telling systemd", "error", err)
 		}
 	}
 	if err := in.Ready(); err != nil {
 		log.Warn("telling the old process of the upgrade that this one serves", "error", err)
 	}
-	return r, nil
+	return run, nil
 }
 
 // bound returns the address each socket is bound to.
@@ -261,6 +263,7 @@ func metricsListener(addr string, in *upgrade.Inherited) (net.Listener, error) {
 		return ln, err
 	}
 	if ln, err = net.Listen("tcp", addr); err != nil {
+		err = listenError(addr, err)
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	return ln, nil

@@ -80,6 +80,7 @@ func (r *running) reload() {
 		// Turned on: bound first, as a new listener is, so that an
 		// address taken fails the reload and changes nothing.
 		if adminLn, err = net.Listen("tcp", cfg.Admin.Address); err != nil {
+			err = listenError(cfg.Admin.Address, err)
 			closeNew()
 			fail(fmt.Errorf("admin: %w", err))
 			return
@@ -177,7 +178,7 @@ func (r *running) replaceServer(cfg *config.Config, gen *config.Generation, old 
 				}
 			}
 			res.Close()
-			return 0, fmt.Errorf("listening on %s: %w", l.Address, err)
+			return 0, err
 		}
 		next[j] = s
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -33,7 +34,7 @@ func bind(address string, in *upgrade.Inherited) (*socket, error) {
 	}
 	if !ok {
 		if ln, err = proxy.Listen(address); err != nil {
-			return nil, err
+			return nil, listenError(address, err)
 		}
 	}
 	tl, isTCP := ln.(*net.TCPListener)
@@ -43,6 +44,45 @@ func bind(address string, in *upgrade.Inherited) (*socket, error) {
 	}
 	return &socket{address: address, ln: tl}, nil
 }
+
+// listenError says why address could not be listened on in the words an
+// operator acts on, "listen 127.0.0.1:80: address already in use", instead
+// of the system call's chain ("listen tcp 127.0.0.1:80: bind: ..."). The
+// cause stays wrapped for errors.Is.
+func listenError(address string, err error) error {
+	why := err.Error()
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		why = errno.Error()
+		switch {
+		case errno == syscall.EACCES && privilegedPort(address):
+			why = "permission denied: ports below 1024 need root or CAP_NET_BIND_SERVICE"
+		case errno == syscall.EADDRNOTAVAIL:
+			why = "cannot assign requested address: no interface of this host has it"
+		}
+	}
+	return &bindError{msg: "listen " + address + ": " + why, err: err}
+}
+
+// privilegedPort reports whether address is host:port with a port below
+// 1024 (and not 0, which the kernel picks).
+func privilegedPort(address string) bool {
+	_, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n > 0 && n < 1024
+}
+
+// bindError is listenError's result.
+type bindError struct {
+	msg string
+	err error
+}
+
+func (e *bindError) Error() string { return e.msg }
+func (e *bindError) Unwrap() error { return e.err }
 
 // errHandedOver ends a server's accept loop on a socket handed to another
 // server, or closed.
