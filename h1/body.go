@@ -30,6 +30,7 @@ type Body struct {
 	err        error  // sticky: io.EOF once complete
 	limited    bool   // Limit was called: room bounds the data still to come
 	room       int64
+	framing    bool // the last segment was chunked framing, not data
 }
 
 type chunkState uint8
@@ -53,11 +54,30 @@ func (b *Body) Init(r *Reader, f Framing, decode bool, maxTrailer int) {
 	}
 }
 
-// Trailers returns, in decode mode, the field lines of a chunked body's
-// trailer section as they came, each with its CRLF (checked as Next checks
-// them; empty when there were none). It is complete once Next has returned
+// Trailers returns the field lines of a chunked body's trailer section as
+// they came, each with its CRLF (checked as Next checks them; empty when
+// there were none), in either mode. It is complete once Next has returned
 // io.EOF, and valid until the next Init.
 func (b *Body) Trailers() []byte { return b.trailers }
+
+// AddTrailers adds the fields of the trailer section (see Trailers) to h,
+// names as they were spelled, values without surrounding whitespace.
+func (b *Body) AddTrailers(h *Header) {
+	lines := b.trailers
+	for len(lines) > 0 {
+		end := bytes.IndexByte(lines, '\n')
+		line := lines[:end-1] // without its CRLF: Next checked it ends so
+		lines = lines[end+1:]
+		colon := bytes.IndexByte(line, ':')
+		h.AddBytes(line[:colon], trimOWS(line[colon+1:]))
+	}
+}
+
+// Data reports whether the segment Next returned last is body data: false
+// for the chunked framing a pass-through body also returns (a chunk-size
+// line, the CRLF after chunk data, the trailer section's lines). In decode
+// mode, and for a body that is not chunked, every segment is data.
+func (b *Body) Data() bool { return !b.framing }
 
 // Limit bounds the body's content (its data: not the chunk-size lines,
 // CRLFs and trailers of chunked framing) to n bytes, n >= 0; it must be
@@ -207,6 +227,7 @@ func (b *Body) take(n int64) ([]byte, error) {
 }
 
 func (b *Body) nextChunked() ([]byte, error) {
+	b.framing = !b.decode
 	for {
 		switch b.state {
 		case stSize:
@@ -233,6 +254,7 @@ func (b *Body) nextChunked() ([]byte, error) {
 				return line, nil
 			}
 		case stData:
+			b.framing = false
 			seg, err := b.take(b.left)
 			b.left -= int64(len(seg))
 			if b.left == 0 {
@@ -267,7 +289,7 @@ func (b *Body) nextChunked() ([]byte, error) {
 			if last && b.decode {
 				return nil, io.EOF
 			}
-			if b.decode {
+			if !last {
 				b.trailers = append(b.trailers, line...)
 			}
 			if last {

@@ -3,6 +3,7 @@ package h1
 import (
 	"bytes"
 	"io"
+	"strings"
 	"testing"
 )
 
@@ -111,16 +112,20 @@ func FuzzChunked(f *testing.F) {
 		r := NewReader(bytes.NewReader(in))
 		var b Body
 		b.Init(r, Framing{Kind: Chunked}, false, 1024)
-		var raw bytes.Buffer
+		var raw, marked bytes.Buffer // marked: the segments Data calls data
 		var err error
 		for {
 			var seg []byte
 			seg, err = b.Next()
 			raw.Write(seg)
+			if b.Data() {
+				marked.Write(seg)
+			}
 			if err != nil {
 				break
 			}
 		}
+		passTrailers := string(b.Trailers())
 		if err != io.EOF {
 			return
 		}
@@ -145,6 +150,19 @@ func FuzzChunked(f *testing.F) {
 		}
 		if data.Len() > raw.Len() {
 			t.Fatalf("decoded more than the raw body")
+		}
+		// Pass-through tells data from framing as decoding does.
+		if !bytes.Equal(marked.Bytes(), data.Bytes()) {
+			t.Fatalf("pass-through's data segments %q, decoded %q", marked.Bytes(), data.Bytes())
+		}
+		if passTrailers != string(b.Trailers()) {
+			t.Fatalf("pass-through kept trailers %q, decoding %q", passTrailers, b.Trailers())
+		}
+		// AddTrailers gives each trailer line as a field, spelled as it came.
+		var th Header
+		b.AddTrailers(&th)
+		if got := th.String(); strings.Count(got, "\r\n") != strings.Count(passTrailers, "\r\n") {
+			t.Fatalf("AddTrailers made %q of %q", got, passTrailers)
 		}
 		// The trailers kept apart are the raw body's trailer section.
 		if tr := b.Trailers(); !bytes.HasSuffix(raw.Bytes(), append(append([]byte("\r\n"), tr...), "\r\n"...)) {
