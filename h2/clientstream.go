@@ -104,6 +104,17 @@ func (cs *ClientStream) ReadHeader() ([]hpack.HeaderField, error) {
 // with PROTOCOL_ERROR when they differ.
 func (cs *ClientStream) Read(p []byte) (int, error) { return cs.cc.read(&cs.inbound, p, cs.cc) }
 
+// Arrived reports how many response body bytes have arrived and not been
+// read, and whether the body ended with them (END_STREAM came): Read then
+// returns them, and io.EOF after them, without waiting. A relay uses it to
+// send what has come together: a small response's head, body and end in
+// one write.
+func (cs *ClientStream) Arrived() (n int, ended bool) {
+	cs.cc.mu.Lock()
+	defer cs.cc.mu.Unlock()
+	return cs.buffered(), cs.remoteEnded
+}
+
 // Trailers returns the response's trailer fields, checked as the header
 // block's (and without pseudo-header fields). It is valid once Read has
 // returned io.EOF.

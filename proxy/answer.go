@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math"
 	"strconv"
@@ -13,21 +14,16 @@ import (
 	"github.com/sluice-proxy/sluice/internal/clock"
 )
 
-// appendAnswerFields appends the fields of h to an answer's head, but
-// Content-Length and Connection (and Transfer-Encoding): those are
-// sluice's to set.
-func appendAnswerFields(b []byte, h *h1.Header) []byte {
-	for i := 0; i < h.Len(); i++ {
-		n := h.Name(i)
+// addAnswerFields adds the fields of src to dst, but Content-Length and
+// Connection (and Transfer-Encoding): those are sluice's to set.
+func addAnswerFields(dst, src *h1.Header) {
+	for i := 0; i < src.Len(); i++ {
+		n := src.Name(i)
 		if h1.EqualFold(n, "Content-Length") || h1.EqualFold(n, "Connection") || h1.EqualFold(n, "Transfer-Encoding") {
 			continue
 		}
-		b = append(b, n...)
-		b = append(b, ": "...)
-		b = append(b, h.Value(i)...)
-		b = append(b, "\r\n"...)
+		dst.AddBytes(n, src.Value(i))
 	}
-	return b
 }
 
 // answer writes a response sluice makes itself. keep says whether the
@@ -37,6 +33,7 @@ func (s *Session) answer(r *Response, keep bool) {
 		defer r.File.File.Close()
 	}
 	s.keepAlive = keep && s.keepAlive && !s.srv.Draining()
+	s.ownAnswer = true
 	status := r.Status
 	if status < 100 || status > 999 {
 		status = 500
@@ -50,74 +47,77 @@ func (s *Session) answer(r *Response, keep bool) {
 	// body (RFC 9110 §8.6).
 	bodiless := status == 204 || status == 304
 	sendBody := !bodiless && s.Request.Method() != "HEAD"
-	b := s.c.wbuf[:0]
-	b = append(b, "HTTP/1.1 "...)
-	b = strconv.AppendInt(b, int64(status), 10)
-	b = append(b, ' ')
-	b = append(b, h1.StatusText(status)...)
-	b = append(b, "\r\n"...)
-	h := &r.Header
+	resp := &s.resp
+	resp.Reset()
+	resp.Status, resp.Minor = status, 1
+	resp.SetReason(h1.StatusText(status))
+	addAnswerFields(&resp.Header, &r.Header)
 	if hk := s.hooks; hk != nil && hk.answerFilter != nil {
 		// The hook changes a copy: r may be shared by many requests.
-		a := &s.resp
-		a.Reset()
-		a.Status, a.Minor = status, 1
-		a.Header.CopyFrom(h)
-		hk.answerFilter.AnswerFilter(s, a)
-		h = &a.Header
+		hk.answerFilter.AnswerFilter(s, resp)
+		resp.Status = status
+		for _, name := range [...]string{"Content-Length", "Connection", "Transfer-Encoding"} {
+			if resp.Header.Has(name) {
+				resp.Header.Del(name)
+			}
+		}
 	}
-	b = appendAnswerFields(b, h)
-	b = appendAnswerFields(b, &s.extra)
+	addAnswerFields(&resp.Header, &s.extra)
 	if s.assignRequestID(false); s.reqID != nil && !r.Header.Has(RequestIDHeader) {
-		b = append(b, RequestIDHeader+": "...)
-		b = append(b, s.reqID...)
-		b = append(b, "\r\n"...)
+		resp.Header.AddBytes(requestIDName, s.reqID)
+	}
+	size := int64(len(r.Body))
+	if r.File != nil {
+		size = r.File.Size
 	}
 	if !bodiless {
-		size := int64(len(r.Body))
-		if r.File != nil {
-			size = r.File.Size
-		}
-		b = append(b, "Content-Length: "...)
-		b = strconv.AppendInt(b, size, 10)
-		b = append(b, "\r\n"...)
+		var n [20]byte
+		resp.Header.AddBytes(contentLength, strconv.AppendInt(n[:0], size, 10))
 	}
-	if !s.keepAlive {
-		b = append(b, "Connection: close\r\n"...)
-	} else if s.Request.Minor == 0 {
-		b = append(b, "Connection: keep-alive\r\n"...)
-	}
-	b = append(b, "\r\n"...)
+	down := s.down
+	down.respond(resp, outBody{length: size, none: !sendBody})
 	fileLeft := false
 	switch {
 	case !sendBody:
 	case r.File == nil:
-		b = append(b, r.Body...)
+		down.buffer(r.Body)
 	case r.File.Size <= smallFile:
-		// A small file goes in the head's write: one write, one packet,
+		// A small file goes in the head's send: one write, one packet,
 		// rather than a write and a sendfile.
-		var ok bool
-		if b, ok = appendFile(b, r.File); !ok {
-			s.c.wbuf = b[:0]
+		bp := getBuf()
+		b, ok := appendFile((*bp)[:0], r.File)
+		down.buffer(b)
+		*bp = b[:0]
+		putBuf(bp)
+		if !ok {
 			s.fileFailed(nil)
 			return
 		}
 	default:
 		fileLeft = true
 	}
-	s.c.wbuf = b[:0]
 	s.Status = status
-	if err := s.c.write(b); err != nil {
+	if err := down.send(nil, !fileLeft, nil); err != nil {
 		s.keepAlive = false
-		fileLeft = false
+		return
 	}
 	if fileLeft {
-		s.writeFile(r.File)
-	}
-	if !s.keepAlive {
-		s.c.linger = true
+		if err := down.sendFile(r.File); err != nil {
+			var fe *fileError
+			if errors.As(err, &fe) {
+				s.fileFailed(fe.err)
+			} else {
+				s.clientGone(err)
+			}
+			return
+		}
+		if err := down.send(nil, true, nil); err != nil {
+			s.clientGone(err)
+		}
 	}
 }
+
+var contentLength = []byte("Content-Length")
 
 // answerError answers a request that failed for good, through the
 // FailToProxy hook when there is one. A client that is gone gets nothing.

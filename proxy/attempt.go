@@ -5,67 +5,41 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/fault"
-	"github.com/sluice-proxy/sluice/h1"
-	"github.com/sluice-proxy/sluice/internal/clock"
 	"github.com/sluice-proxy/sluice/internal/sock"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/retry"
 )
 
-// maxResponseHead bounds an upstream response head.
-const maxResponseHead = 64 << 10
-
 // try makes one try of the request on peer. It returns true when the
 // request is finished: the response was relayed (or cut after it started,
 // or the connection became a tunnel). It returns false with a.Err set when
 // the try failed before anything of the final response went to the client;
-// then s.up may still hold the connection (and s.held a response whose
-// status the policy retries) for the caller to relay or drop.
+// then s.up may still hold the try (and s.held a response whose status the
+// policy retries) for the caller to relay or drop.
 func (s *Session) try(peer *Peer, pol *retry.Policy, a *Attempt) bool {
-	opts := peer.Options
 	if !s.connect(peer, pol, a) {
 		return false
 	}
 	up := s.up
-
 	s.buildUpstreamRequest(peer)
-	wbuf := h1.AppendRequest(s.c.wbuf[:0], &s.upReq)
-	// A retry resends what the client already sent of the body; a small
-	// body that arrived with the head goes in the same write.
-	syncBody := s.body.prepare(pol)
-	wbuf = append(wbuf, s.body.replay...)
-	s.c.wbuf = wbuf[:0]
-	now := clock.Now()
-	var n int
-	var err error
-	if syncBody {
-		// The whole request goes in this write; Send then waits for the
-		// answer within the response-header timeout.
-		t := opts.responseHeaderTimeout()
-		up.ReadDeadlineWithin(now.Add(t), deadlineSlack(t))
-		n, err = up.Send(wbuf, opts.writeTimeout())
-	} else {
-		up.SetWriteDeadline(now.Add(opts.writeTimeout()))
-		n, err = up.Write(wbuf)
-	}
-	s.headWrote = int64(n)
-	a.Wrote = s.headWrote
+	// A retry resends what the client already sent of the body; a body
+	// that arrived whole goes with the head.
+	whole := s.body.prepare(pol)
+	n, err := up.send(&s.upReq, s.framing, s.body.framed(), s.body.replay, whole, s.body.trailerFields())
+	s.headWrote = n
+	a.Wrote = n
 	if err != nil {
 		a.Err = fault.FromIO(err, fault.PhaseWrite)
 		a.Err.Context = "writing the request to " + peer.Addr
 		return false
 	}
-	if !syncBody {
-		// The response may come while the body still flows: no read
-		// deadline until the pump sets the response-header timeout at the
-		// body's end, and none left from this connection's last request.
-		up.SetReadDeadline(time.Time{})
-		s.body.start(up, opts)
+	if !whole {
+		s.body.start(up, peer.Options)
 	}
 	if s.srv.expired.Load() {
 		// The drain timeout passed while this try was on its way: the
-		// wake Shutdown gave its connection may have come before this
-		// try set its deadlines.
+		// cut Shutdown gave its connection may have come before this try
+		// set its deadlines.
 		s.countWrote(a)
 		a.Err = &fault.Error{Kind: fault.Drained, Source: fault.Internally,
 			Context: "the drain timeout passed before " + peer.Addr + " answered"}
@@ -82,7 +56,7 @@ func (s *Session) countWrote(a *Attempt) {
 	a.Wrote = s.headWrote + s.body.written()
 }
 
-// connect takes a pooled connection to peer or dials one, into s.up. Which
+// connect takes a pooled connection to peer or dials one, into s.up (an h1up). Which
 // pooled connections the try may take is the retry policy's rule
 // (retry.Policy.Reuse); which of them are safe for a request that must be
 // sent at most once is the pool's (pool.Limits.Once). Over TLS, a new
@@ -112,8 +86,8 @@ func (s *Session) connect(peer *Peer, pol *retry.Policy, a *Attempt) bool {
 			a.Reused = true
 			a.IdleAge = now.Sub(pc.IdleSince)
 			a.Served = pc.Served
-			s.setUp(pc)
 			pc.Reader.SetReadTimeout(0)
+			s.useH1(pc, opts)
 			return true
 		}
 	}
@@ -127,7 +101,7 @@ func (s *Session) connect(peer *Peer, pol *retry.Policy, a *Attempt) bool {
 		return false
 	}
 	if tlsState == nil {
-		s.setUp(pool.NewConn(nc, key, limits, now))
+		s.useH1(pool.NewConn(nc, key, limits, now), opts)
 		return true
 	}
 	pc := pool.NewTLSConn(nc, tlsState.config, key, limits, now)
@@ -135,23 +109,21 @@ func (s *Session) connect(peer *Peer, pol *retry.Policy, a *Attempt) bool {
 		pc.Close()
 		return false
 	}
-	s.setUp(pc)
+	s.useH1(pc, opts)
 	return true
 }
 
-// setUp makes pc the connection of the try in progress (nil: none), where
-// Shutdown can find it.
-func (s *Session) setUp(pc *pool.Conn) {
-	s.up = pc
-	if s.Stream != 0 {
-		// The stream's abort may cut the connection at any time, from
-		// the HTTP/2 connection's goroutine (streamServe.cut).
-		s.c.upMu.Lock()
-		s.c.upstream.Store(pc)
-		s.c.upMu.Unlock()
-		return
-	}
-	s.c.upstream.Store(pc)
+// useH1 makes pc, an HTTP/1.1 connection, the try's.
+func (s *Session) useH1(pc *pool.Conn, opts *PeerOptions) {
+	s.h1u.use(pc, s, opts)
+	s.setUp(&s.h1u)
+}
+
+// setUp makes up the try in progress (nil: none), where Shutdown and a
+// client's reset can find it.
+func (s *Session) setUp(up upstream) {
+	s.up = up
+	s.flight.set(up)
 }
 
 // readResponse reads response heads until the final one, relaying interim
@@ -159,12 +131,9 @@ func (s *Session) setUp(pc *pool.Conn) {
 // is one the policy retries, holds it for the caller's decision.
 func (s *Session) readResponse(peer *Peer, a *Attempt) bool {
 	up := s.up
-	readStart := up.Reader.N
-	s.readStart = readStart
-	method := s.Request.Method()
 	for {
-		head, err := up.Reader.ReadHead(maxResponseHead, false)
-		a.Read = up.Reader.N - readStart
+		err := up.head(&s.resp)
+		a.Read = up.read()
 		if err != nil {
 			if be := s.body.failure(up); be != nil {
 				// The client's side failed while the upstream was
@@ -172,13 +141,13 @@ func (s *Session) readResponse(peer *Peer, a *Attempt) bool {
 				a.Err = be
 				return false
 			}
+			if fe, ok := err.(*fault.Error); ok {
+				a.Err = fe
+				a.Err.Context += " from " + peer.Addr
+				return false
+			}
 			a.Err = fault.FromIO(err, fault.PhaseReadHead)
 			a.Err.Context = "reading the response head from " + peer.Addr
-			return false
-		}
-		if err := h1.ParseResponse(&s.resp, head, s.srv.maxHeaders()); err != nil {
-			a.Err = &fault.Error{Kind: fault.InvalidResponse, Source: fault.Upstream,
-				Context: "parsing the response head from " + peer.Addr, Cause: err}
 			return false
 		}
 		a.Status = s.resp.Status
@@ -195,33 +164,17 @@ func (s *Session) readResponse(peer *Peer, a *Attempt) bool {
 			s.tunnel(peer, a)
 			return true
 		}
-		// RFC 9110 §15.2: a proxy forwards 1xx responses, except to an
-		// HTTP/1.0 client, which cannot read them.
-		if s.Request.Minor >= 1 {
-			if s.resp.Status == 100 {
-				s.continued = true
-			}
-			if err := s.writeInterim(); err != nil {
-				s.Err = clientErr(err, "writing an interim response to the client")
-				s.abort()
-				return true
-			}
+		// RFC 9110 §15.2: a proxy forwards 1xx responses (the client's
+		// wire knows whether its client can read them).
+		if s.resp.Status == 100 {
+			s.continued = true
+		}
+		if err := s.down.interim(&s.resp); err != nil {
+			s.Err = clientErr(err, "writing an interim response to the client")
+			s.abort()
+			return true
 		}
 	}
-	f, reusable, err := h1.ResponseFraming(method, &s.resp)
-	if err != nil {
-		a.Err = &fault.Error{Kind: fault.InvalidResponse, Source: fault.Upstream,
-			Context: "framing the response from " + peer.Addr, Cause: err}
-		return false
-	}
-	if f.Kind != h1.Length && s.resp.Header.Has("Transfer-Encoding") {
-		// RFC 9112 §6.3: Transfer-Encoding overrides Content-Length, and
-		// an intermediary that forwards such a message removes the
-		// Content-Length first, so that nothing after sluice sees both.
-		// (ResponseFraming already keeps the connection out of the pool.)
-		s.resp.Header.Del("Content-Length")
-	}
-	s.respFrame, s.respReuse = f, reusable
 	if c := retry.Status(s.resp.Status); c != 0 && peer.Options.policy().Conditions()&c != 0 {
 		s.held = true
 		a.Err = &fault.Error{Kind: fault.UpstreamStatus, Source: fault.Upstream, Status: s.resp.Status,
@@ -233,15 +186,15 @@ func (s *Session) readResponse(peer *Peer, a *Attempt) bool {
 }
 
 // dropUpstream ends the current try's use of its connection: stop sending
-// the body and close the connection, which can no longer be trusted to be
-// at a message boundary.
+// the body and drop the try, whose connection can no longer be trusted to
+// be at a message boundary.
 func (s *Session) dropUpstream() {
-	if s.up == nil {
+	up := s.up
+	if up == nil {
 		return
 	}
-	s.body.stop(s.up)
-	s.up.Reader.Release() // the read buffer back to the pool, unless bytes were left unread
-	s.up.Close()
+	s.body.stop(up)
 	s.setUp(nil)
+	up.drop()
 	s.held = false
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/h1"
-	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/retry"
 )
 
@@ -25,7 +24,7 @@ import (
 // resumes after resending the kept bytes.
 type reqBody struct {
 	s       *Session
-	b       h1.Body
+	src     requestBody
 	f       h1.Framing
 	limit   int64   // bytes that may be kept for a resend
 	replay  []byte  // every byte consumed so far, while not truncated
@@ -36,6 +35,7 @@ type reqBody struct {
 	truncated bool
 	finished  bool
 	prepared  bool
+	trailers  h1.Header // the body's, once it ended
 
 	running bool
 	sent    atomic.Int64  // body bytes the pump wrote on this try's connection
@@ -58,8 +58,21 @@ func (rb *reqBody) init(s *Session, f h1.Framing) {
 	rb.s = s
 	rb.f = f
 	rb.replay = rb.replay[:0]
-	rb.b.Init(&s.c.r, f, false, s.srv.maxHeaderBytes())
+	rb.trailers.Reset()
+	rb.src = s.down.body(f)
 	rb.finished = f.Empty()
+}
+
+// framed reports whether the body comes, and is kept for a resend, in
+// HTTP/1.1 chunked framing (requestBody.framed).
+func (rb *reqBody) framed() bool { return rb.src != nil && rb.src.framed() }
+
+// trailerFields returns the body's trailers once it ended; nil for none.
+func (rb *reqBody) trailerFields() *h1.Header {
+	if !rb.finished || rb.trailers.Len() == 0 {
+		return nil
+	}
+	return &rb.trailers
 }
 
 // limitTo bounds the body's content to n bytes (see Session.LimitBody).
@@ -68,7 +81,7 @@ func (rb *reqBody) limitTo(n int64) {
 		return
 	}
 	rb.limited, rb.max = true, n
-	rb.b.Limit(n)
+	rb.src.limit(n)
 }
 
 // lengthOver returns the failure of a request whose Content-Length is over
@@ -96,36 +109,23 @@ const prereadMax = 64 << 10
 // body, without waiting for more: a body still on its way goes through the
 // pump, so that an upstream may answer before it ends (full duplex).
 func (rb *reqBody) preread() {
-	s := rb.s
 	if rb.finished || rb.f.Kind != h1.Length || rb.f.Length > prereadMax {
 		return
 	}
 	rb.limit = prereadMax
-	r := &s.c.r
-	if need := int(rb.f.Length) + r.Buffered(); int64(r.Buffered()) < rb.f.Length {
-		// The reader's buffer may be smaller than head and body: read
-		// what the socket holds now into a larger one.
-		src := s.c.ready.reader()
-		if sc, ok := s.c.raw.(*streamConn); ok && sc.whole {
-			src = sc // an HTTP/2 body that arrived whole: reading it never waits
-		}
-		for int64(r.Buffered()) < rb.f.Length {
-			if _, err := r.FillWith(src, need); err != nil {
-				break
-			}
-		}
-	}
-	if int64(r.Buffered()) < rb.f.Length {
+	src := rb.src
+	src.prefetch(rb.f.Length)
+	if int64(src.buffered()) < rb.f.Length {
 		return
 	}
-	for !rb.b.Done() {
-		seg, err := rb.b.Next()
+	for !src.done() {
+		seg, err := src.next()
 		rb.keep(seg)
 		if err != nil {
 			break
 		}
 	}
-	rb.finished = rb.b.Done()
+	rb.finished = src.done()
 }
 
 // prepare readies the body for a try under pol and reports whether all of
@@ -165,7 +165,7 @@ func (rb *reqBody) keep(seg []byte) {
 }
 
 // start runs the pump for a try on up.
-func (rb *reqBody) start(up *pool.Conn, opts *PeerOptions) {
+func (rb *reqBody) start(up upstream, opts *PeerOptions) {
 	if rb.finished {
 		return
 	}
@@ -175,9 +175,9 @@ func (rb *reqBody) start(up *pool.Conn, opts *PeerOptions) {
 	go rb.pump(up, opts.writeTimeout(), opts.responseHeaderTimeout())
 }
 
-func (rb *reqBody) pump(up *pool.Conn, writeTimeout, headerTimeout time.Duration) {
+func (rb *reqBody) pump(up upstream, writeTimeout, headerTimeout time.Duration) {
 	defer func() { rb.done <- struct{}{} }()
-	client := rb.s.c.nc
+	src := rb.src
 	bodyTimeout := rb.s.srv.bodyTimeout()
 	if rb.s.grpc {
 		bodyTimeout = rb.s.srv.streamIdle() // a client stream's messages come when they come
@@ -188,14 +188,32 @@ func (rb *reqBody) pump(up *pool.Conn, writeTimeout, headerTimeout time.Duration
 			rb.mu.Unlock()
 			return
 		}
-		client.SetReadDeadline(time.Now().Add(bodyTimeout))
+		src.setReadDeadline(time.Now().Add(bodyTimeout))
 		rb.mu.Unlock()
 
-		seg, err := rb.b.Next()
+		seg, err := src.next()
+		data := src.data()
+		if err == nil && src.done() {
+			err = io.EOF // the last segment: it goes with the body's end
+		}
+		if err == io.EOF {
+			rb.keep(seg)
+			src.addTrailers(&rb.trailers)
+			rb.finished = true
+			up.setWriteDeadline(time.Now().Add(writeTimeout))
+			n, werr := up.end(seg, data, rb.trailerFields())
+			rb.sent.Add(int64(n))
+			if werr == nil {
+				// The response-header timeout runs from the end of the
+				// request.
+				up.setReadDeadline(time.Now().Add(headerTimeout))
+			}
+			return
+		}
 		if len(seg) > 0 {
 			rb.keep(seg)
-			up.SetWriteDeadline(time.Now().Add(writeTimeout))
-			n, werr := up.Write(seg)
+			up.setWriteDeadline(time.Now().Add(writeTimeout))
+			n, werr := up.body(seg, data)
 			rb.sent.Add(int64(n))
 			if werr != nil {
 				// The upstream stopped reading; what it said, if
@@ -203,14 +221,7 @@ func (rb *reqBody) pump(up *pool.Conn, writeTimeout, headerTimeout time.Duration
 				return
 			}
 		}
-		switch {
-		case err == io.EOF:
-			rb.finished = true
-			// The response-header timeout runs from the end of the
-			// request.
-			up.SetReadDeadline(time.Now().Add(headerTimeout))
-			return
-		case err != nil:
+		if err != nil {
 			rb.mu.Lock()
 			stopped := rb.stopped
 			rb.mu.Unlock()
@@ -219,30 +230,30 @@ func (rb *reqBody) pump(up *pool.Conn, writeTimeout, headerTimeout time.Duration
 			}
 			// The client failed mid-body (gone, too slow, or bad chunked
 			// framing), or its body grew past the limit: the upstream
-			// exchange is aborted, never completed, and closing it wakes
-			// the response side.
+			// exchange is aborted, never completed, and cutting its
+			// waits wakes the response side.
 			rb.err = clientErr(err, "reading the request body")
 			if err == h1.ErrBodyTooLarge {
 				rb.over = true
 				rb.err.Context = "reading the request body: it grew past the limit of " +
 					strconv.FormatInt(rb.max, 10) + " bytes, and the try was aborted"
 			}
-			up.Close()
+			up.cut(time.Now())
 			return
 		}
 	}
 }
 
 // stop ends the pump, if running, and waits for it.
-func (rb *reqBody) stop(up *pool.Conn) {
+func (rb *reqBody) stop(up upstream) {
 	if !rb.running {
 		return
 	}
 	rb.mu.Lock()
 	rb.stopped = true
-	rb.s.c.nc.SetReadDeadline(time.Now())
+	rb.src.setReadDeadline(time.Now())
 	rb.mu.Unlock()
-	up.SetWriteDeadline(time.Now())
+	up.setWriteDeadline(time.Now())
 	<-rb.done
 	rb.running = false
 }
@@ -272,12 +283,14 @@ func (rb *reqBody) drain() bool {
 	if rb.f.Kind == h1.Length && rb.f.Length-rb.consumed > maxDrain {
 		return false
 	}
-	client := s.c.nc
+	if !rb.src.mustDrain() {
+		return true // the rest is refused with the exchange (an HTTP/2 stream's)
+	}
 	timeout := s.srv.bodyTimeout()
 	var drained int64
-	for !rb.b.Done() {
-		client.SetReadDeadline(time.Now().Add(timeout))
-		seg, err := rb.b.Next()
+	for !rb.src.done() {
+		rb.src.setReadDeadline(time.Now().Add(timeout))
+		seg, err := rb.src.next()
 		drained += int64(len(seg))
 		rb.consumed += int64(len(seg))
 		if err != nil && err != io.EOF || drained > maxDrain {
@@ -291,7 +304,7 @@ func (rb *reqBody) drain() bool {
 }
 
 // failure stops the pump and returns the client side's failure, if any.
-func (rb *reqBody) failure(up *pool.Conn) *fault.Error {
+func (rb *reqBody) failure(up upstream) *fault.Error {
 	rb.stop(up)
 	return rb.err
 }

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"io"
-	"strconv"
 
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/h1"
@@ -65,13 +64,10 @@ func (s *Session) FilterBody(f BodyFilter) {
 // known ahead (chunked, or until the connection closes), 0 for a response
 // without a body (HEAD, 204, 304).
 func (s *Session) ResponseLength() int64 {
-	switch f := s.respFrame; {
-	case f.Empty():
+	if o := s.respOut; o.none {
 		return 0
-	case f.Kind == h1.Length:
-		return f.Length
 	}
-	return -1
+	return s.respOut.length
 }
 
 // dropFilter aborts an installed filter that will not be used.
@@ -82,8 +78,8 @@ func (s *Session) dropFilter() {
 	}
 }
 
-// filterOut collects what a BodyFilter writes, until the relay sends it on
-// as one chunk.
+// filterOut collects what a BodyFilter writes, until the relay hands it
+// on.
 type filterOut struct {
 	buf  []byte
 	bufp *[]byte
@@ -100,36 +96,17 @@ const maxFiltered = 64 << 10
 
 // relayFiltered relays the response whose head is in s.resp with its body
 // passed through s.transform (see BodyFilter). The head has had its
-// hop-by-hop fields stripped; upKeep says whether the upstream connection
-// may be pooled once the body is read.
-func (s *Session) relayFiltered(peer *Peer, a *Attempt, upKeep bool) {
-	up := s.up
+// hop-by-hop fields stripped; reusable says whether the try's connection
+// may carry another request once the body is read.
+func (s *Session) relayFiltered(peer *Peer, a *Attempt, reusable bool) {
 	resp := &s.resp
 	f := s.transform
 	s.transform = nil
 	resp.Header.Del("Content-Length")
 	resp.Header.Del("Transfer-Encoding")
-	chunked := s.Request.Minor >= 1
-	down := s.keepAlive && chunked && !s.srv.Draining()
-	if chunked {
-		resp.Header.Add("Transfer-Encoding", "chunked")
-	}
-	switch {
-	case !down:
-		resp.Header.Set("Connection", "close")
-	case s.Request.Minor == 0:
-		resp.Header.Set("Connection", "keep-alive")
-	}
-	s.keepAlive = down
-
-	if s.grpc {
-		up.Reader.SetReadTimeout(s.srv.streamIdle())
-	} else {
-		up.Reader.SetReadTimeout(peer.Options.readTimeout())
-	}
-	up.Reader.Grow(largeBuffer)
-	var body h1.Body
-	body.Init(&up.Reader, s.respFrame, true, maxResponseHead)
+	body := s.up.response(true, s.readTimeout(peer))
+	down := s.down
+	down.respond(resp, outBody{length: -1})
 
 	out := &s.filtered
 	out.bufp = getBuf()
@@ -141,34 +118,25 @@ func (s *Session) relayFiltered(peer *Peer, a *Attempt, upKeep bool) {
 	}()
 	f.Start(out)
 	s.Status = resp.Status // from here on, the response has started
-	head := true           // the head is still to be sent
-	// send sends the head if it is still to go, and what the filter
-	// wrote since the last send as one chunk; the last chunk too when
-	// last is set. The bytes not sent are pending when the body fails.
+	// send sends the head if it is still to go and what the filter wrote
+	// since the last send; the end too, with the upstream's trailers, when
+	// last is set. What is not sent is the client's when the body fails.
 	send := func(last bool) error {
-		w := s.c.wbuf[:0]
-		if head {
-			w = h1.AppendResponse(w, resp)
-			head = false
+		down.buffer(out.buf)
+		out.buf = out.buf[:0]
+		var trailers *h1.Header
+		if last {
+			trailers = s.responseTrailers(body)
 		}
-		w = s.appendFiltered(w, chunked, last, body.Trailers())
-		s.c.wbuf = w[:0]
-		if len(w) == 0 {
-			return nil
-		}
-		return s.c.write(w)
+		return down.send(nil, last, trailers)
 	}
 	fail := func(err error) {
 		f.Abort()
-		w := s.c.wbuf[:0]
-		if head {
-			w = h1.AppendResponse(w, resp)
-		}
-		w = s.appendFiltered(w, chunked, false, nil)
-		s.c.wbuf = w[:0]
-		s.failBody(peer, a, w, err)
+		down.buffer(out.buf)
+		out.buf = out.buf[:0]
+		s.failBody(peer, a, err)
 	}
-	if !body.Ready() {
+	if !body.ready() {
 		// Nothing of the body is here yet: the head goes now.
 		if err := send(false); err != nil {
 			f.Abort()
@@ -177,21 +145,21 @@ func (s *Session) relayFiltered(peer *Peer, a *Attempt, upKeep bool) {
 		}
 	}
 	for {
-		seg, err := body.Next()
+		seg, err := body.next()
 		if len(seg) > 0 {
 			if _, ferr := f.Write(seg); ferr != nil {
 				s.filterFailed(f, ferr)
 				return
 			}
 		}
-		if body.Done() {
+		if body.done() {
 			break
 		}
 		if err != nil {
 			fail(err)
 			return
 		}
-		if !body.Ready() {
+		if !body.ready() {
 			// The next read waits for the upstream: what the filter
 			// made of the body so far goes first.
 			if ferr := f.Flush(); ferr != nil {
@@ -211,40 +179,19 @@ func (s *Session) relayFiltered(peer *Peer, a *Attempt, upKeep bool) {
 		s.filterFailed(f, err)
 		return
 	}
-	// The whole body is read: the upstream connection goes back before
-	// the last write, so that the client's next request finds it pooled.
-	s.releaseUpstream(a, upKeep)
-	if err := send(true); err != nil {
+	// The whole body is read: the try ends before the last send, so that
+	// the client's next request finds the connection pooled.
+	trailers := s.responseTrailers(body)
+	s.releaseUpstream(a, reusable)
+	down.buffer(out.buf)
+	out.buf = out.buf[:0]
+	if err := down.send(nil, true, trailers); err != nil {
 		s.clientGone(err)
 	}
 }
 
-// appendFiltered appends to w what the filter wrote since the last call,
-// as a chunk when chunked, and the last chunk, with trailers (field lines
-// with their CRLFs), when last is set.
-func (s *Session) appendFiltered(w []byte, chunked, last bool, trailers []byte) []byte {
-	out := &s.filtered
-	if n := len(out.buf); n > 0 {
-		if chunked {
-			w = strconv.AppendInt(w, int64(n), 16)
-			w = append(w, "\r\n"...)
-		}
-		w = append(w, out.buf...)
-		if chunked {
-			w = append(w, "\r\n"...)
-		}
-		out.buf = out.buf[:0]
-	}
-	if last && chunked {
-		w = append(w, "0\r\n"...)
-		w = append(w, trailers...)
-		w = append(w, "\r\n"...)
-	}
-	return w
-}
-
 // filterFailed ends a response whose body filter failed: the response has
-// started, so the client's connection is cut.
+// started, so the client's side is cut.
 func (s *Session) filterFailed(f BodyFilter, err error) {
 	f.Abort()
 	s.Err = &fault.Error{Kind: fault.Internal, Source: fault.Internally,

@@ -35,12 +35,5 @@ func (c *conn) giveBack() {
 		putBuf(c.wbufp)
 		c.wbufp, c.wbuf = nil, nil
 	}
-	if c.s != nil {
-		if rb := &c.s.body; rb.replayp != nil {
-			*rb.replayp = rb.replay[:0]
-			putBuf(rb.replayp)
-			rb.replayp, rb.replay = nil, nil
-		}
-		c.release()
-	}
+	c.release()
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/h2"
 	"github.com/sluice-proxy/sluice/internal/clock"
-	"github.com/sluice-proxy/sluice/pool"
 )
 
 // conn is one client connection. Its goroutine reads a request, serves it,
@@ -33,7 +32,6 @@ type conn struct {
 	tls      *tls.Conn            // nil on a plain connection
 	state    *tls.ConnectionState // the TLS handshake's outcome, once complete
 	ln       *listener            // the listener it came from
-	stream   bool                 // it serves one stream of an HTTP/2 connection (h2.go)
 	r        h1.Reader
 	client   string // the client's IP, for X-Forwarded-For and logs
 	clientIP netip.Addr
@@ -53,10 +51,13 @@ type conn struct {
 	// close is a reset (SO_LINGER 0), never a FIN, which a client reading a
 	// close-delimited body would take for its end.
 	reset bool
-	// upstream is the connection of the try in progress, if any, for
-	// Shutdown to cut its wait short when the drain timeout passes.
-	upstream atomic.Pointer[pool.Conn]
-	upMu     sync.Mutex // an HTTP/2 stream's: see setUp
+	// flight is the try in progress of the request being served, if any,
+	// for Shutdown to cut its wait short when the drain timeout passes.
+	flight flight
+	// rbody is the body of the request being served; chunking is set
+	// while the response's body is framed here (h1down.go).
+	rbody    h1Request
+	chunking bool
 	// h2 is the HTTP/2 engine serving the connection, once it speaks
 	// HTTP/2, for Shutdown to send its GOAWAY.
 	h2 atomic.Pointer[h2.Conn]
@@ -505,8 +506,9 @@ var sessionPool = sync.Pool{New: func() any { return new(Session) }}
 // session readies c.s for a new request, borrowing a Session if c has none.
 func (c *conn) session() *Session {
 	if c.s == nil {
-		c.s = sessionPool.Get().(*Session)
-		c.s.c, c.s.srv = c, c.srv
+		s := sessionPool.Get().(*Session)
+		s.c, s.srv, s.down, s.wbuf, s.flight = c, c.srv, c, &c.wbuf, &c.flight
+		c.s = s
 	}
 	c.s.reset()
 	return c.s
@@ -515,8 +517,7 @@ func (c *conn) session() *Session {
 // release gives the Session back.
 func (c *conn) release() {
 	if c.s != nil {
-		c.s.c, c.s.srv, c.s.hooks = nil, nil, nil
-		sessionPool.Put(c.s)
+		c.s.release()
 		c.s = nil
 	}
 }
@@ -586,7 +587,7 @@ func (c *conn) close() {
 		c.early, c.earlyp = nil, nil
 	}
 	if c.reset {
-		c.abort()
+		c.resetNow()
 		return
 	}
 	if tc := c.tcp(); c.linger && tc != nil {
@@ -602,15 +603,11 @@ func (c *conn) close() {
 	c.nc.Close()
 }
 
-// abort resets the connection (SO_LINGER 0): what the client has is not
+// resetNow resets the connection (SO_LINGER 0): what the client has is not
 // whole. On TLS no close_notify goes first, which would tell the client
 // that the stream ended where it was meant to (RFC 8446 §6.1): a response
 // cut short would look complete.
-func (c *conn) abort() {
-	if sc, ok := c.raw.(*streamConn); ok {
-		sc.abort()
-		return
-	}
+func (c *conn) resetNow() {
 	if tc := c.tcp(); tc != nil {
 		tc.SetLinger(0)
 	}

@@ -1,9 +1,6 @@
 package proxy
 
 import (
-	"io"
-	"net"
-
 	"github.com/sluice-proxy/sluice/fault"
 )
 
@@ -35,59 +32,45 @@ func appendFile(b []byte, fb *FileBody) ([]byte, bool) {
 	return b, true
 }
 
-// writeFile writes the body of a file answer once its head has gone out:
-// with sendfile over a plain TCP connection, by copying otherwise.
-func (s *Session) writeFile(fb *FileBody) {
-	c := s.c
-	left := fb.Size
-	if tc, ok := c.nc.(*net.TCPConn); ok {
-		if _, err := fb.File.Seek(fb.Offset, io.SeekStart); err != nil {
-			s.fileFailed(err)
-			return
-		}
-		// TCPConn.ReadFrom sends an *io.LimitedReader of an *os.File
-		// with sendfile(2), from the file's offset.
-		lr := &io.LimitedReader{R: fb.File}
-		for left > 0 {
-			lr.N = min(left, fileChunk)
-			c.writeDeadline()
-			n, err := tc.ReadFrom(lr)
-			s.BytesOut += n
-			left -= n
-			switch {
-			case err != nil:
-				s.clientGone(err)
-				return
-			case n == 0:
-				s.fileFailed(nil)
-				return
-			}
-		}
-		return
-	}
+// copyFile writes the body of a file answer by copying it, through
+// write, in pieces of up to fileBuf bytes. A file that yields less than its
+// size fails with a *fileError.
+func copyFile(fb *FileBody, write func([]byte) error) error {
 	bp := getBuf()
 	defer putBuf(bp)
 	if cap(*bp) < fileBuf {
 		*bp = make([]byte, 0, fileBuf)
 	}
 	buf := (*bp)[:fileBuf]
-	off := fb.Offset
+	off, left := fb.Offset, fb.Size
 	for left > 0 {
 		n, err := fb.File.ReadAt(buf[:min(left, int64(len(buf)))], off)
 		if n > 0 {
-			if err := c.write(buf[:n]); err != nil {
-				s.clientGone(err)
-				return
+			if err := write(buf[:n]); err != nil {
+				return err
 			}
 			off += int64(n)
 			left -= int64(n)
 		}
 		if left > 0 && err != nil {
-			s.fileFailed(err)
-			return
+			return &fileError{err}
 		}
 	}
+	return nil
 }
+
+// fileError is a file answer's file failing to give its body whole, as
+// opposed to the client failing to take it.
+type fileError struct{ err error }
+
+func (e *fileError) Error() string {
+	if e.err == nil {
+		return "the file ended before its length"
+	}
+	return "reading the file: " + e.err.Error()
+}
+
+func (e *fileError) Unwrap() error { return e.err }
 
 // fileFailed ends a file answer whose file could not be read whole:
 // cut short since it was opened, or failing. Bytes may have gone out, so

@@ -6,17 +6,21 @@
 //
 // The main line, from accept to log, reads top to bottom in server.go
 // (listeners, shutdown), listener.go and tls.go (TLS listeners, the
-// handshake), conn.go (the connection loop), h2.go and stream.go (an
-// HTTP/2 connection, and each of its streams as a Session), session.go (one
-// request and its attempt loop), attempt.go (one try), body.go (the request
-// body, duplex and replay), relay.go (the response), and answer.go
-// (answers sluice writes itself, and the logs). Around them: handler.go
-// (the Handler, its hooks, peers), headers.go (hop-by-hop and forwarding
+// handshake), conn.go (the connection loop), h2.go (an HTTP/2 connection),
+// session.go (one request and its attempt loop), attempt.go (one try),
+// body.go (the request body, duplex and replay), relay.go (the response),
+// and answer.go (answers sluice writes itself, and the logs). The main line
+// speaks to both sides through the exchange (exchange.go): each wire
+// implements its side, an HTTP/1.1 client connection (h1down.go), a stream
+// of an HTTP/2 client connection (h2down.go, h2fields.go), a pooled
+// HTTP/1.1 upstream connection (h1up.go), a stream of an HTTP/2 upstream
+// connection (h2up.go, upstreamh2.go). Around them: handler.go (the
+// Handler, its hooks, peers), headers.go (hop-by-hop and forwarding
 // fields), buffers.go, wait_*.go (reading a socket without holding a
-// buffer), park_*.go (idle connections without a goroutine), hello_*.go
-// (a ClientHello waited for without one), workers.go
-// (the goroutines that serve connections), and accept.go and spare_*.go
-// (failed accepts; clients answered when sluice is out of descriptors).
+// buffer), park_*.go (idle connections without a goroutine), hello_*.go (a
+// ClientHello waited for without one), workers.go (the goroutines that
+// serve connections), and accept.go and spare_*.go (failed accepts;
+// clients answered when sluice is out of descriptors).
 package proxy
 
 import (
@@ -106,7 +110,8 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
-	draining  atomic.Bool // read on every request
+	streams   map[*h2exchange]struct{} // the HTTP/2 streams being served
+	draining  atomic.Bool              // read on every request
 	// inFlight counts the requests between their head and their end
 	// (Session.serve). It changes twice per request, from every core, so
 	// it has a cache line of its own, away from draining's.
@@ -266,6 +271,7 @@ func (srv *Server) init() {
 	}
 	srv.listeners = make(map[net.Listener]struct{})
 	srv.conns = make(map[*conn]struct{})
+	srv.streams = make(map[*h2exchange]struct{})
 	srv.workers = workers.New((*conn).serve, maxIdleWorkers, workerIdle)
 	srv.expire, srv.cancelDials = context.WithCancel(context.Background())
 	srv.parker = newParker(srv)
@@ -453,9 +459,10 @@ func (srv *Server) expireDrain(done <-chan struct{}) {
 	now := time.Now()
 	srv.mu.Lock()
 	for c := range srv.conns {
-		if up := c.upstream.Load(); up != nil {
-			up.SetDeadline(now)
-		}
+		c.flight.cut(now)
+	}
+	for x := range srv.streams {
+		x.flight.cut(now)
 	}
 	srv.mu.Unlock()
 	select {
@@ -465,10 +472,12 @@ func (srv *Server) expireDrain(done <-chan struct{}) {
 	}
 	srv.mu.Lock()
 	for c := range srv.conns {
-		c.abort()
-		if up := c.upstream.Load(); up != nil {
-			up.Close()
-		}
+		c.resetNow()
+		c.flight.cut(now) // a try begun since is cut too
+	}
+	for x := range srv.streams {
+		x.abort()
+		x.flight.cut(now)
 	}
 	srv.mu.Unlock()
 	<-done
@@ -490,9 +499,6 @@ func (srv *Server) Connections(report func(listener, protocol string)) {
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
 	for c := range srv.conns {
-		if c.stream {
-			continue // an HTTP/2 stream, served on a conn of its own
-		}
 		addr := ""
 		if c.ln != nil {
 			addr = c.ln.addr

@@ -10,7 +10,6 @@ import (
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/internal/clock"
-	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/retry"
 )
 
@@ -59,9 +58,12 @@ type Session struct {
 	Stream uint32
 
 	srv       *Server
-	c         *conn
-	grpc      bool      // a gRPC call (Content-Type application/grpc)
-	deadline  time.Time // the call's grpc-timeout, as a time; zero: none
+	c         *conn      // the client's connection: its addresses, TLS state, listener
+	down      downstream // the client's side of the exchange: the connection, or an HTTP/2 stream of it
+	wbuf      *[]byte    // the downstream's write buffer, which a try borrows for a request head
+	flight    *flight    // where Shutdown and a client's reset find the try in progress
+	grpc      bool       // a gRPC call (Content-Type application/grpc)
+	deadline  time.Time  // the call's grpc-timeout, as a time; zero: none
 	hooks     *hooks
 	framing   h1.Framing // of the request body, or frameErr: invalid
 	frameErr  error
@@ -71,19 +73,21 @@ type Session struct {
 	body      reqBody
 	upReq     h1.Request
 	resp      h1.Response
-	up        *pool.Conn // the upstream connection of the current try
-	held      bool       // a response head was read and awaits relay or retry
-	respFrame h1.Framing
-	respReuse bool
-	continued bool // a 100 Continue went to the client
-	headFault bool // Err is the head's fault: timed out or malformed
+	up        upstream // the upstream side of the current try: s.h1u or s.h2u
+	h1u       h1up
+	h2u       h2up
+	held      bool      // a response head was read and awaits relay or retry
+	respOut   outBody   // how the response's body comes
+	trailers  h1.Header // the response's, once its body ended
+	continued bool      // a 100 Continue went to the client
+	ownAnswer bool      // the response is sluice's own (answer)
+	headFault bool      // Err is the head's fault: timed out or malformed
 	scratch   []byte
 	notes     []slog.Attr        // what phases did, for the access log (Note)
 	reqID     []byte             // the request's id (RequestID): in idBuf, or the trusted peer's field
 	idBuf     [requestIDLen]byte // the id sluice made
 	idOwn     bool               // reqID is sluice's, in idBuf
 	route     string             // the route that took the request (SetRoute)
-	readStart int64              // the upstream reader's count when this try began reading
 	headWrote int64              // bytes of this try's first write: the head, and a body sent with it
 	extra     h1.Header          // fields for the client's response (AddResponseField)
 	transform BodyFilter         // the response body's filter (FilterBody)
@@ -107,12 +111,19 @@ func (s *Session) reset() {
 		Attempts: attempts[:0],
 		srv:      s.srv,
 		c:        s.c,
+		down:     s.down,
+		wbuf:     s.wbuf,
+		flight:   s.flight,
 		upReq:    s.upReq,
 		resp:     s.resp,
-		body:     reqBody{replay: s.body.replay[:0], replayp: s.body.replayp, done: done},
-		scratch:  s.scratch[:0],
-		notes:    s.notes[:0],
-		extra:    s.extra,
+		h1u:      h1up{cbuf: s.h1u.cbuf, rbody: h1Body{b: s.h1u.rbody.b}},
+		h2u:      h2up{fields: s.h2u.fields, rbody: h2Body{buf: s.h2u.rbody.buf}},
+		trailers: s.trailers,
+		body: reqBody{replay: s.body.replay[:0], replayp: s.body.replayp, done: done,
+			trailers: s.body.trailers},
+		scratch: s.scratch[:0],
+		notes:   s.notes[:0],
+		extra:   s.extra,
 	}
 	s.extra.Reset()
 	s.Request.Reset()
@@ -124,6 +135,23 @@ func (s *Session) reset() {
 	} else {
 		s.hooks = s.srv.hooks.Load()
 	}
+}
+
+// release gives the Session back to the pool, with its body's replay
+// buffer: its next request may come from another connection.
+func (s *Session) release() {
+	if rb := &s.body; rb.replayp != nil {
+		*rb.replayp = rb.replay[:0]
+		putBuf(rb.replayp)
+		rb.replayp, rb.replay = nil, nil
+	}
+	if s.transform != nil {
+		s.dropFilter()
+	}
+	s.c, s.srv, s.hooks, s.down, s.wbuf, s.flight, s.up = nil, nil, nil, nil, nil, nil, nil
+	s.h1u, s.h2u = h1up{cbuf: s.h1u.cbuf}, h2up{fields: s.h2u.fields[:0], rbody: h2Body{buf: s.h2u.rbody.buf}}
+	s.body.src, s.body.s = nil, nil
+	sessionPool.Put(s)
 }
 
 // Scratch returns a buffer the Handler may use for temporary bytes during
@@ -288,6 +316,9 @@ func (s *Session) filter() *Response {
 func (s *Session) validate() (h1.Framing, error) {
 	if !s.framed {
 		s.framing, s.frameErr = h1.ValidateRequest(&s.Request)
+		if s.frameErr == nil {
+			s.framing = s.down.framing(s.framing)
+		}
 		s.framed = true
 	}
 	return s.framing, s.frameErr
@@ -395,7 +426,7 @@ func (s *Session) proxy() {
 			s.tryDone(a)
 			return
 		}
-		if a.Err.Source == fault.Upstream && s.c.gone() {
+		if a.Err.Source == fault.Upstream && s.down.gone() {
 			// The HTTP/2 client reset its stream, and the wait for the
 			// upstream was cut for it: nobody's failure but the client's.
 			a.Err = &fault.Error{Kind: fault.ClientClosed, Source: fault.Downstream,
@@ -410,7 +441,7 @@ func (s *Session) proxy() {
 		}
 		f := s.facts(pol, a, first)
 		if s.up != nil && f.Stale() {
-			s.srv.Pool.Dead(s.up) // the pool learns from it
+			s.up.died() // the pool learns from it
 		}
 		e := a.Err
 		e.Retry, e.Why = pol.Allow(&f)

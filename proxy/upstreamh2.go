@@ -208,7 +208,7 @@ func (m *muxSet) close() {
 // connectH2 readies a try on an HTTP/2 peer: a stream on a connection
 // that has room, or a new connection (TCP, then TLS for h2 and auto). An
 // auto peer whose server chose http/1.1 gets that connection as an
-// HTTP/1.1 one. The try's pool.Conn carries one request (streamUp).
+// HTTP/1.1 one.
 func (s *Session) connectH2(peer *Peer, a *Attempt, proto string) bool {
 	opts := peer.Options
 	now := a.Start
@@ -220,7 +220,7 @@ func (s *Session) connectH2(peer *Peer, a *Attempt, proto string) bool {
 	for {
 		mc, wait, dial := s.srv.mux.take(key, now)
 		if mc != nil {
-			s.setUp(pool.NewConn(newStreamUp(mc, proto != ProtocolH2C, s.deadline), key, &noPooling, now))
+			s.useH2(mc, proto, opts)
 			return true
 		}
 		if dial {
@@ -265,7 +265,7 @@ func (s *Session) connectH2(peer *Peer, a *Attempt, proto string) bool {
 		case got == "h2":
 			conn = pc.TLS()
 		case proto == ProtocolAuto:
-			s.setUp(pc) // the server chose HTTP/1.1
+			s.useH1(pc, opts) // the server chose HTTP/1.1
 			return true
 		default:
 			pc.Close()
@@ -280,13 +280,16 @@ func (s *Session) connectH2(peer *Peer, a *Attempt, proto string) bool {
 		a.Err = &fault.Error{Kind: fault.Drained, Source: fault.Internally, Context: "sluice is shutting down"}
 		return false
 	}
-	s.setUp(pool.NewConn(newStreamUp(mc, proto != ProtocolH2C, s.deadline), key, &noPooling, now))
+	s.useH2(mc, proto, opts)
 	return true
 }
 
-// noPooling are the limits of a try's pool.Conn over an HTTP/2 stream: it
-// carries one request and is never pooled (its connection is, in muxSet).
-var noPooling = pool.Limits{}
+// useH2 makes a stream of mc, to be opened as the request is sent, the
+// try's.
+func (s *Session) useH2(mc *muxConn, proto string, opts *PeerOptions) {
+	s.h2u.use(mc, proto != ProtocolH2C, s, opts, s.deadline)
+	s.setUp(&s.h2u)
+}
 
 func quoteProto(p string) string {
 	if p == "" {
