@@ -185,10 +185,7 @@ func (s *Session) failBody(peer *Peer, a *Attempt, err error) {
 		e = be
 	}
 	e.Context = "reading the response body from " + peer.Addr
-	if s.down.gone() {
-		e = &fault.Error{Kind: fault.ClientClosed, Source: fault.Downstream,
-			Context: "the client reset the stream while " + peer.Addr + " was answering", Cause: e}
-	}
+	e = retry.Blame(e, s.down.gone(), false, peer.Addr)
 	s.countWrote(a)
 	a.Err = e
 	s.Err = e

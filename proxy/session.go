@@ -383,30 +383,31 @@ func (s *Session) proxy() {
 	s.body.preread()
 	var first time.Time
 	for {
-		if len(s.Attempts) > 0 && s.srv.expired.Load() {
-			s.giveUp("the drain timeout passed")
-			return
-		}
-		if len(s.Attempts) > 0 && !s.deadline.IsZero() && !clock.Now().Before(s.deadline) {
-			s.giveUp("the call's grpc-timeout passed")
-			return
+		again := len(s.Attempts) > 0
+		if again {
+			if ok, why := retry.Again(retry.Between{Drained: s.srv.expired.Load(), CallExpired: s.callExpired()}); !ok {
+				s.giveUp(why)
+				return
+			}
 		}
 		peer, err := s.hooks.h.UpstreamPeer(s)
 		if err != nil || peer == nil {
-			if len(s.Attempts) > 0 {
-				s.giveUp("no server left for another try: " + noPeer(err).Error())
+			if again {
+				s.giveUp("not retried: no server left for another try: " + noPeer(err).Error())
 				return
 			}
 			s.answerError(noPeer(err))
 			return
 		}
-		if s.Excluded(peer.Addr) {
-			// A handler that ignores Excluded chose a server this
-			// request must not go to again. The handler is still told
-			// the try it chose ended.
-			s.refuse(peer)
-			s.giveUp("the handler chose " + peer.Addr + ", which this request must not go to again")
-			return
+		if again {
+			// A handler that ignores Excluded may choose a server this
+			// request must not go to again; it is still told the try it
+			// chose ended.
+			if ok, why := retry.Again(retry.Between{Excluded: s.Excluded(peer.Addr), Peer: peer.Addr}); !ok {
+				s.refuse(peer)
+				s.giveUp(why)
+				return
+			}
 		}
 		pol := peer.Options.policy()
 		now := clock.Now()
@@ -426,19 +427,9 @@ func (s *Session) proxy() {
 			s.tryDone(a)
 			return
 		}
-		if a.Err.Source == fault.Upstream && s.down.gone() {
-			// The HTTP/2 client reset its stream, and the wait for the
-			// upstream was cut for it: nobody's failure but the client's.
-			a.Err = &fault.Error{Kind: fault.ClientClosed, Source: fault.Downstream,
-				Context: "the client reset the stream while " + peer.Addr + " was answering", Cause: a.Err}
-		}
-		if s.srv.expired.Load() && a.Err.Source == fault.Upstream {
-			// Shutdown cut the wait short: the drain is over, and the
-			// answer says so (503; no retry follows a failure of
-			// sluice's own).
-			a.Err = &fault.Error{Kind: fault.Drained, Source: fault.Internally,
-				Context: "the drain timeout passed before " + peer.Addr + " answered", Cause: a.Err}
-		}
+		// A wait cut short because the client gave up, or because the drain
+		// timeout passed, is not the upstream's failure.
+		a.Err = retry.Blame(a.Err, s.down.gone(), s.srv.expired.Load(), peer.Addr)
 		f := s.facts(pol, a, first)
 		if s.up != nil && f.Stale() {
 			s.up.died() // the pool learns from it
@@ -516,9 +507,15 @@ func (s *Session) hook(peer *Peer, a *Attempt, f retry.Facts) *fault.Error {
 func (s *Session) giveUp(why string) {
 	a := &s.Attempts[len(s.Attempts)-1]
 	e := a.Err
-	e.Retry, e.Why = false, "not retried: "+why
+	e.Retry, e.Why = false, why
 	s.logTry(a, true)
 	s.answerError(e)
+}
+
+// callExpired reports whether the call's own deadline (grpc-timeout)
+// passed.
+func (s *Session) callExpired() bool {
+	return !s.deadline.IsZero() && !clock.Now().Before(s.deadline)
 }
 
 // refuse tells the Handler that the try it chose on peer was not made.

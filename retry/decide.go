@@ -253,3 +253,56 @@ func condName(e *fault.Error) string {
 		return c.String()
 	}
 }
+
+// Blame says whose failure a failed try was when the engine knows more
+// than the error does. A try whose wait was cut because the client gave
+// the exchange up (an HTTP/2 client reset its stream) failed for the
+// client: fault.ClientClosed, Downstream, which Enforce never retries and
+// which gets no answer. One cut because the drain timeout passed failed
+// for sluice: fault.Drained, Internally, answered 503 and not retried.
+// Failures that are not the upstream's keep their own account; so does
+// any failure when neither happened. peer names the server, for the
+// error's context.
+func Blame(e *fault.Error, clientGone, drained bool, peer string) *fault.Error {
+	if e == nil || e.Source != fault.Upstream {
+		return e
+	}
+	switch {
+	case clientGone:
+		return &fault.Error{Kind: fault.ClientClosed, Source: fault.Downstream,
+			Context: "the client reset the stream while " + peer + " was answering", Cause: e}
+	case drained:
+		return &fault.Error{Kind: fault.Drained, Source: fault.Internally,
+			Context: "the drain timeout passed before " + peer + " answered", Cause: e}
+	}
+	return e
+}
+
+// Between are the facts that can stop a request between a decision to
+// retry it and the next try: they arise after the decision (the wait of a
+// backoff, a handler's choice), so Enforce cannot have seen them.
+type Between struct {
+	// Drained is set when the drain timeout of a shutdown passed.
+	Drained bool
+	// CallExpired is set when the call's own deadline (gRPC's
+	// grpc-timeout) passed.
+	CallExpired bool
+	// Excluded is set when the server chosen for the next try must not
+	// get this request again (Excludes), and Peer names it.
+	Excluded bool
+	Peer     string
+}
+
+// Again reports whether the next try may go, and if not why, in words for
+// the log; the last try's failure is then the answer. No hook lifts it.
+func Again(b Between) (bool, string) {
+	switch {
+	case b.Drained:
+		return false, "not retried: the drain timeout passed"
+	case b.CallExpired:
+		return false, "not retried: the call's grpc-timeout passed"
+	case b.Excluded:
+		return false, "not retried: the handler chose " + b.Peer + ", which this request must not go to again"
+	}
+	return true, ""
+}

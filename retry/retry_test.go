@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -260,5 +261,51 @@ func TestBackoff(t *testing.T) {
 	}
 	if (Backoff{}).Delay(3, nil) != 0 {
 		t.Error("zero backoff waits")
+	}
+}
+
+func TestBlame(t *testing.T) {
+	upstream := &fault.Error{Kind: fault.ResponseTimeout, Source: fault.Upstream}
+	client := &fault.Error{Kind: fault.ClientTimeout, Source: fault.Downstream}
+	tests := []struct {
+		name              string
+		e                 *fault.Error
+		clientGone, drain bool
+		kind              fault.Kind
+		source            fault.Source
+	}{
+		{"upstream's own", upstream, false, false, fault.ResponseTimeout, fault.Upstream},
+		{"client gone", upstream, true, false, fault.ClientClosed, fault.Downstream},
+		{"client gone as the drain passed", upstream, true, true, fault.ClientClosed, fault.Downstream},
+		{"drain passed", upstream, false, true, fault.Drained, fault.Internally},
+		{"the client's failure stays the client's", client, false, true, fault.ClientTimeout, fault.Downstream},
+	}
+	for _, tt := range tests {
+		got := Blame(tt.e, tt.clientGone, tt.drain, "127.0.0.1:1")
+		if got.Kind != tt.kind || got.Source != tt.source {
+			t.Errorf("%s: %v from %v, want %v from %v", tt.name, got.Kind, got.Source, tt.kind, tt.source)
+		}
+		if got != tt.e && !errors.Is(got, tt.e) {
+			t.Errorf("%s: the try's own error is not kept as the cause", tt.name)
+		}
+	}
+}
+
+func TestAgain(t *testing.T) {
+	tests := []struct {
+		b   Between
+		ok  bool
+		why string
+	}{
+		{Between{}, true, ""},
+		{Between{Drained: true, CallExpired: true}, false, "drain timeout"},
+		{Between{CallExpired: true}, false, "grpc-timeout"},
+		{Between{Excluded: true, Peer: "10.0.0.1:80"}, false, "10.0.0.1:80"},
+	}
+	for _, tt := range tests {
+		ok, why := Again(tt.b)
+		if ok != tt.ok || !strings.Contains(why, tt.why) {
+			t.Errorf("Again(%+v) = %v, %q; want %v and %q", tt.b, ok, why, tt.ok, tt.why)
+		}
 	}
 }
