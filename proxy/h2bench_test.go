@@ -27,64 +27,110 @@ func BenchmarkProxyRoundTripH2(b *testing.B) {
 			resp := append([]byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "+itoa(size)+"\r\n\r\n"), payload...)
 			up := fastUpstream(b, resp, nil)
 			opts := &PeerOptions{Pool: &pool.Limits{MaxIdle: 16, IdleTimeout: time.Minute}}
-			srv := &Server{Handler: &ordered{peers: []*Peer{{Addr: up, Options: opts}}}}
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			go srv.ServeWith(ln, ListenerOptions{Protocols: []string{"h2c"}})
-			defer func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				srv.Shutdown(ctx)
-			}()
-			nc, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer nc.Close()
-			io.WriteString(nc, h2Preface)
-			fr := http2.NewFramer(nc, bufio.NewReader(nc))
-			fr.SetReuseFrames() // the client's frames are not the proxy's allocations
-			fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 30})
-			fr.WriteWindowUpdate(0, 1<<30)
-			var block bytes.Buffer
-			enc := hpack.NewEncoder(&block)
-			for _, f := range []hpack.HeaderField{{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "http"},
-				{Name: ":path", Value: "/bench"}, {Name: ":authority", Value: "bench"}, {Name: "user-agent", Value: "bench"}, {Name: "accept", Value: "*/*"}} {
-				enc.WriteField(f)
-			}
-			id := uint32(1)
-			roundTrip := func() error {
-				if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
-					return err
-				}
-				for {
-					f, err := fr.ReadFrame()
-					if err != nil {
-						return err
-					}
-					if f.Header().StreamID == id && f.Header().Flags.Has(http2.FlagDataEndStream) {
-						id += 2
-						return nil
-					}
-					if rst, ok := f.(*http2.RSTStreamFrame); ok {
-						return http2.StreamError{StreamID: id, Code: rst.ErrCode}
-					}
-				}
-			}
-			if err := roundTrip(); err != nil {
-				b.Fatal(err)
-			}
-			b.ReportAllocs()
+			c := startH2Bench(b, &Server{Handler: &ordered{peers: []*Peer{{Addr: up, Options: opts}}}},
+				[]hpack.HeaderField{{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "http"},
+					{Name: ":path", Value: "/bench"}, {Name: ":authority", Value: "bench"}, {Name: "user-agent", Value: "bench"}, {Name: "accept", Value: "*/*"}}, nil)
 			b.SetBytes(int64(size))
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if err := roundTrip(); err != nil {
-					b.Fatal(err)
-				}
-			}
+			c.run(b)
 		})
+	}
+}
+
+// BenchmarkProxyRoundTripH2ToH2 measures a gRPC-shaped unary call from an
+// HTTP/2 client to an HTTP/2 upstream (h2c both ways): a POST with a small
+// body, answered with a header block, a small body and trailers. The
+// upstream runs in the process: allocs/op count its HTTP/2 server too.
+func BenchmarkProxyRoundTripH2ToH2(b *testing.B) {
+	head := []hpack.HeaderField{{Name: ":status", Value: "200"}, {Name: "content-type", Value: "application/grpc"}}
+	trailers := []hpack.HeaderField{{Name: "grpc-status", Value: "0"}, {Name: "grpc-message", Value: ""}}
+	msg := []byte{0, 0, 0, 0, 5, 'h', 'e', 'l', 'l', 'o'}
+	up := startH2Upstream(b, nil, nil, func(_ *h2.Conn, st *h2.Stream) {
+		io.Copy(io.Discard, st)
+		st.WriteResponse(head, msg, false)
+		st.WriteTrailers(trailers)
+	})
+	opts := &PeerOptions{Protocol: ProtocolH2C, Pool: &pool.Limits{MaxIdle: 16, IdleTimeout: time.Minute}}
+	c := startH2Bench(b, &Server{Handler: &ordered{peers: []*Peer{{Addr: up.addr(), Options: opts}}}},
+		[]hpack.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
+			{Name: ":path", Value: "/pkg.Svc/Call"}, {Name: ":authority", Value: "bench"}, {Name: "content-type", Value: "application/grpc"},
+			{Name: "te", Value: "trailers"}, {Name: "user-agent", Value: "grpc-go/1.0"}}, msg)
+	c.run(b)
+}
+
+// h2Bench is a bare HTTP/2 client of srv (h2c) that sends one request,
+// its header block encoded once, at a time.
+type h2Bench struct {
+	fr    *http2.Framer
+	block []byte
+	body  []byte
+	id    uint32
+}
+
+func startH2Bench(b *testing.B, srv *Server, fields []hpack.HeaderField, body []byte) *h2Bench {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go srv.ServeWith(ln, ListenerOptions{Protocols: []string{"h2c"}})
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	})
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { nc.Close() })
+	io.WriteString(nc, h2Preface)
+	fr := http2.NewFramer(nc, bufio.NewReader(nc))
+	fr.SetReuseFrames() // the client's frames are not the proxy's allocations
+	fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 30})
+	fr.WriteWindowUpdate(0, 1<<30)
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range fields {
+		enc.WriteField(f)
+	}
+	return &h2Bench{fr: fr, block: block.Bytes(), body: body, id: 1}
+}
+
+// roundTrip sends the request and reads frames until its stream ends.
+func (c *h2Bench) roundTrip() error {
+	fr := c.fr
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: c.id, BlockFragment: c.block, EndStream: c.body == nil, EndHeaders: true}); err != nil {
+		return err
+	}
+	if c.body != nil {
+		if err := fr.WriteData(c.id, true, c.body); err != nil {
+			return err
+		}
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return err
+		}
+		if f.Header().StreamID == c.id && f.Header().Flags.Has(http2.FlagDataEndStream) {
+			c.id += 2
+			return nil
+		}
+		if rst, ok := f.(*http2.RSTStreamFrame); ok {
+			return http2.StreamError{StreamID: c.id, Code: rst.ErrCode}
+		}
+	}
+}
+
+func (c *h2Bench) run(b *testing.B) {
+	if err := c.roundTrip(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := c.roundTrip(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

@@ -42,7 +42,7 @@ type h2exchange struct {
 	pending bool // the final head is to go with the next send
 	ended   bool // the response ended (END_STREAM sent)
 	pay     []byte
-	last    lastValues
+	seen    interned    // the strings of field values lately sent
 	cut     atomic.Bool // the stream was reset; the drain timeout may do it from another goroutine
 }
 
@@ -103,7 +103,7 @@ func (c *conn) serveStream(st *h2.Stream) {
 func (x *h2exchange) reset(st *h2.Stream, c *conn) {
 	clear(x.fields[:cap(x.fields)]) // no strings of the last response kept alive
 	*x = h2exchange{st: st, c: c, cutUp: x.cutUp, wbuf: x.wbuf[:0], rbuf: x.rbuf, fields: x.fields[:0],
-		pay: x.pay[:0], last: x.last}
+		pay: x.pay[:0], seen: x.seen}
 }
 
 // abandon ends the wait for the upstream of the try in progress, if any:
@@ -215,7 +215,7 @@ func (x *h2exchange) interim(resp *h1.Response) error {
 	if resp.Status == 101 {
 		return errors.New("proxy: 101 Switching Protocols cannot go to an HTTP/2 client")
 	}
-	x.fields = appendFields(x.fields[:0], resp, &x.last)
+	x.fields = appendFields(x.fields[:0], resp, &x.seen)
 	x.s.BytesOut += int64(headSize(x.fields))
 	return x.writeErr(x.st.WriteHeaders(x.fields, false))
 }
@@ -223,7 +223,7 @@ func (x *h2exchange) interim(resp *h1.Response) error {
 func (x *h2exchange) takesChunked() bool { return false }
 
 func (x *h2exchange) respond(resp *h1.Response, out outBody) {
-	x.fields = appendFields(x.fields[:0], resp, &x.last)
+	x.fields = appendFields(x.fields[:0], resp, &x.seen)
 	if !out.none && out.length >= 0 && !resp.Header.Has("Content-Length") {
 		x.fields = append(x.fields, hpack.HeaderField{Name: "content-length", Value: strconv.FormatInt(out.length, 10)})
 	}
@@ -271,7 +271,7 @@ func (x *h2exchange) send(p []byte, end bool, trailers *h1.Header) error {
 		}
 	}
 	if end && !endData {
-		x.fields = trailerFields(x.fields[:0], trailers)
+		x.fields = appendHeader(x.fields[:0], trailers, &x.seen)
 		if err := st.WriteTrailers(x.fields); err != nil {
 			return x.writeErr(err)
 		}

@@ -47,40 +47,37 @@ func FuzzH2RequestMapping(f *testing.F) {
 	})
 }
 
-// A value equal to the one the last response had at its position reuses
-// that string; others, and long ones, are copies.
-func TestLastValues(t *testing.T) {
+// A value seen lately comes back as the string made of it then; others,
+// and long ones, are copies.
+func TestInterned(t *testing.T) {
 	long := strings.Repeat("v", maxKeptValue+1)
 	tests := []struct {
 		name     string
-		i        int
-		before   string // kept at i first ("" for nothing)
+		before   string // seen first ("" for nothing)
 		value    string
-		wantSame bool // the string kept before comes back
-		wantKept bool // value is kept at i afterwards
+		wantSame bool // the string made before comes back
 	}{
-		{"same value", 2, "text/plain", "text/plain", true, true},
-		{"changed value", 2, "text/plain", "text/html", false, true},
-		{"nothing kept yet", 0, "", "nginx", false, true},
-		{"long value", 3, "", long, false, false},
-		{"beyond the kept positions", 16, "", "x", false, false},
+		{"same value", "text/plain", "text/plain", true},
+		{"another value", "text/plain", "text/html", false},
+		{"nothing seen yet", "", "nginx", false},
+		{"long value", long, long, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var lv lastValues
+			var seen interned
 			var kept string
 			if tt.before != "" {
-				kept = lv.value(tt.i, []byte(tt.before))
+				kept = seen.of([]byte(tt.before))
 			}
-			got := lv.value(tt.i, []byte(tt.value))
+			got := seen.of([]byte(tt.value))
 			if got != tt.value {
-				t.Fatalf("value = %q, want %q", got, tt.value)
+				t.Fatalf("of = %q, want %q", got, tt.value)
 			}
 			if same := kept != "" && unsafe.StringData(got) == unsafe.StringData(kept); same != tt.wantSame {
-				t.Errorf("reused the kept string: %v, want %v", same, tt.wantSame)
+				t.Errorf("reused the string made before: %v, want %v", same, tt.wantSame)
 			}
-			if k := tt.i < len(lv) && lv[tt.i] == tt.value; k != tt.wantKept {
-				t.Errorf("kept: %v, want %v", k, tt.wantKept)
+			if n := testing.AllocsPerRun(10, func() { seen.of([]byte(tt.value)) }); tt.value != long && n != 0 {
+				t.Errorf("%v allocations for a value seen just before", n)
 			}
 		})
 	}

@@ -16,41 +16,62 @@ var connectionFields = []string{"connection", "keep-alive", "proxy-connection", 
 
 // appendFields appends the HTTP/2 header block of resp: :status, then its
 // fields with lowercase names, without those that are connection-specific.
-// Values equal to the last response's (see lastValues) reuse its strings.
-func appendFields(dst []hpack.HeaderField, resp *h1.Response, last *lastValues) []hpack.HeaderField {
+// Values seen lately (see interned) reuse their strings.
+func appendFields(dst []hpack.HeaderField, resp *h1.Response, seen *interned) []hpack.HeaderField {
 	dst = append(dst, hpack.HeaderField{Name: ":status", Value: statusText(resp.Status)})
-	h := &resp.Header
+	return appendHeader(dst, &resp.Header, seen)
+}
+
+// appendHeader appends the HTTP/2 fields of h: lowercase names, without
+// those that are connection-specific.
+func appendHeader(dst []hpack.HeaderField, h *h1.Header, seen *interned) []hpack.HeaderField {
 	for i := 0; i < h.Len(); i++ {
 		name := lowerName(h.Name(i))
 		if isConnectionField(name) {
 			continue
 		}
-		dst = append(dst, headerField(name, last.value(i, h.Value(i))))
+		v := h.Value(i)
+		if name == "x-request-id" {
+			// Unique to each message: kept, it would only push out
+			// values that come again.
+			dst = append(dst, headerField(name, string(v)))
+			continue
+		}
+		dst = append(dst, headerField(name, seen.of(v)))
 	}
 	return dst
 }
 
-// lastValues keeps the short values of the last response an h2exchange
-// sent, by position. Its next response comes more often than not from the
-// same upstream, with the same fields in the same order and most values
-// unchanged (server, content-type, cache-control): those reuse the strings
-// kept instead of each allocating a copy.
-type lastValues [16]string
+// interned keeps the short strings an exchange made of field values lately,
+// so that the next message, which more often than not carries the same
+// fields with most values unchanged (server, content-type, a user agent,
+// a gRPC call's method and status), reuses them instead of allocating a
+// copy of each: a small table indexed by a cheap hash, two ways, the
+// newest string first.
+type interned [32]string
 
 // maxKeptValue bounds a value kept: long ones (cookies, policies) are
-// seldom repeated and would hold memory in pooled h2exchanges.
+// seldom repeated and would hold memory in pooled exchanges.
 const maxKeptValue = 64
 
-// value returns b, field i's value, as a string: the one kept for i when
-// they are equal.
-func (lv *lastValues) value(i int, b []byte) string {
-	if i >= len(lv) || len(b) > maxKeptValue {
+// of returns b as a string: the one kept for it when there is one.
+func (t *interned) of(b []byte) string {
+	n := len(b)
+	if n == 0 {
+		return ""
+	}
+	if n > maxKeptValue {
 		return string(b)
 	}
-	if lv[i] != string(b) { // compared without a copy
-		lv[i] = string(b)
+	i := (n*131 + int(b[0])*31 + int(b[n/2])*7 + int(b[n-1])) & (len(t) - 1)
+	switch string(b) { // compared without a copy
+	case t[i]:
+		return t[i]
+	case t[i^1]:
+		return t[i^1]
 	}
-	return lv[i]
+	t[i^1], t[i] = t[i], string(b)
+	return t[i]
 }
 
 // headerField is the HPACK field of name and value. The request id, a
@@ -71,7 +92,7 @@ var commonNames = []string{"content-type", "content-length", "date", "server", "
 	"user-agent", "accept", "accept-encoding", "accept-language", "cookie", "authorization", "referer",
 	"origin", "if-none-match", "if-modified-since", "x-forwarded-for", "x-forwarded-proto",
 	"x-forwarded-host", "x-real-ip", "forwarded", "via", "x-request-id", "te", "grpc-timeout",
-	"grpc-encoding", "grpc-accept-encoding", "idempotency-key"}
+	"grpc-encoding", "grpc-accept-encoding", "grpc-status", "grpc-message", "idempotency-key"}
 
 func isConnectionField(name string) bool {
 	for _, c := range connectionFields {

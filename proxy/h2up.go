@@ -30,6 +30,7 @@ type h2up struct {
 	scheme string
 	method string
 	fields []hpack.HeaderField // the request's, reused
+	seen   *interned           // the strings of field values lately sent
 
 	// mu guards cs, rdl and wdl, which the drain timeout and a client's
 	// reset set from other goroutines (cut).
@@ -53,8 +54,11 @@ func (u *h2up) use(mc *muxConn, tls bool, s *Session, opts *PeerOptions, limit t
 	if tls {
 		scheme = "https"
 	}
-	buf := u.rbody.buf
-	*u = h2up{mc: mc, opts: opts, scheme: scheme, method: s.Request.Method(), fields: u.fields[:0], limit: limit, length: -1}
+	buf, seen := u.rbody.buf, u.seen
+	if seen == nil {
+		seen = new(interned)
+	}
+	*u = h2up{mc: mc, opts: opts, scheme: scheme, method: s.Request.Method(), fields: u.fields[:0], seen: seen, limit: limit, length: -1}
 	u.rbody = h2Body{u: u, buf: buf}
 }
 
@@ -71,8 +75,8 @@ func (u *h2up) send(req *h1.Request, f h1.Framing, framed bool, first []byte, en
 	fields := append(u.fields[:0],
 		hpack.HeaderField{Name: ":method", Value: u.method},
 		hpack.HeaderField{Name: ":scheme", Value: u.scheme},
-		hpack.HeaderField{Name: ":authority", Value: string(h.Get("Host"))},
-		hpack.HeaderField{Name: ":path", Value: string(req.Target())})
+		hpack.HeaderField{Name: ":authority", Value: u.seen.of(h.Get("Host"))},
+		hpack.HeaderField{Name: ":path", Value: u.seen.of(req.Target())})
 	for i := 0; i < h.Len(); i++ {
 		name := lowerName(h.Name(i))
 		switch {
@@ -81,7 +85,7 @@ func (u *h2up) send(req *h1.Request, f h1.Framing, framed bool, first []byte, en
 		case name == "te" && !h1.EqualFold(bytes.TrimSpace(h.Value(i)), "trailers"):
 			continue
 		}
-		fields = append(fields, headerField(name, string(h.Value(i))))
+		fields = append(fields, headerField(name, u.seen.of(h.Value(i))))
 	}
 	u.fields = fields
 	if framed && len(first) > 0 {
@@ -125,7 +129,7 @@ func (u *h2up) send(req *h1.Request, f h1.Framing, framed bool, first []byte, en
 		}
 	}
 	if end && !last {
-		if err := cs.WriteTrailers(trailerFields(u.fields[len(fields):], trailers)); err != nil {
+		if err := cs.WriteTrailers(appendHeader(u.fields[len(fields):], trailers, u.seen)); err != nil {
 			return n, upstreamErr(err)
 		}
 	}
@@ -158,19 +162,6 @@ func chunkedData(b []byte) []byte {
 	}
 }
 
-// trailerFields appends to dst the HTTP/2 fields of trailers: lowercase
-// names, connection-specific ones left out.
-func trailerFields(dst []hpack.HeaderField, trailers *h1.Header) []hpack.HeaderField {
-	for i := 0; i < trailers.Len(); i++ {
-		name := lowerName(trailers.Name(i))
-		if isConnectionField(name) {
-			continue
-		}
-		dst = append(dst, hpack.HeaderField{Name: name, Value: string(trailers.Value(i))})
-	}
-	return dst
-}
-
 func (u *h2up) body(seg []byte, data bool) (int, error) {
 	if !data || len(seg) == 0 {
 		return 0, nil
@@ -194,7 +185,7 @@ func (u *h2up) end(seg []byte, data bool, trailers *h1.Header) (int, error) {
 			return n, upstreamErr(err)
 		}
 	}
-	return n, upstreamErr(u.cs.WriteTrailers(trailerFields(u.fields[len(u.fields):], trailers)))
+	return n, upstreamErr(u.cs.WriteTrailers(appendHeader(u.fields[len(u.fields):], trailers, u.seen)))
 }
 
 func (u *h2up) setWriteDeadline(t time.Time) {

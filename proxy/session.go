@@ -117,7 +117,7 @@ func (s *Session) reset() {
 		upReq:    s.upReq,
 		resp:     s.resp,
 		h1u:      h1up{cbuf: s.h1u.cbuf, rbody: h1Body{b: s.h1u.rbody.b}},
-		h2u:      h2up{fields: s.h2u.fields, rbody: h2Body{buf: s.h2u.rbody.buf}},
+		h2u:      h2up{fields: s.h2u.fields, seen: s.h2u.seen, rbody: h2Body{buf: s.h2u.rbody.buf}},
 		trailers: s.trailers,
 		body: reqBody{replay: s.body.replay[:0], replayp: s.body.replayp, done: done,
 			trailers: s.body.trailers},
@@ -149,7 +149,7 @@ func (s *Session) release() {
 		s.dropFilter()
 	}
 	s.c, s.srv, s.hooks, s.down, s.wbuf, s.flight, s.up = nil, nil, nil, nil, nil, nil, nil
-	s.h1u, s.h2u = h1up{cbuf: s.h1u.cbuf}, h2up{fields: s.h2u.fields[:0], rbody: h2Body{buf: s.h2u.rbody.buf}}
+	s.h1u, s.h2u = h1up{cbuf: s.h1u.cbuf}, h2up{fields: s.h2u.fields[:0], seen: s.h2u.seen, rbody: h2Body{buf: s.h2u.rbody.buf}}
 	s.body.src, s.body.s = nil, nil
 	sessionPool.Put(s)
 }
