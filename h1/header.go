@@ -43,8 +43,16 @@ func (h *Header) Value(i int) []byte {
 
 // Index returns the index of the first field named name, or -1.
 func (h *Header) Index(name string) int {
+	if name == "" {
+		return -1
+	}
+	// Fields whose names differ in length or first letter (the most of
+	// them, for a look-up that runs many times per message) are passed
+	// over without a compare. (|0x20 folds a letter's case, and keeps
+	// any two bytes that fold equal equal.)
+	n, c := int32(len(name)), name[0]|0x20
 	for i, f := range h.fields {
-		if equalFold(h.arena[f.n0:f.n1], name) {
+		if f.n1-f.n0 == n && h.arena[f.n0]|0x20 == c && equalFold(h.arena[f.n0:f.n1], name) {
 			return i
 		}
 	}
