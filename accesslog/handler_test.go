@@ -167,3 +167,31 @@ func TestNotesAreFields(t *testing.T) {
 		t.Errorf("found %d notes in the module, want at least the 7 known: is the walk looking in the right place?", found)
 	}
 }
+
+// TestRecordKeysAreFields: every attribute the proxy's access log record
+// has (Session.logAccess, which the JSON and text lines show) is a field.
+func TestRecordKeysAreFields(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "proxy", "answer.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := bytes.Index(src, []byte("func (s *Session) logAccess()"))
+	if start < 0 {
+		t.Fatal("proxy/answer.go has no Session.logAccess: point this test at where the access log record is made")
+	}
+	body := src[start:]
+	if end := bytes.Index(body, []byte("\n}\n")); end > 0 {
+		body = body[:end]
+	}
+	attr := regexp.MustCompile(`slog\.\w+\("([a-z_]+)"`)
+	found := 0
+	for _, m := range attr.FindAllSubmatch(body, -1) {
+		found++
+		if _, ok := names[string(m[1])]; !ok {
+			t.Errorf("the access log record has %q, which is no field: add it to accesslog's fields", m[1])
+		}
+	}
+	if found < 20 {
+		t.Errorf("found %d attributes in logAccess, want the 20 and more it has", found)
+	}
+}

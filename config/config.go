@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-proxy/sluice/accesslog"
 	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/proxy"
@@ -356,8 +357,16 @@ type H2Limits struct {
 type AccessLog struct {
 	// Enabled (key "enabled", default true) turns the access log on.
 	Enabled bool
-	// Format (key "format", default "text") is "text" or "json".
+	// Format (key "format", default "text") is "text" or "json" (slog's
+	// key=value and JSON lines, every field named), "combined" (nginx's
+	// combined format), or a format of fields, as nginx's log_format:
+	// '$client $method $target $status $duration' (package accesslog has
+	// the fields: those of the JSON line, and nginx's names for them). An
+	// unknown field is an error.
 	Format string
+	// template is Format parsed, when it is a format of fields or a
+	// named one; Build parses Format when it is nil.
+	template *accesslog.Format
 	// Path (key "path", default "") is the file the log is appended to;
 	// "" means standard error.
 	Path string

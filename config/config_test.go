@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/netip"
 	"os"
 	"reflect"
@@ -452,6 +453,12 @@ func TestParseProblem(t *testing.T) {
 		{"section not a mapping", minimal + "limits: 5\n", 9, 9, "limits", "must be a mapping of keys to values, not the number 5"},
 		{"bad enum", minimal + "log: {level: verbose}\n", 9, 14, "log.level", `unknown value "verbose"; want one of debug, info, warn, error`},
 		{"enum typo", minimal + "access_log: {format: jsn}\n", 9, 22, "access_log.format", `(did you mean "json"?)`},
+		{"access log format of an unknown field", minimal + "access_log:\n  format: '$client $clinet $status'\n", 10, 11, "access_log.format",
+			"at byte 8: unknown field $clinet (did you mean $client?)"},
+		{"access log format with a bare $", minimal + "access_log: {format: \"$status costs 5 $\"}\n", 9, 22, "access_log.format",
+			"at byte 16: a $ must start a field name"},
+		{"access log format neither named nor of fields", minimal + "access_log: {format: comined}\n", 9, 22, "access_log.format",
+			`unknown value "comined" (did you mean "combined"?); want text, json, combined, or a format of fields`},
 		{"YAML 1.1 boolean", minimal + "forwarded: {via: yes}\n", 9, 18, "forwarded.via", `must be true or false, not "yes"`},
 		{"client_ip without trusted peers", minimal + "forwarded: {client_ip: x_forwarded_for}\n", 9, 24, "forwarded.client_ip", "needs forwarded.trusted"},
 		{"client_ip unknown", minimal + "forwarded: {client_ip: real_ip, trusted: [10.0.0.0/8]}\n", 9, 24, "forwarded.client_ip", "want one of peer, x_forwarded_for"},
@@ -850,5 +857,34 @@ func TestParseAdmin(t *testing.T) {
 	}
 	if c.Admin != (Admin{}) {
 		t.Errorf("admin by default = %+v, want off", c.Admin)
+	}
+}
+
+// TestAccessHandler: a Config made by a program, with a format of fields
+// nobody parsed, gets it parsed when built; a bad one fails the build.
+func TestAccessHandler(t *testing.T) {
+	for _, tt := range []struct {
+		format, want, err string
+	}{
+		{"text", "level=INFO msg=request status=204\n", ""},
+		{"$status $method", "204 -\n", ""},
+		{"combined", `- - - [`, ""},
+		{"$nosuch", "", "format: at byte 0: unknown field $nosuch"},
+	} {
+		h, err := accessHandler(AccessLog{Format: tt.format})
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%s: %v, want %q", tt.format, err, tt.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tt.format, err)
+		}
+		var b strings.Builder
+		slog.New(h(&b)).Info("request", "status", 204)
+		if got := b.String(); !strings.Contains(got, tt.want) {
+			t.Errorf("%s: line %q, want %q in it", tt.format, got, tt.want)
+		}
 	}
 }

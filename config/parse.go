@@ -445,7 +445,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 		{"access_log", func(n *yaml.Node, path string) {
 			d.mapping(n, path, []field{
 				{"enabled", d.boolean(&c.AccessLog.Enabled)},
-				{"format", d.enum(&c.AccessLog.Format, "text", "json")},
+				{"format", d.accessFormat(&c.AccessLog)},
 				{"path", d.str(&c.AccessLog.Path, nil)},
 				{"buffer", d.size(&c.AccessLog.Buffer, 0, 16<<20)},
 				{"flush", d.duration(&c.AccessLog.Flush, true)},

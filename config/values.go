@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-proxy/sluice/accesslog"
 	"github.com/sluice-proxy/sluice/internal/sock"
 	"go.yaml.in/yaml/v3"
 )
@@ -608,5 +609,36 @@ func (d *decoder) checkProtocols(n *yaml.Node, path string, l *Listener) {
 		case p == "h2c" && l.TLS != nil:
 			d.addf(n, path, "h2c is cleartext HTTP/2 and this listener has tls; use h2")
 		}
+	}
+}
+
+// accessFormat returns a parser of the access log's format into a: text,
+// json, a named format (combined), or a format of $fields, parsed here
+// once (accesslog.Parse).
+func (d *decoder) accessFormat(a *AccessLog) func(*yaml.Node, string) {
+	return func(n *yaml.Node, path string) {
+		var s string
+		if !d.scalarString(&s, n, path) {
+			return
+		}
+		if strings.EqualFold(s, "text") || strings.EqualFold(s, "json") {
+			a.Format = strings.ToLower(s)
+			return
+		}
+		text, named := accesslog.Named(s)
+		if !named && !strings.Contains(s, "$") {
+			d.addf(n, path, "unknown value %q%s; want text, json, combined, or a format of fields such as '$client $method $target $status $duration'",
+				s, suggest(s, []string{"text", "json", "combined"}))
+			return
+		}
+		if !named {
+			text = s
+		}
+		f, err := accesslog.Parse(text)
+		if err != nil {
+			d.addf(n, path, "%v", err)
+			return
+		}
+		a.Format, a.template = s, f
 	}
 }
