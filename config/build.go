@@ -519,6 +519,7 @@ func NewServerPool(cfg *Config, g *Generation, errorLog *slog.Logger, p *pool.Po
 			NoRequestID:       !cfg.Forwarded.RequestID,
 			NoVia:             !cfg.Forwarded.Via,
 			Trusted:           cfg.Forwarded.Trusted,
+			TrustUnix:         cfg.Forwarded.TrustUnix,
 			ClientFromXFF:     cfg.Forwarded.ClientIP == "x_forwarded_for",
 		},
 		Pool:     p,
