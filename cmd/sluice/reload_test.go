@@ -505,11 +505,14 @@ func TestReloadAccessLogFormat(t *testing.T) {
 		})
 		return got
 	}
+	n := 0
 	get := func(target string) {
 		t.Helper()
 		if code, _ := proxytest.Get(t, addr, target, "User-Agent: t/1\r\n"); code != 200 {
 			t.Fatalf("%s: %d", target, code)
 		}
+		n++
+		lines(n) // written once the answer went out: waited for, so that the lines keep their order
 	}
 	get("/one")
 	s.reloadWith(t, conf("$status $request_uri $upstream_addr"))

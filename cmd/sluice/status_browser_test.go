@@ -250,9 +250,9 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if errs := text(`ul.errors[data-upstream="app"]`); !strings.Contains(errs, "retrying: nothing of the request reached the upstream") {
 		t.Errorf("app's failures do not say why the dead server's tries were retried:\n%s", errs)
 	}
-	// The dead server is down, and back in some seconds: times are
-	// relative, never a date.
-	back := regexp.MustCompile(`^down back in \d+ s · `)
+	// The dead server is down (or ejected), and back in some seconds:
+	// times are relative, never a date.
+	back := regexp.MustCompile(`^(down|ejected) back in \d+ s · `)
 	waitPage("the dead server down, back in some seconds", func() bool { return back.MatchString(text(cell(dead, "state"))) })
 	if page := text("body"); regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d|[AP]M\b`).MatchString(page) {
 		t.Errorf("the page shows a date or a clock time, not a relative time:\n%s", page)
