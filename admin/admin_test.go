@@ -172,6 +172,15 @@ func TestUpstreamsSnapshot(t *testing.T) {
 	if !sock.Drained || sock.Address != "[::1]:9002" || sock.Tries != 0 {
 		t.Errorf("socket: %+v", sock)
 	}
+	if tcp.Condition != "healthy" || !tcp.Until.IsZero() || tcp.Reason != "" || tcp.State != "healthy" {
+		t.Errorf("health of 127.0.0.1:9001: condition %q until %v reason %q state %q", tcp.Condition, tcp.Until, tcp.Reason, tcp.State)
+	}
+	// Until is left out of the JSON of a server that is not held out.
+	rr := httptest.NewRecorder()
+	a.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/api/upstreams", nil))
+	if body := rr.Body.String(); strings.Contains(body, `"until"`) || !strings.Contains(body, `"condition": "healthy"`) {
+		t.Errorf("/api/upstreams: until present or condition missing:\n%s", body)
+	}
 }
 
 func TestStatusPageIsSelfContained(t *testing.T) {

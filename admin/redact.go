@@ -3,6 +3,7 @@ package admin
 import (
 	"encoding"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"reflect"
 	"regexp"
@@ -38,7 +39,7 @@ func (a *Server) config(w http.ResponseWriter, r *http.Request) {
 
 // ConfigView returns v (a *config.Config) as JSON-ready values, with the
 // config file's key names (snake_case of the field names), durations as Go
-// durations, and secrets redacted: the values of fields named as secrets
+// durations, file modes in octal (left out when zero), and secrets redacted: the values of fields named as secrets
 // are, and so is any string holding PEM armour. Functions, channels and
 // values with nothing exported (a logger, a clock) are left out, as are
 // the Line fields that only serve error messages.
@@ -49,6 +50,7 @@ func ConfigView(v any) any {
 
 var (
 	durationType = reflect.TypeFor[time.Duration]()
+	modeType     = reflect.TypeFor[fs.FileMode]()
 	textType     = reflect.TypeFor[encoding.TextMarshaler]()
 )
 
@@ -68,6 +70,11 @@ func view(v reflect.Value, secret bool, depth int) (any, bool) {
 	}
 	if v.Type() == durationType {
 		return time.Duration(v.Int()).String(), true
+	}
+	if v.Type() == modeType {
+		// As chmod and the file have it, 0660; none (a TCP listener's)
+		// is left out.
+		return fmt.Sprintf("%04o", v.Uint()), v.Uint() != 0
 	}
 	if v.Type().Implements(textType) && (v.Kind() != reflect.Pointer || !v.IsNil()) {
 		if secret {

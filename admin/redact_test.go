@@ -19,7 +19,7 @@ func TestConfigViewRedactsSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := string(out)
-	for _, want := range []string{`"admin":{"address":"127.0.0.1:9901","pprof":false,"token_file":"[redacted]"}`, `"max_idle_upstream_conns":`,
+	for _, want := range []string{`"admin":{"address":"unix:/run/sluice/admin.sock","mode":"0600","pprof":false,"token_file":"[redacted]"}`, `"mode":"0660"`, `"max_idle_upstream_conns":`,
 		`"x_forwarded_for":true`, `"idle":"`, `"key":"/etc/`} {
 		if !strings.Contains(s, want) {
 			t.Errorf("config view lacks %s", want)
@@ -27,6 +27,9 @@ func TestConfigViewRedactsSecrets(t *testing.T) {
 	}
 	if strings.Contains(s, `"line":`) {
 		t.Error("config view has line numbers")
+	}
+	if strings.Contains(s, `"mode":"0000"`) {
+		t.Error("config view has the mode of a TCP listener, which has none")
 	}
 }
 

@@ -67,11 +67,17 @@ type ServerState struct {
 	Backup   bool   `json:"backup"`
 	Weight   int    `json:"weight"`
 	// Healthy is the server's own health (passive and active checks);
-	// State says why, as the logs do. Drained is set while it is taken
-	// out by hand.
-	Healthy bool   `json:"healthy"`
-	State   string `json:"state"`
-	Drained bool   `json:"drained"`
+	// State says why, as the logs do. Condition, Until and Reason are the
+	// same in parts (balance.Health): "healthy", "slow_start",
+	// "unhealthy", "down" or "ejected"; for down and ejected, when it
+	// takes requests again (absent otherwise); why. Drained is set while
+	// it is taken out by hand.
+	Healthy   bool      `json:"healthy"`
+	State     string    `json:"state"`
+	Condition string    `json:"condition"`
+	Until     time.Time `json:"until,omitzero"`
+	Reason    string    `json:"reason,omitempty"`
+	Drained   bool      `json:"drained"`
 	// Ejections is the ejection multiplier (see balance.Server.Ejections).
 	Ejections int `json:"ejections"`
 	// Outstanding counts the tries in flight to it.
@@ -133,6 +139,11 @@ func (a *Server) Snapshot() Upstreams {
 				Outstanding:       s.Outstanding(),
 				LatencyEstimateMS: float64(s.Latency()) / float64(time.Millisecond),
 				Pool:              Pool{Idle: idle[s.Addr], Active: s.Outstanding()},
+			}
+			h := s.Health()
+			sv.Condition, sv.Reason = string(h.Condition), h.Reason
+			if !h.Until.IsZero() {
+				sv.Until = h.Until.UTC()
 			}
 			sv.Snapshot = a.stats(u.Name, s.Addr, now)
 			if sv.Healthy && !sv.Drained {

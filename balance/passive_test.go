@@ -46,6 +46,10 @@ func TestMaxFailsWithinFailTimeout(t *testing.T) {
 	if st := a.State(); !strings.HasPrefix(st, "down until 2026-01-02T03:04:15Z (3 failures within 10s") {
 		t.Fatalf("State = %q", st)
 	}
+	if h := a.Health(); h.Condition != Down || !h.Until.Equal(time.Date(2026, 1, 2, 3, 4, 15, 0, time.UTC)) ||
+		!strings.HasPrefix(h.Reason, "3 failures within 10s") {
+		t.Fatalf("Health = %+v", h)
+	}
 	c.Add(8 * time.Second) // 9s after going down
 	if picks(t, g, a, 100) {
 		t.Fatal("picked before fail_timeout passed")
@@ -139,6 +143,9 @@ func TestConsecutiveFailureEjection(t *testing.T) {
 		if st := a.State(); !strings.Contains(st, fmt.Sprintf("ejection %d for %v", i+1, d)) {
 			t.Fatalf("ejection %d: State = %q, want it for %v", i+1, st, d)
 		}
+		if h := a.Health(); h.Condition != Ejected || !h.Until.Equal(c.Now().Add(d)) {
+			t.Fatalf("ejection %d: Health = %+v, want ejected until %v from now", i+1, h, d)
+		}
 		c.Add(d - time.Nanosecond)
 		if a.Healthy() || picks(t, g, a, 50) {
 			t.Fatalf("ejection %d: back before %v", i+1, d)
@@ -146,6 +153,9 @@ func TestConsecutiveFailureEjection(t *testing.T) {
 		c.Add(time.Nanosecond)
 		if !a.Healthy() || !picks(t, g, a, 50) {
 			t.Fatalf("ejection %d: not back after %v", i+1, d)
+		}
+		if h := a.Health(); h.Condition == Ejected || h.Condition == Down || !h.Until.IsZero() {
+			t.Fatalf("ejection %d: back, Health = %+v", i+1, h)
 		}
 	}
 

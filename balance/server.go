@@ -298,32 +298,81 @@ func (s *Server) comeBackAt(t int64) {
 // "healthy (slow start, 40% weight)", "unhealthy (active: 3 failed checks:
 // connection refused)", "ejected until 2026-01-02T15:04:05Z (5 consecutive
 // failures, ejection 2)" or "down until 2026-01-02T15:04:05Z (3 failures
-// within 10s, last: connect failure)".
+// within 10s, last: connect failure)". Health has the same facts apart.
 func (s *Server) State() string {
+	h := s.Health()
+	switch h.Condition {
+	case Unhealthy:
+		return "unhealthy (" + h.Reason + ")"
+	case Ejected, Down:
+		return fmt.Sprintf("%s until %s (%s)", h.Condition, h.Until.Format(time.RFC3339Nano), h.Reason)
+	case SlowStart:
+		return "healthy (" + h.Reason + ")"
+	}
+	return "healthy"
+}
+
+// Condition names a server's health: Healthy, SlowStart, Unhealthy, Down or
+// Ejected.
+type Condition string
+
+const (
+	// Healthy: the server takes its full share of requests.
+	Healthy Condition = "healthy"
+	// SlowStart: back from a down time, it takes a growing share of its
+	// weight (Options.SlowStart).
+	SlowStart Condition = "slow_start"
+	// Unhealthy: it failed its active checks, until one passes again.
+	Unhealthy Condition = "unhealthy"
+	// Down: it failed max_fails tries within fail_timeout, and is held
+	// out until Health.Until.
+	Down Condition = "down"
+	// Ejected: it failed tries in a row, and is held out until
+	// Health.Until.
+	Ejected Condition = "ejected"
+)
+
+// Health is a server's health at a moment, in parts: what State says in
+// one line, for a status page to show its own way.
+type Health struct {
+	Condition Condition
+	// Until is when a server Down or Ejected may take requests again (in
+	// the location of the group's clock); zero otherwise.
+	Until time.Time
+	// Reason says why: the failures that took it out ("3 failures within
+	// 10s, last: connect failure"), the failed checks ("active: 3 failed
+	// checks: connection refused"), the share of slow start ("slow start,
+	// 40% weight"); "" when Healthy.
+	Reason string
+}
+
+// Health returns the server's health now. Drained is apart: a drained
+// server keeps its health.
+func (s *Server) Health() Health {
 	t := s.now()
 	now := t.UnixNano()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.activeDown.Load():
-		return fmt.Sprintf("unhealthy (active: %d failed checks: %s)", s.checkFail, s.checkErr)
+		return Health{Condition: Unhealthy, Reason: fmt.Sprintf("active: %d failed checks: %s", s.checkFail, s.checkErr)}
 	case now < s.ejectedUntil.Load():
-		return fmt.Sprintf("ejected until %s (%s)", stamp(s.ejectedUntil.Load(), t), s.ejectReason)
+		return Health{Condition: Ejected, Until: stamp(s.ejectedUntil.Load(), t), Reason: s.ejectReason}
 	case now < s.failedUntil.Load():
-		return fmt.Sprintf("down until %s (%s)", stamp(s.failedUntil.Load(), t), s.failReason)
+		return Health{Condition: Down, Until: stamp(s.failedUntil.Load(), t), Reason: s.failReason}
 	}
 	if s.g != nil {
 		full := int64(s.weight()) * weightScale
 		if w := s.effectiveWeight(now, s.g.opts.SlowStart); w < full {
-			return fmt.Sprintf("healthy (slow start, %d%% weight)", w*100/full)
+			return Health{Condition: SlowStart, Reason: fmt.Sprintf("slow start, %d%% weight", w*100/full)}
 		}
 	}
-	return "healthy"
+	return Health{Condition: Healthy}
 }
 
-// stamp formats the Unix-nanosecond time ns in now's location.
-func stamp(ns int64, now time.Time) string {
-	return time.Unix(0, ns).In(now.Location()).Format(time.RFC3339Nano)
+// stamp returns the Unix-nanosecond time ns in now's location.
+func stamp(ns int64, now time.Time) time.Time {
+	return time.Unix(0, ns).In(now.Location())
 }
 
 // carryFrom copies o's health state into s, which is not yet in use.

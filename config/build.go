@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-proxy/sluice/accesslog"
 	"github.com/sluice-proxy/sluice/acme"
 	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/compress"
@@ -518,12 +519,20 @@ func NewServerPool(cfg *Config, g *Generation, errorLog *slog.Logger, p *pool.Po
 			NoRequestID:       !cfg.Forwarded.RequestID,
 			NoVia:             !cfg.Forwarded.Via,
 			Trusted:           cfg.Forwarded.Trusted,
+			TrustUnix:         cfg.Forwarded.TrustUnix,
 			ClientFromXFF:     cfg.Forwarded.ClientIP == "x_forwarded_for",
 		},
 		Pool:     p,
 		ErrorLog: errorLog,
 	}
 	if cfg.AccessLog.Enabled {
+		h, err := accessHandler(cfg.AccessLog)
+		if err != nil {
+			if res.ownPool {
+				p.Close()
+			}
+			return nil, nil, fmt.Errorf("access log: %w", err)
+		}
 		var w io.Writer = os.Stderr
 		if cfg.AccessLog.Path != "" {
 			f, err := openLogFile(cfg.AccessLog.Path)
@@ -536,9 +545,30 @@ func NewServerPool(cfg *Config, g *Generation, errorLog *slog.Logger, p *pool.Po
 			w, res.file = f, f
 		}
 		res.log = logbuf.New(w, int(cfg.AccessLog.Buffer), cfg.AccessLog.Flush)
-		srv.AccessLog = slog.New(Handler(res.log, cfg.AccessLog.Format, slog.LevelInfo))
+		srv.AccessLog = slog.New(h(res.log))
 	}
 	return srv, res, nil
+}
+
+// accessHandler returns what makes the access log's handler for a writer:
+// slog's text or JSON handler, or one writing a's format of fields
+// (parsed when the config was, or now for a Config made otherwise).
+func accessHandler(a AccessLog) (func(io.Writer) slog.Handler, error) {
+	f := a.template
+	if f == nil && a.Format != "text" && a.Format != "json" && a.Format != "" {
+		text, named := accesslog.Named(a.Format)
+		if !named {
+			text = a.Format
+		}
+		var err error
+		if f, err = accesslog.Parse(text); err != nil {
+			return nil, fmt.Errorf("format: %w", err)
+		}
+	}
+	if f != nil {
+		return func(w io.Writer) slog.Handler { return accesslog.NewHandler(w, f, slog.LevelInfo) }, nil
+	}
+	return func(w io.Writer) slog.Handler { return Handler(w, a.Format, slog.LevelInfo) }, nil
 }
 
 // Handler returns a slog handler writing format ("text" or "json") to w.

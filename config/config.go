@@ -1,11 +1,13 @@
 package config
 
 import (
+	"io/fs"
 	"net/netip"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/sluice-proxy/sluice/accesslog"
 	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/proxy"
@@ -132,8 +134,18 @@ type RateLimit struct {
 type Listener struct {
 	// Address (key "address", required) is a host:port to listen on, as
 	// for net.Listen. The host may be empty (all interfaces); the port
-	// is a number in 0..65535, 0 meaning any free port.
+	// is a number in 0..65535, 0 meaning any free port. "unix:PATH"
+	// listens on a Unix domain socket at PATH (absolute, at most 107
+	// bytes), for a proxy in front on the same host: a socket file left
+	// by a process that is gone is removed first (one a live process
+	// listens on is not), a reload keeps the socket, a binary upgrade
+	// hands it over, and a shutdown removes the file. Its clients are
+	// "unix:" (see Forwarded.Trusted).
 	Address string
+	// Mode (key "mode", default 0666 as nginx's, only with a unix:
+	// address, 0..0777 in octal) is the socket file's mode: who may
+	// connect (writing to it is connecting). A reload applies it.
+	Mode fs.FileMode
 	// TLS (key "tls", default none: plain HTTP) terminates TLS on the
 	// listener.
 	TLS *ListenerTLS
@@ -356,8 +368,16 @@ type H2Limits struct {
 type AccessLog struct {
 	// Enabled (key "enabled", default true) turns the access log on.
 	Enabled bool
-	// Format (key "format", default "text") is "text" or "json".
+	// Format (key "format", default "text") is "text" or "json" (slog's
+	// key=value and JSON lines, every field named), "combined" (nginx's
+	// combined format), or a format of fields, as nginx's log_format:
+	// '$client $method $target $status $duration' (package accesslog has
+	// the fields: those of the JSON line, and nginx's names for them). An
+	// unknown field is an error.
 	Format string
+	// template is Format parsed, when it is a format of fields or a
+	// named one; Build parses Format when it is nil.
+	template *accesslog.Format
 	// Path (key "path", default "") is the file the log is appended to;
 	// "" means standard error.
 	Path string
@@ -405,8 +425,12 @@ type Forwarded struct {
 	// -Proto and -Host (and X-Request-Id) are kept, For extended with the peer's address;
 	// from every other client those fields are replaced. Each is an
 	// address prefix (10.0.0.0/8) or an address (127.0.0.1, held as
-	// 127.0.0.1/32), stored masked.
+	// 127.0.0.1/32), stored masked; "unix:" trusts the peers of the
+	// Unix socket listeners (TrustUnix), as nginx's set_real_ip_from
+	// unix:.
 	Trusted []netip.Prefix
+	// TrustUnix is set by "unix:" in trusted.
+	TrustUnix bool
 	// ClientIP (key "client_ip", default "peer") says who the client is:
 	// "peer", the address of the connection; or "x_forwarded_for": for a
 	// request from a trusted peer, the rightmost address in its
@@ -420,7 +444,8 @@ type Forwarded struct {
 
 // Metrics configures the Prometheus metrics endpoint.
 type Metrics struct {
-	// Address (key "address", default "") is the host:port serving
+	// Address (key "address", default "") is the host:port, or
+	// "unix:PATH" (a socket of mode 0666: metrics are read only), serving
 	// Prometheus metrics at /metrics; "" turns the endpoint off. It may
 	// not equal a listen address.
 	Address string
@@ -428,7 +453,8 @@ type Metrics struct {
 
 // Admin configures the admin listener (package admin serves it).
 type Admin struct {
-	// Address (key "address", default "") is the host:port serving /live,
+	// Address (key "address", default "") is the host:port (or
+	// "unix:PATH", a Unix domain socket) serving /live,
 	// /ready, /metrics, /status, /api/config and /api/upstreams (with
 	// drain and enable); "" turns the listener off. It may not equal a
 	// listen address or metrics.address. A reload (SIGHUP) moves the
@@ -442,6 +468,10 @@ type Admin struct {
 	// request but /live and /ready must carry: as a bearer token, or as
 	// the password of basic authentication. A reload reads it again.
 	TokenFile string
+	// Mode (key "mode", default 0666, only with a unix: address) is the
+	// socket file's mode, as Listener.Mode: with 0600 or 0660, only its
+	// owner (and group) may reach the admin listener.
+	Mode fs.FileMode
 }
 
 // Route sends the requests it matches to an upstream. A route matches

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/netip"
 	"os"
 	"reflect"
@@ -452,6 +453,12 @@ func TestParseProblem(t *testing.T) {
 		{"section not a mapping", minimal + "limits: 5\n", 9, 9, "limits", "must be a mapping of keys to values, not the number 5"},
 		{"bad enum", minimal + "log: {level: verbose}\n", 9, 14, "log.level", `unknown value "verbose"; want one of debug, info, warn, error`},
 		{"enum typo", minimal + "access_log: {format: jsn}\n", 9, 22, "access_log.format", `(did you mean "json"?)`},
+		{"access log format of an unknown field", minimal + "access_log:\n  format: '$client $clinet $status'\n", 10, 11, "access_log.format",
+			"at byte 8: unknown field $clinet (did you mean $client?)"},
+		{"access log format with a bare $", minimal + "access_log: {format: \"$status costs 5 $\"}\n", 9, 22, "access_log.format",
+			"at byte 16: a $ must start a field name"},
+		{"access log format neither named nor of fields", minimal + "access_log: {format: comined}\n", 9, 22, "access_log.format",
+			`unknown value "comined" (did you mean "combined"?); want text, json, combined, or a format of fields`},
 		{"YAML 1.1 boolean", minimal + "forwarded: {via: yes}\n", 9, 18, "forwarded.via", `must be true or false, not "yes"`},
 		{"client_ip without trusted peers", minimal + "forwarded: {client_ip: x_forwarded_for}\n", 9, 24, "forwarded.client_ip", "needs forwarded.trusted"},
 		{"client_ip unknown", minimal + "forwarded: {client_ip: real_ip, trusted: [10.0.0.0/8]}\n", 9, 24, "forwarded.client_ip", "want one of peer, x_forwarded_for"},
@@ -473,7 +480,16 @@ func TestParseProblem(t *testing.T) {
 		{"unix relative path", head + "    servers: [{address: \"unix:run/app.sock\"}]\n", 5, 25, "upstreams.web.servers[0].address", "must be absolute"},
 		{"unix path too long", head + "    servers: [{address: \"unix:/" + strings.Repeat("a", 107) + "\"}]\n", 5, 25,
 			"upstreams.web.servers[0].address", "is 108 bytes long; a Unix socket's may be at most 107"},
-		{"unix listener", "listen: [{address: \"unix:/run/s.sock\"}]\nroutes: [{upstream: web}]\n" + upstream, 1, 20, "listen[0].address", "sluice listens on TCP only"},
+		{"unix listener with a relative path", "listen: [{address: \"unix:run/s.sock\"}]\nroutes: [{upstream: web}]\n" + upstream, 1, 20, "listen[0].address", "the socket path must be absolute"},
+		{"mode on a TCP listener", "listen:\n  - {address: 127.0.0.1:8080, mode: 0660}\nroutes: [{upstream: web}]\n" + upstream, 2, 37, "listen[0].mode",
+			`is the mode of a Unix socket's file, for a unix: address; the address here is "127.0.0.1:8080"`},
+		{"mode not octal", "listen:\n  - {address: \"unix:/run/s.sock\", mode: 0680}\nroutes: [{upstream: web}]\n" + upstream, 2, 41, "listen[0].mode",
+			`"0680" is not a file mode: want octal digits as chmod takes them, at most 0777`},
+		{"mode too large", "listen:\n  - {address: \"unix:/run/s.sock\", mode: 01777}\nroutes: [{upstream: web}]\n" + upstream, 2, 41, "listen[0].mode", "at most 0777"},
+		{"acme on a unix listener", "listen:\n  - address: \"unix:/run/s.sock\"\n    tls: {acme: {domains: [example.com]}}\nroutes: [{upstream: web}]\n" + upstream,
+			2, 5, "listen[0].tls.acme", "needs a TCP listener: the CA connects to port 443 (or 80)"},
+		{"admin mode without a unix address", minimal + "admin: {address: 127.0.0.1:9901, mode: 0600}\n", 9, 40, "admin.mode", "for a unix: address"},
+		{"trusted neither prefix nor unix:", minimal + "forwarded: {trusted: [unix]}\n", 9, 23, "forwarded.trusted[0]", "or unix: for the peers of Unix socket listeners"},
 		{"unix with tls", head + "    servers: [{address: \"127.0.0.1:1\"}, {address: \"unix:/run/app.sock\"}]\n    tls: {}\n", 6, 10,
 			"upstreams.web.tls", "TLS to a Unix socket (unix:/run/app.sock) is not supported"},
 		{"upstream host with a slash", minimal + "    host: a/b\n", 9, 11, "upstreams.web.host", "must be a host name"},
@@ -724,12 +740,47 @@ func TestLoadFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.File != "testdata/full.yaml" || len(c.Listen) != 5 || len(c.Routes) != 4 || len(c.Upstreams) != 2 {
-		t.Errorf("got file %q, %d listeners, %d routes, %d upstreams; want testdata/full.yaml, 5, 4, 2",
+	if c.File != "testdata/full.yaml" || len(c.Listen) != 6 || len(c.Routes) != 4 || len(c.Upstreams) != 2 {
+		t.Errorf("got file %q, %d listeners, %d routes, %d upstreams; want testdata/full.yaml, 6, 4, 2",
 			c.File, len(c.Listen), len(c.Routes), len(c.Upstreams))
 	}
 	if web := c.Upstreams[1]; web.Name != "web" || web.Retry.Tries != 1 || len(web.Retry.On) != 0 {
 		t.Errorf("upstream web: got %+v", web)
+	}
+}
+
+// TestParseUnixListeners: unix: addresses for listen and admin, with their
+// modes (default 0666) in each octal spelling, and "unix:" in trusted.
+func TestParseUnixListeners(t *testing.T) {
+	c, err := Parse("t.yaml", []byte(`listen:
+  - {address: 127.0.0.1:8080}
+  - {address: "unix:/run/sluice/a.sock"}
+  - {address: "unix:/run/sluice/b.sock", mode: 0660}
+  - {address: "unix:/run/sluice/c.sock", mode: "0o640"}
+  - {address: "unix:/run/sluice/d.sock", mode: 600}
+admin: {address: "unix:/run/sluice/admin.sock", mode: 0600}
+metrics: {address: "unix:/run/sluice/metrics.sock"}
+forwarded: {trusted: ["unix:", 10.0.0.0/8], client_ip: x_forwarded_for}
+routes: [{upstream: web}]
+upstreams: {web: {servers: [{address: 127.0.0.1:9001}]}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []fs.FileMode{0, 0o666, 0o660, 0o640, 0o600} {
+		if got := c.Listen[i].Mode; got != want {
+			t.Errorf("listen[%d] (%s) mode %v, want %v", i, c.Listen[i].Address, got, want)
+		}
+	}
+	if c.Admin.Mode != 0o600 || c.Admin.Address != "unix:/run/sluice/admin.sock" || c.Metrics.Address != "unix:/run/sluice/metrics.sock" {
+		t.Errorf("admin %+v, metrics %+v", c.Admin, c.Metrics)
+	}
+	if !c.Forwarded.TrustUnix || len(c.Forwarded.Trusted) != 1 || c.Forwarded.Trusted[0].String() != "10.0.0.0/8" {
+		t.Errorf("forwarded.trusted: %v, TrustUnix %v", c.Forwarded.Trusted, c.Forwarded.TrustUnix)
+	}
+	// Trusting unix: alone is enough for client_ip: x_forwarded_for.
+	if _, err := Parse("t.yaml", []byte(minimal+"forwarded: {trusted: [\"unix:\"], client_ip: x_forwarded_for}\n")); err != nil {
+		t.Errorf("trusted [unix:] with client_ip x_forwarded_for: %v", err)
 	}
 }
 
@@ -850,5 +901,34 @@ func TestParseAdmin(t *testing.T) {
 	}
 	if c.Admin != (Admin{}) {
 		t.Errorf("admin by default = %+v, want off", c.Admin)
+	}
+}
+
+// TestAccessHandler: a Config made by a program, with a format of fields
+// nobody parsed, gets it parsed when built; a bad one fails the build.
+func TestAccessHandler(t *testing.T) {
+	for _, tt := range []struct {
+		format, want, err string
+	}{
+		{"text", "level=INFO msg=request status=204\n", ""},
+		{"$status $method", "204 -\n", ""},
+		{"combined", `- - - [`, ""},
+		{"$nosuch", "", "format: at byte 0: unknown field $nosuch"},
+	} {
+		h, err := accessHandler(AccessLog{Format: tt.format})
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%s: %v, want %q", tt.format, err, tt.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tt.format, err)
+		}
+		var b strings.Builder
+		slog.New(h(&b)).Info("request", "status", 204)
+		if got := b.String(); !strings.Contains(got, tt.want) {
+			t.Errorf("%s: line %q, want %q in it", tt.format, got, tt.want)
+		}
 	}
 }

@@ -381,7 +381,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 		{"listen", func(n *yaml.Node, path string) {
 			count := d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
 				l := Listener{Line: n.Line}
-				var redirectNode, portNode, protocolsNode *yaml.Node
+				var redirectNode, portNode, protocolsNode, modeNode *yaml.Node
 				present := d.mapping(n, path, []field{
 					{"address", func(n *yaml.Node, path string) {
 						if d.address(&l.Address, n, path, true) {
@@ -401,8 +401,16 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 						protocolsNode = n
 						d.protocols(&l.Protocols)(n, path)
 					}},
+					{"mode", func(n *yaml.Node, path string) {
+						modeNode = n
+						d.fileMode(&l.Mode)(n, path)
+					}},
 				})
 				d.required(n, path, present, "address")
+				l.Mode = d.unixMode(l.Address, l.Mode, modeNode, path)
+				if _, unix := sock.UnixPath(l.Address); unix && l.TLS != nil && l.TLS.ACME != nil {
+					d.addf(n, join(path, "tls.acme"), "needs a TCP listener: the CA connects to port 443 (or 80), not to a Unix socket; give the certificates as files here, or have the proxy in front get them")
+				}
 				if l.RedirectHTTPS && l.TLS != nil {
 					d.addf(redirectNode, join(path, "redirect_https"), "is for a plain listener; this one has tls")
 				}
@@ -445,7 +453,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 		{"access_log", func(n *yaml.Node, path string) {
 			d.mapping(n, path, []field{
 				{"enabled", d.boolean(&c.AccessLog.Enabled)},
-				{"format", d.enum(&c.AccessLog.Format, "text", "json")},
+				{"format", d.accessFormat(&c.AccessLog)},
 				{"path", d.str(&c.AccessLog.Path, nil)},
 				{"buffer", d.size(&c.AccessLog.Buffer, 0, 16<<20)},
 				{"flush", d.duration(&c.AccessLog.Flush, true)},
@@ -464,7 +472,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 				{"x_forwarded_host", d.boolean(&c.Forwarded.XForwardedHost)},
 				{"via", d.boolean(&c.Forwarded.Via)},
 				{"request_id", d.boolean(&c.Forwarded.RequestID)},
-				{"trusted", d.prefixes(&c.Forwarded.Trusted)},
+				{"trusted", d.trusted(&c.Forwarded)},
 				{"client_ip", func(n *yaml.Node, path string) {
 					if d.enum(&c.Forwarded.ClientIP, "peer", "x_forwarded_for")(n, path); c.Forwarded.ClientIP == "x_forwarded_for" {
 						clientIPNode = n
@@ -485,6 +493,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 		}},
 		{"pid_file", d.str(&c.PIDFile, checkNotEmpty)},
 		{"admin", func(n *yaml.Node, path string) {
+			var modeNode *yaml.Node
 			d.mapping(n, path, []field{
 				{"address", func(n *yaml.Node, path string) {
 					if d.str(&c.Admin.Address, nil)(n, path); c.Admin.Address != "" {
@@ -495,7 +504,12 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 				}},
 				{"pprof", d.boolean(&c.Admin.Pprof)},
 				{"token_file", d.str(&c.Admin.TokenFile, checkNotEmpty)},
+				{"mode", func(n *yaml.Node, path string) {
+					modeNode = n
+					d.fileMode(&c.Admin.Mode)(n, path)
+				}},
 			})
+			c.Admin.Mode = d.unixMode(c.Admin.Address, c.Admin.Mode, modeNode, path)
 		}},
 		{"routes", func(n *yaml.Node, path string) {
 			count := d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
@@ -549,7 +563,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 		}
 		seen[a.n.Value] = a.n
 	}
-	if clientIPNode != nil && len(c.Forwarded.Trusted) == 0 {
+	if clientIPNode != nil && len(c.Forwarded.Trusted) == 0 && !c.Forwarded.TrustUnix {
 		d.addf(clientIPNode, "forwarded.client_ip", "x_forwarded_for needs forwarded.trusted: only a trusted peer's X-Forwarded-For may name the client")
 	}
 	if metricsAddr != nil {

@@ -217,27 +217,36 @@ func (d *decoder) prefixes(dst *[]netip.Prefix) func(*yaml.Node, string) {
 		}
 		list := []netip.Prefix{}
 		d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
-			var s string
-			if !d.scalarString(&s, n, path) {
-				return
+			if p, ok := d.prefix(n, path, ""); ok {
+				list = append(list, p)
 			}
-			p, err := netip.ParsePrefix(s)
-			if err != nil {
-				a, aerr := netip.ParseAddr(s)
-				if aerr != nil || a.Zone() != "" {
-					d.addf(n, path, "%q is not an address or an address prefix, such as 10.0.0.0/8 or 127.0.0.1", s)
-					return
-				}
-				p = netip.PrefixFrom(a, a.BitLen())
-			}
-			if p.Addr().Is4In6() {
-				d.addf(n, path, "write IPv4 addresses as IPv4 (%s): clients are matched so", p.Addr().Unmap())
-				return
-			}
-			list = append(list, p.Masked())
 		})
 		*dst = list
 	}
+}
+
+// prefix parses an address prefix (10.0.0.0/8) or an address (127.0.0.1,
+// as 127.0.0.1/32), masked; more ends the message of a value that is
+// neither, naming what else the list takes.
+func (d *decoder) prefix(n *yaml.Node, path, more string) (netip.Prefix, bool) {
+	var s string
+	if !d.scalarString(&s, n, path) {
+		return netip.Prefix{}, false
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		a, aerr := netip.ParseAddr(s)
+		if aerr != nil || a.Zone() != "" {
+			d.addf(n, path, "%q is not an address or an address prefix, such as 10.0.0.0/8 or 127.0.0.1%s", s, more)
+			return netip.Prefix{}, false
+		}
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	if p.Addr().Is4In6() {
+		d.addf(n, path, "write IPv4 addresses as IPv4 (%s): clients are matched so", p.Addr().Unmap())
+		return netip.Prefix{}, false
+	}
+	return p.Masked(), true
 }
 
 // buildTLS reads the certificates, keys and client CAs of every TLS

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"net"
 	"net/netip"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-proxy/sluice/accesslog"
 	"github.com/sluice-proxy/sluice/internal/sock"
 	"go.yaml.in/yaml/v3"
 )
@@ -341,9 +343,6 @@ func (d *decoder) address(dst *string, n *yaml.Node, path string, listen bool) b
 // decoder.address.
 func checkAddress(s string, listen bool) string {
 	if path, unix := sock.UnixPath(s); unix {
-		if listen {
-			return fmt.Sprintf("%q: sluice listens on TCP only (unix: addresses are for upstream servers)", s)
-		}
 		return checkUnixPath(s, path)
 	}
 	host, port, err := net.SplitHostPort(s)
@@ -371,7 +370,8 @@ func checkAddress(s string, listen bool) string {
 	return ""
 }
 
-// checkUnixPath validates the path of a server's "unix:PATH" address s.
+// checkUnixPath validates the path of a "unix:PATH" address s: a server's,
+// or one sluice listens on.
 func checkUnixPath(s, path string) string {
 	switch {
 	case path == "":
@@ -608,5 +608,92 @@ func (d *decoder) checkProtocols(n *yaml.Node, path string, l *Listener) {
 		case p == "h2c" && l.TLS != nil:
 			d.addf(n, path, "h2c is cleartext HTTP/2 and this listener has tls; use h2")
 		}
+	}
+}
+
+// accessFormat returns a parser of the access log's format into a: text,
+// json, a named format (combined), or a format of $fields, parsed here
+// once (accesslog.Parse).
+func (d *decoder) accessFormat(a *AccessLog) func(*yaml.Node, string) {
+	return func(n *yaml.Node, path string) {
+		var s string
+		if !d.scalarString(&s, n, path) {
+			return
+		}
+		if strings.EqualFold(s, "text") || strings.EqualFold(s, "json") {
+			a.Format = strings.ToLower(s)
+			return
+		}
+		text, named := accesslog.Named(s)
+		if !named && !strings.Contains(s, "$") {
+			d.addf(n, path, "unknown value %q%s; want text, json, combined, or a format of fields such as '$client $method $target $status $duration'",
+				s, suggest(s, []string{"text", "json", "combined"}))
+			return
+		}
+		if !named {
+			text = s
+		}
+		f, err := accesslog.Parse(text)
+		if err != nil {
+			d.addf(n, path, "%v", err)
+			return
+		}
+		a.Format, a.template = s, f
+	}
+}
+
+// fileMode returns a parser of a Unix socket's file mode into dst: octal
+// digits, as chmod takes them (0660, 660 or 0o660), at most 0777.
+func (d *decoder) fileMode(dst *fs.FileMode) func(*yaml.Node, string) {
+	return func(n *yaml.Node, path string) {
+		var s string
+		if !d.scalarString(&s, n, path) {
+			return
+		}
+		digits := strings.TrimPrefix(strings.TrimPrefix(s, "0o"), "0O")
+		m, err := strconv.ParseUint(digits, 8, 32)
+		if err != nil || digits == "" || strings.ContainsAny(digits, "+-_") || m > 0o777 {
+			d.addf(n, path, "%q is not a file mode: want octal digits as chmod takes them, at most 0777, such as 0660", s)
+			return
+		}
+		*dst = fs.FileMode(m)
+	}
+}
+
+// unixMode checks the mode given for the listener at address (modeNode,
+// nil when none was) and returns it with its default: the mode is for a
+// unix: address only, where it defaults to sock.DefaultUnixMode.
+func (d *decoder) unixMode(address string, mode fs.FileMode, modeNode *yaml.Node, path string) fs.FileMode {
+	if _, unix := sock.UnixPath(address); !unix {
+		if modeNode != nil {
+			d.addf(modeNode, join(path, "mode"), "is the mode of a Unix socket's file, for a unix: address; the address here is %q", address)
+		}
+		return 0
+	}
+	if modeNode == nil {
+		return sock.DefaultUnixMode
+	}
+	return mode
+}
+
+// trusted returns a parser of forwarded.trusted into f: address prefixes,
+// and "unix:" for the peers of Unix socket listeners (TrustUnix).
+func (d *decoder) trusted(f *Forwarded) func(*yaml.Node, string) {
+	return func(n *yaml.Node, path string) {
+		if n.Kind == yaml.ScalarNode && !isNull(n) {
+			d.addf(n, path, "must be a list, such as [%s]", n.Value)
+			return
+		}
+		list := []netip.Prefix{}
+		d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
+			if n.Kind == yaml.ScalarNode && n.Value == sock.UnixPrefix {
+				f.TrustUnix = true
+				return
+			}
+			if p, ok := d.prefix(n, path, ", or unix: for the peers of Unix socket listeners"); ok {
+				list = append(list, p)
+			}
+		})
+		f.Trusted = list
 	}
 }

@@ -55,7 +55,8 @@ const (
 	latencyBuckets = 40 // the last bound is 100µs·2^19.5, about 74s
 )
 
-// recentErrors is how many of its last failures a server keeps.
+// recentErrors is how many kinds of failure a server keeps, the most
+// recent ones.
 const recentErrors = 16
 
 // ServerStats is what the Recorder keeps of one server.
@@ -66,10 +67,9 @@ type ServerStats struct {
 	slots                    [slotCount]slot
 
 	mu      sync.Mutex
-	reasons map[string]uint64 // failures by reason, since first seen
-	recent  [recentErrors]TryError
-	next    int // where the next failure goes in recent
-	noted   int // failures noted in recent, at most recentErrors
+	reasons map[string]uint64      // failures by reason, since first seen
+	recent  [recentErrors]TryError // the last kinds of failure, the most recent first
+	noted   int                    // how many of recent are in use
 }
 
 // slot counts the tries of one slotLength.
@@ -79,20 +79,36 @@ type slot struct {
 	latency                  [latencyBuckets]atomic.Uint64 // tries with a response head, by time to it
 }
 
-// TryError is one failed try, as a status page lists it.
+// TryError is a kind of failed try, as a status page lists it: tries
+// that failed alike (the same Reason, ProxyStatus, Retried and Decision)
+// are one TryError with their Count, so that a server failing every try
+// the same way lists one line, and the kinds it keeps are not pushed out
+// by repeats of one.
 type TryError struct {
-	Time time.Time `json:"time"`
+	// Time is when the last of them failed; First when the first did
+	// (since the kind was last pushed out of the list, if it was).
+	Time  time.Time `json:"time"`
+	First time.Time `json:"first"`
+	Count uint64    `json:"count"`
 	// Reason is the failure as the metrics label it: the kind
 	// (connect_refused, response_timeout, ...) or http_NNN.
 	Reason string `json:"reason"`
 	// ProxyStatus is the Proxy-Status field (RFC 9209) the failure would
 	// answer with: "sluice; error=connection_refused".
 	ProxyStatus string `json:"proxy_status"`
-	Error       string `json:"error"`
+	// Error is the last one's error text (the others' may differ in
+	// detail: a local port, say).
+	Error string `json:"error"`
 	// Retried says whether another try followed; Decision says why or
-	// why not.
+	// why not, in the words of the logs' decision ("retrying: ...",
+	// "not retried: ...").
 	Retried  bool   `json:"retried"`
 	Decision string `json:"decision,omitempty"`
+}
+
+// alike reports whether e is a failure of the same kind as te.
+func (te *TryError) alike(e *TryError) bool {
+	return te.Reason == e.Reason && te.ProxyStatus == e.ProxyStatus && te.Retried == e.Retried && te.Decision == e.Decision
 }
 
 // Try records one try of a request; Metrics.Try calls it.
@@ -181,18 +197,32 @@ func (st *ServerStats) slot(t time.Time) *slot {
 	return sl
 }
 
-// note keeps a failure among the server's recent ones.
+// note counts a failure in its kind among the server's recent ones, which
+// moves to the front; a new kind goes to the front, and the least recent
+// kind is forgotten when the list is full.
 func (st *ServerStats) note(t time.Time, e *fault.Error) {
-	te := TryError{Time: t, Reason: reason(e), ProxyStatus: ProxyStatus(e), Error: e.Error(), Retried: e.Retry, Decision: e.Why}
+	te := TryError{Time: t, First: t, Count: 1, Reason: reason(e), ProxyStatus: ProxyStatus(e), Error: e.Error(), Retried: e.Retry, Decision: e.Why}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.reasons == nil {
 		st.reasons = make(map[string]uint64)
 	}
 	st.reasons[te.Reason]++
-	st.recent[st.next] = te
-	st.next = (st.next + 1) % recentErrors
-	st.noted = min(st.noted+1, recentErrors)
+	i := 0
+	for i < st.noted && !st.recent[i].alike(&te) {
+		i++
+	}
+	switch {
+	case i < st.noted:
+		old := &st.recent[i]
+		te.First, te.Count = old.First, old.Count+1
+	case st.noted < recentErrors:
+		st.noted++
+	default:
+		i = recentErrors - 1 // the least recent kind goes
+	}
+	copy(st.recent[1:i+1], st.recent[:i])
+	st.recent[0] = te
 }
 
 // ProxyStatus returns the Proxy-Status field (RFC 9209) that answers e,
@@ -238,7 +268,8 @@ type Snapshot struct {
 	Latency Percentiles `json:"latency_ms"`
 	// Reasons counts failures by reason since first seen.
 	Reasons map[string]uint64 `json:"failure_reasons"`
-	// Recent lists the last failures, the newest first.
+	// Recent lists the last kinds of failure, each with its count, the
+	// most recent first.
 	Recent []TryError `json:"recent_failures"`
 }
 
@@ -288,9 +319,7 @@ func (r *Recorder) Snapshot(st *ServerStats, now time.Time) Snapshot {
 	for k, v := range st.reasons {
 		out.Reasons[k] = v
 	}
-	for i := range st.noted {
-		out.Recent = append(out.Recent, st.recent[(st.next-1-i+recentErrors)%recentErrors])
-	}
+	out.Recent = append(out.Recent, st.recent[:st.noted]...)
 	st.mu.Unlock()
 	sort.SliceStable(out.Recent, func(i, j int) bool { return out.Recent[i].Time.After(out.Recent[j].Time) })
 	return out

@@ -1,6 +1,7 @@
 package observe
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -51,12 +52,16 @@ func TestRecorder(t *testing.T) {
 	if l.Samples != 101 {
 		t.Errorf("latency samples %d, want 101 (the tries with a response head)", l.Samples)
 	}
-	if len(s.Recent) != 3 || s.Recent[0].Reason != "http_503" || s.Recent[2].Reason != "connect_refused" {
+	// The two refused tries are one kind, counted twice.
+	if len(s.Recent) != 2 || s.Recent[0].Reason != "http_503" || s.Recent[1].Reason != "connect_refused" {
 		t.Fatalf("recent %+v", s.Recent)
 	}
-	e := s.Recent[len(s.Recent)-1]
-	if !strings.HasPrefix(e.ProxyStatus, "sluice; error=") || !e.Retried || e.Decision != "nothing sent" || e.Error == "" {
+	e := s.Recent[1]
+	if !strings.HasPrefix(e.ProxyStatus, "sluice; error=") || !e.Retried || e.Decision != "nothing sent" || e.Error == "" || e.Count != 2 {
 		t.Errorf("recent failure %+v", e)
+	}
+	if s.Recent[0].Count != 1 {
+		t.Errorf("the 503's count %d, want 1", s.Recent[0].Count)
 	}
 
 	// A minute on, the window is empty but the totals stay.
@@ -87,6 +92,51 @@ func TestRecorderKeepsTheLastFailures(t *testing.T) {
 	if len(s.Recent) != recentErrors || s.Recent[0].Reason != "http_520" || s.Recent[recentErrors-1].Reason != "http_505" {
 		t.Fatalf("kept %d: newest %s, oldest %s; want %d, http_520, http_505",
 			len(s.Recent), s.Recent[0].Reason, s.Recent[len(s.Recent)-1].Reason, recentErrors)
+	}
+}
+
+// TestRecorderGroupsFailures: tries that fail alike (reason, Proxy-Status,
+// decision) are one entry with a count, the first and last times and the
+// last error text; one that recurs moves to the front, and a flood of one
+// kind does not push the others out.
+func TestRecorderGroupsFailures(t *testing.T) {
+	r := NewRecorder()
+	peer := &proxy.Peer{Addr: "127.0.0.1:1", Upstream: "api"}
+	start := time.Now()
+	at := func(i int) time.Time { return start.Add(time.Duration(i) * time.Second) }
+	refused := func(i int, why string, retry bool) {
+		r.Try(&proxy.Attempt{Peer: peer, Start: at(i), Err: &fault.Error{Kind: fault.ConnectRefused, Source: fault.Upstream,
+			Retry: retry, Why: why, Context: fmt.Sprintf("connecting from port %d", 40000+i)}})
+	}
+	const (
+		retrying  = "retrying: nothing of the request reached the upstream"
+		exhausted = "not retried: tries exhausted (3 of 3)"
+	)
+	refused(0, retrying, true)
+	r.Try(&proxy.Attempt{Peer: peer, Start: at(1), Err: &fault.Error{Kind: fault.UpstreamStatus, Status: 503, Source: fault.Upstream}})
+	for i := 2; i < 200; i++ {
+		refused(i, retrying, true)
+		refused(i, exhausted, false)
+	}
+	s := r.Snapshot(r.Server("api", "127.0.0.1:1"), at(200))
+	if len(s.Recent) != 3 {
+		t.Fatalf("%d entries, want 3 (retried, not retried, the 503): %+v", len(s.Recent), s.Recent)
+	}
+	first, second, third := s.Recent[0], s.Recent[1], s.Recent[2]
+	if first.Decision != exhausted || first.Retried || first.Count != 198 || !first.First.Equal(at(2)) || !first.Time.Equal(at(199)) {
+		t.Errorf("the most recent: %+v, want the 198 not retried, from %v to %v", first, at(2), at(199))
+	}
+	if second.Decision != retrying || !second.Retried || second.Count != 199 || !second.First.Equal(at(0)) {
+		t.Errorf("second: %+v, want the 199 retried, from %v", second, at(0))
+	}
+	if !strings.Contains(second.Error, "port 40199") {
+		t.Errorf("error text %q, want the last one's", second.Error)
+	}
+	if third.Reason != "http_503" || third.Count != 1 {
+		t.Errorf("third: %+v, want the one 503", third)
+	}
+	if s.Failures != 1+2*198+1 || s.Reasons["connect_refused"] != 2*198+1 {
+		t.Errorf("failures %d, reasons %v", s.Failures, s.Reasons)
 	}
 }
 

@@ -136,13 +136,21 @@ func newConn(srv *Server, nc net.Conn, l *listener) *conn {
 	// handshake begins (conn.handshake): the ClientHello may be waited
 	// for without it.
 	c.r.Reset(c.nc)
-	if ta, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
-		c.clientIP = ta.AddrPort().Addr().Unmap()
+	unix := false
+	switch a := nc.RemoteAddr().(type) {
+	case *net.TCPAddr:
+		c.clientIP = a.AddrPort().Addr().Unmap()
 		c.client = c.clientIP.String()
-	} else if a := nc.RemoteAddr(); a != nil {
+	case *net.UnixAddr:
+		// A Unix socket's peer has no address (its socket is unnamed):
+		// "unix:", as nginx's $remote_addr has it, in the logs and in
+		// X-Forwarded-For.
+		c.client, unix = UnixClient, true
+	case nil:
+	default:
 		c.client = a.String()
 	}
-	c.trusted = srv.Forwarding.trusts(c.clientIP)
+	c.trusted = srv.Forwarding.trusts(c.clientIP) || unix && srv.Forwarding.TrustUnix
 	if c.tls != nil || l != nil && l.tls != nil {
 		// The socket under TLS is for the ClientHello, for waking a
 		// parked connection and for the lingering reads of a close;
@@ -159,6 +167,25 @@ func newConn(srv *Server, nc net.Conn, l *listener) *conn {
 func (c *conn) tcp() *net.TCPConn {
 	tc, _ := c.raw.(*net.TCPConn)
 	return tc
+}
+
+// halfCloser is a socket whose sending side closes apart from its
+// receiving side: TCP, or a Unix socket.
+type halfCloser interface {
+	net.Conn
+	CloseWrite() error
+}
+
+// socket returns the TCP or Unix socket under c, for the lingering reads
+// of a close; nil when there is none.
+func (c *conn) socket() halfCloser {
+	switch sc := c.raw.(type) {
+	case *net.TCPConn:
+		return sc
+	case *net.UnixConn:
+		return sc
+	}
+	return nil
 }
 
 // recovered handles a panic while serving c: a bug must not take the
@@ -590,15 +617,15 @@ func (c *conn) close() {
 		c.resetNow()
 		return
 	}
-	if tc := c.tcp(); c.linger && tc != nil {
+	if sc := c.socket(); c.linger && sc != nil {
 		if c.tls != nil {
 			c.tls.CloseWrite() // close_notify, when the handshake was done
 		}
-		tc.CloseWrite()
-		tc.SetReadDeadline(time.Now().Add(lingerTime))
+		sc.CloseWrite()
+		sc.SetReadDeadline(time.Now().Add(lingerTime))
 		// What the client still sends is read from the socket, past
 		// TLS: it is thrown away.
-		io.CopyN(io.Discard, tc, lingerBytes)
+		io.CopyN(io.Discard, sc, lingerBytes)
 	}
 	c.nc.Close()
 }

@@ -116,8 +116,8 @@ func (p *parker) add(c *conn, deadline time.Time) bool {
 // it. It reports false when c cannot be parked; the caller then closes c
 // itself.
 func (p *parker) linger(c *conn) bool {
-	tc := c.tcp()
-	if tc == nil {
+	sc := c.socket()
+	if sc == nil {
 		return false
 	}
 	c.r.Discard(c.r.Buffered())
@@ -133,7 +133,7 @@ func (p *parker) linger(c *conn) bool {
 	if p.closed {
 		return false
 	}
-	tc.CloseWrite()
+	sc.CloseWrite()
 	c.lingerLeft = lingerBytes
 	return p.add(c, time.Now().Add(lingerTime))
 }

@@ -158,6 +158,10 @@ type Forwarding struct {
 	// 127.0.0.1/32 for one address). nil trusts none. IPv4-mapped IPv6
 	// clients are matched as IPv4.
 	Trusted []netip.Prefix
+	// TrustUnix trusts the peers of Unix socket listeners as Trusted
+	// does an address's (nginx's set_real_ip_from unix:): a proxy in
+	// front of sluice on the same host.
+	TrustUnix bool
 	// ClientFromXFF makes a Trusted peer's X-Forwarded-For say who the
 	// client is, as nginx's real_ip module does (with real_ip_recursive):
 	// the client is the rightmost address in it that is not itself
@@ -170,6 +174,12 @@ type Forwarding struct {
 	// sent upstream still extends the list with the peer's address.
 	ClientFromXFF bool
 }
+
+// UnixClient is the client's address (Session.Client, Peer) on a Unix
+// socket listener, whose peers have none: "unix:", as nginx's
+// $remote_addr. It goes into X-Forwarded-For and the access log as any
+// address would; Session.ClientIP is the zero netip.Addr, in no prefix.
+const UnixClient = "unix:"
 
 // trusts reports whether the X-Forwarded-* fields of the client at ip
 // are kept.

@@ -2,11 +2,14 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -198,4 +201,167 @@ func TestUnixUpstreamTLS(t *testing.T) {
 		t.Fatalf("without a server name: status %d, want 502", status)
 	}
 	waitFor(t, "the try's error line", func() bool { return strings.Contains(hs2.errors.String(), "ServerName") })
+}
+
+// serveUnix serves hs's Server on a Unix socket too, until the test ends
+// (Shutdown closes it), and returns the socket's path.
+func (hs *harness) serveUnix(t *testing.T, opts ListenerOptions) string {
+	t.Helper()
+	path := filepath.Join(shortDir(t), "sluice.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go hs.srv.ServeWith(ln, opts)
+	return path
+}
+
+// dialUnix is dial, over the Unix socket at path.
+func dialUnix(t *testing.T, path string) *client {
+	t.Helper()
+	nc, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	return &client{t: t, nc: nc, br: bufio.NewReader(nc)}
+}
+
+// TestUnixListener serves clients on a Unix socket: the client's address
+// is "unix:" (UnixClient) in X-Forwarded-For and the access log, and an
+// untrusted peer's X-Forwarded-For is replaced by it.
+func TestUnixListener(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.Echo())
+	hs := start(t, peers(testOptions(), up.Addr()))
+	path := hs.serveUnix(t, ListenerOptions{})
+	c := dialUnix(t, path)
+	for i := range 3 {
+		resp, _ := c.roundTrip("GET /u HTTP/1.1\r\nHost: app.example\r\nX-Forwarded-For: 203.0.113.9\r\n\r\n")
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d over the Unix socket: %d", i, resp.StatusCode)
+		}
+	}
+	reqs := up.Requests()
+	if got := reqs[0].Get("X-Forwarded-For"); got != "unix:" {
+		t.Errorf("X-Forwarded-For upstream %q, want unix: (the untrusted peer's replaced)", got)
+	}
+	if got := reqs[0].Get("X-Forwarded-Proto"); got != "http" {
+		t.Errorf("X-Forwarded-Proto %q", got)
+	}
+	waitFor(t, "the access log lines", func() bool { return strings.Count(hs.access.String(), "target=/u") == 3 })
+	if !strings.Contains(hs.access.String(), "client=unix: method=GET") {
+		t.Errorf("access log:\n%s\nwant client=unix:", hs.access)
+	}
+	// The server counts the connection under the socket's path.
+	var listeners []string
+	hs.srv.Connections(func(l, _ string) { listeners = append(listeners, l) })
+	if len(listeners) != 1 || listeners[0] != path {
+		t.Errorf("connections by listener %v, want one on %s", listeners, path)
+	}
+}
+
+// TestUnixListenerTrusted: with Forwarding.TrustUnix, the peer on a Unix
+// socket is a trusted proxy: its X-Forwarded-For is extended, and with
+// ClientFromXFF names the client.
+func TestUnixListenerTrusted(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.Echo())
+	hs := start(t, peers(testOptions(), up.Addr()), func(s *Server) {
+		s.Forwarding.TrustUnix, s.Forwarding.ClientFromXFF = true, true
+	})
+	path := hs.serveUnix(t, ListenerOptions{})
+	c := dialUnix(t, path)
+	resp, _ := c.roundTrip("GET /t HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 203.0.113.9\r\nX-Forwarded-Proto: https\r\n\r\n")
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	r := up.Requests()[0]
+	if got := r.Get("X-Forwarded-For"); got != "203.0.113.9, unix:" {
+		t.Errorf("X-Forwarded-For upstream %q, want the trusted peer's list extended: 203.0.113.9, unix:", got)
+	}
+	if got := r.Get("X-Forwarded-Proto"); got != "https" {
+		t.Errorf("X-Forwarded-Proto %q, want the trusted peer's https", got)
+	}
+	waitFor(t, "the access log line", func() bool { return strings.Contains(hs.access.String(), "target=/t") })
+	if !strings.Contains(hs.access.String(), "client=203.0.113.9 peer=unix: ") {
+		t.Errorf("access log:\n%s\nwant client=203.0.113.9 peer=unix:", hs.access)
+	}
+	// A TCP client is not trusted for it.
+	cr, _ := hs.do(t, "GET /tcp HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 203.0.113.9\r\n\r\n")
+	if cr.StatusCode != 200 {
+		t.Fatal(cr.Status)
+	}
+	if got := up.Requests()[1].Get("X-Forwarded-For"); got != "127.0.0.1" {
+		t.Errorf("X-Forwarded-For of a TCP client %q, want 127.0.0.1 (TrustUnix trusts Unix peers only)", got)
+	}
+}
+
+// TestUnixListenerParksAndLingers: an idle client on a Unix socket parks
+// (Linux: the parker's epoll set takes the socket) and is served when its
+// next request comes; a slow head is answered 408, and the close lingers
+// for what the client still sends rather than closing under it.
+func TestUnixListenerParksAndLingers(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	hs := start(t, peers(testOptions(), up.Addr()), func(s *Server) {
+		s.IdleTimeout = time.Minute
+		s.HeaderTimeout = parkAfter + 300*time.Millisecond
+	})
+	path := hs.serveUnix(t, ListenerOptions{})
+	c := dialUnix(t, path)
+	if resp, _ := c.roundTrip("GET / HTTP/1.1\r\nHost: a\r\n\r\n"); resp.StatusCode != 200 {
+		t.Fatal(resp.Status)
+	}
+	if runtime.GOOS == "linux" {
+		waitFor(t, "the idle Unix connection to park", func() bool { return parkedConns(hs.srv) == 1 })
+	}
+	if resp, body := c.roundTrip("GET / HTTP/1.1\r\nHost: a\r\n\r\n"); resp.StatusCode != 200 || body != "ok" {
+		t.Fatalf("after parking: %d %q", resp.StatusCode, body)
+	}
+
+	slow := dialUnix(t, path)
+	slow.send("GET / HTTP/1.1\r\nHo")
+	resp, err := readHTTP(slow)
+	if err != nil || resp.StatusCode != 408 {
+		t.Fatalf("slow head over a Unix socket: %v, %v; want 408", resp, err)
+	}
+	slow.send("st: still sending") // read and thrown away while lingering
+	slow.nc.(*net.UnixConn).CloseWrite()
+	if !slow.closed(5 * time.Second) {
+		t.Fatal("the lingering connection was not closed after the client's close")
+	}
+}
+
+// TestUnixListenerTLS terminates TLS on a Unix socket, HTTP/2 and
+// HTTP/1.1 by ALPN.
+func TestUnixListenerTLS(t *testing.T) {
+	ca := tlstest.NewCA(t, "unix listener CA")
+	up := upstreamtest.Start(t, upstreamtest.OK("over tls"))
+	hs := start(t, peers(testOptions(), up.Addr()))
+	path := hs.serveUnix(t, ListenerOptions{TLS: &tls.Config{Certificates: []tls.Certificate{*ca.Server(t, "app.example").TLS}}})
+	for _, proto := range []string{"http/1.1", "h2"} {
+		client := &http.Client{Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", path)
+			},
+			TLSClientConfig:   &tls.Config{RootCAs: ca.Pool(), ServerName: "app.example", NextProtos: []string{proto}},
+			ForceAttemptHTTP2: proto == "h2",
+		}}
+		resp, err := client.Get("https://app.example/")
+		if err != nil {
+			t.Fatalf("%s over TLS over a Unix socket: %v", proto, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		client.CloseIdleConnections()
+		if resp.StatusCode != 200 || string(body) != "over tls" || resp.TLS == nil {
+			t.Fatalf("%s: %d %q", proto, resp.StatusCode, body)
+		}
+		if want := map[string]int{"http/1.1": 1, "h2": 2}[proto]; resp.ProtoMajor != want {
+			t.Errorf("%s: served as HTTP/%d", proto, resp.ProtoMajor)
+		}
+	}
+	if got := up.Requests()[0].Get("X-Forwarded-Proto"); got != "https" {
+		t.Errorf("X-Forwarded-Proto %q, want https", got)
+	}
 }

@@ -2,12 +2,14 @@ package main
 
 import (
 	"net"
+	"os"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluice-proxy/sluice/admin"
 	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/config"
+	"github.com/sluice-proxy/sluice/internal/sock"
 	"github.com/sluice-proxy/sluice/observe"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/upgrade"
@@ -38,14 +40,9 @@ func (c *current) Connections(report func(listener, protocol string)) {
 // startAdmin starts the admin listener cfg asks for, on the socket
 // inherited from an upgrade's old process when there is one (in).
 func (r *running) startAdmin(cfg *config.Config, l loaded, in *upgrade.Inherited) error {
-	ln, ok, err := in.Take(adminSocket + cfg.Admin.Address)
+	ln, err := listen(cfg.Admin.Address, cfg.Admin.Mode, in, adminSocket, listenTCP)
 	if err != nil {
 		return err
-	}
-	if !ok {
-		if ln, err = net.Listen("tcp", cfg.Admin.Address); err != nil {
-			return listenError(cfg.Admin.Address, err)
-		}
 	}
 	r.serveAdmin(cfg.Admin, l, ln)
 	return nil
@@ -114,6 +111,12 @@ func (r *running) moveAdmin(c config.Admin, l loaded, ln net.Listener) {
 		return
 	}
 	if c.Address == r.adminCfg.Address && c.Pprof == r.adminCfg.Pprof {
+		if path, unix := sock.UnixPath(c.Address); unix && c.Mode != r.adminCfg.Mode {
+			if err := os.Chmod(path, c.Mode.Perm()); err != nil {
+				r.log.Error("reload: the admin listener's socket keeps its mode", "address", c.Address, "error", err)
+				c.Mode = r.adminCfg.Mode
+			}
+		}
 		r.adminCfg = c // the token is the admin server's (reloaded)
 		return
 	}
@@ -121,9 +124,8 @@ func (r *running) moveAdmin(c config.Admin, l loaded, ln net.Listener) {
 		r.adminStop() // the address must be free again
 	}
 	r.admin.Pprof = c.Pprof
-	ln, err := net.Listen("tcp", c.Address)
+	ln, err := listen(c.Address, c.Mode, nil, "", listenTCP)
 	if err != nil {
-		err = listenError(c.Address, err)
 		r.admin.Pprof = r.adminCfg.Pprof
 		if c.Address == r.adminCfg.Address {
 			r.log.Error("reload: reopening the admin listener failed; it is closed until a reload or restart opens it", "address", c.Address, "error", err)

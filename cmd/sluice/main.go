@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/config"
+	"github.com/sluice-proxy/sluice/internal/sock"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/upgrade"
 )
@@ -170,7 +171,20 @@ func loadConfig(path string) (*config.Config, string, error) {
 
 // logAdmin logs where the admin listener serves.
 func logAdmin(log *slog.Logger, bound net.Addr, c config.Admin) {
-	log.Info("admin", "address", bound.String(), "status", "http://"+bound.String()+"/status", "pprof", c.Pprof, "token", c.TokenFile != "")
+	addr, status := addrString(bound), "http://"+bound.String()+"/status"
+	if ua, ok := bound.(*net.UnixAddr); ok {
+		status = "curl --unix-socket " + ua.Name + " http://localhost/status"
+	}
+	log.Info("admin", "address", addr, "status", status, "pprof", c.Pprof, "token", c.TokenFile != "")
+}
+
+// addrString names a bound address as the config spells it: host:port, or
+// unix:PATH for a Unix socket.
+func addrString(a net.Addr) string {
+	if ua, ok := a.(*net.UnixAddr); ok {
+		return sock.UnixPrefix + ua.Name
+	}
+	return a.String()
 }
 
 // logCertificates logs the certificates read from the files of each TLS

@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-proxy/sluice/admin"
 	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/config"
+	"github.com/sluice-proxy/sluice/internal/sock"
 	"github.com/sluice-proxy/sluice/observe"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/proxy"
@@ -176,7 +177,7 @@ func start(path string, cfg *config.Config, l loaded, stderr io.Writer, log *slo
 	if cfg.Metrics.Address != "" {
 		ln, err := metricsListener(cfg.Metrics.Address, in)
 		if err != nil {
-			return nil, fmt.Errorf("metrics: %w", err)
+			return nil, err // "metrics: listen ...: ..."
 		}
 		run.moveMetrics(ln)
 	}
@@ -186,7 +187,7 @@ func start(path string, cfg *config.Config, l loaded, stderr io.Writer, log *slo
 		}
 	}
 	for _, l := range cfg.Listen {
-		s, err := bind(l.Address, in)
+		s, err := bind(l.Address, l.Mode, in)
 		if err != nil {
 			return nil, err
 		}
@@ -206,6 +207,13 @@ func start(path string, cfg *config.Config, l loaded, stderr io.Writer, log *slo
 			return nil, err
 		}
 	}
+	// Nothing fails from here on: this process owns the Unix sockets it
+	// inherited, and removes their files when it closes them.
+	for _, s := range run.sockets {
+		own(s.ln)
+	}
+	own(run.metricsLn)
+	own(run.adminLn)
 	if in == nil {
 		if err := run.notify.send("READY=1", "STATUS=serving"); err != nil {
 			log.Warn("telling systemd", "error", err)
@@ -236,7 +244,7 @@ func (r *running) serveAll(srv *proxy.Server, listeners *config.Listeners, socke
 	}
 	for i, s := range sockets {
 		o := listeners.Options(i, bound)
-		attrs := []any{"address", s.ln.Addr().String()}
+		attrs := []any{"address", addrString(s.ln.Addr())}
 		if o.TLS != nil {
 			attrs = append(attrs, "tls", true)
 		}
@@ -258,16 +266,16 @@ func (r *running) serveAll(srv *proxy.Server, listeners *config.Listeners, socke
 // the socket inherited from an upgrade's old process when there is one
 // (in), else a new one.
 func metricsListener(addr string, in *upgrade.Inherited) (net.Listener, error) {
-	ln, ok, err := in.Take(metricsSocket + addr)
-	if err != nil || ok {
-		return ln, err
-	}
-	if ln, err = net.Listen("tcp", addr); err != nil {
-		err = listenError(addr, err)
+	ln, err := listen(addr, sock.DefaultUnixMode, in, metricsSocket, listenTCP)
+	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	return ln, nil
 }
+
+// listenTCP listens on a TCP address, for the metrics endpoint and the
+// admin listener (net/http's servers, which keep Go's defaults).
+func listenTCP(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
 
 // observed reports whether cfg has the servers report to metrics: for
 // the metrics endpoint or the admin listener.
@@ -314,7 +322,7 @@ func serveMetrics(ln net.Listener, m *observe.Metrics, log *slog.Logger) (stop f
 	mux.Handle("/metrics", m.Handler())
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go hs.Serve(ln)
-	log.Info("metrics", "address", ln.Addr().String(), "path", "/metrics")
+	log.Info("metrics", "address", addrString(ln.Addr()), "path", "/metrics")
 	return func() { hs.Close() }
 }
 
@@ -434,11 +442,11 @@ func (r *running) startUpgrade(done chan<- upgraded) {
 	for _, s := range r.sockets {
 		socks = append(socks, upgrade.Socket{Address: s.address, Conn: s.ln})
 	}
-	if tl, ok := r.metricsLn.(*net.TCPListener); ok {
-		socks = append(socks, upgrade.Socket{Address: metricsSocket + r.cfg.Metrics.Address, Conn: tl})
+	if sc, ok := r.metricsLn.(syscall.Conn); ok {
+		socks = append(socks, upgrade.Socket{Address: metricsSocket + r.cfg.Metrics.Address, Conn: sc})
 	}
-	if tl, ok := r.adminLn.(*net.TCPListener); ok {
-		socks = append(socks, upgrade.Socket{Address: adminSocket + r.adminCfg.Address, Conn: tl})
+	if sc, ok := r.adminLn.(syscall.Conn); ok {
+		socks = append(socks, upgrade.Socket{Address: adminSocket + r.adminCfg.Address, Conn: sc})
 	}
 	r.log.Info("binary upgrade: starting the new process", "path", r.exe, "sockets", len(socks))
 	exe, args := r.exe, []string{"run", "-c", r.path}
@@ -459,6 +467,14 @@ func (r *running) startUpgrade(done chan<- upgraded) {
 // process's) are let go.
 func (r *running) stop(handedOver bool) {
 	defer signal.Stop(r.sig)
+	if handedOver {
+		// The new process serves on the Unix sockets: their files stay.
+		for _, s := range r.sockets {
+			disown(s.ln)
+		}
+		disown(r.metricsLn)
+		disown(r.adminLn)
+	}
 	for _, s := range r.sockets {
 		s.close()
 	}

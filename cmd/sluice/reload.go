@@ -79,8 +79,7 @@ func (r *running) reload() {
 	if r.admin == nil && cfg.Admin.Address != "" {
 		// Turned on: bound first, as a new listener is, so that an
 		// address taken fails the reload and changes nothing.
-		if adminLn, err = net.Listen("tcp", cfg.Admin.Address); err != nil {
-			err = listenError(cfg.Admin.Address, err)
+		if adminLn, err = listen(cfg.Admin.Address, cfg.Admin.Mode, nil, "", listenTCP); err != nil {
 			closeNew()
 			fail(fmt.Errorf("admin: %w", err))
 			return
@@ -106,6 +105,11 @@ func (r *running) reload() {
 		return
 	}
 	r.log = log
+	for i, s := range r.sockets { // in the order of cfg.Listen
+		if err := s.setMode(cfg.Listen[i].Mode); err != nil {
+			r.log.Error("reload: a Unix socket keeps its mode", "address", s.address, "mode", fmt.Sprintf("%04o", cfg.Listen[i].Mode), "error", err)
+		}
+	}
 	if moveMetrics {
 		r.moveMetrics(metricsLn)
 	}
@@ -170,7 +174,7 @@ func (r *running) replaceServer(cfg *config.Config, gen *config.Generation, old 
 		if next[j] != nil {
 			continue
 		}
-		s, err := bind(l.Address, nil)
+		s, err := bind(l.Address, l.Mode, nil)
 		if err != nil {
 			for k, s := range next {
 				if s != nil && !kept[s] && k < j {
@@ -208,7 +212,7 @@ func (r *running) replaceServer(cfg *config.Config, gen *config.Generation, old 
 	for _, s := range r.sockets {
 		if !kept[s] {
 			s.close()
-			r.log.Info("stopped listening; its connections drain", "address", s.ln.Addr().String())
+			r.log.Info("stopped listening; its connections drain", "address", addrString(s.ln.Addr()))
 		}
 	}
 	oldSrv, oldRes, drain := r.srv, r.res, r.cfg.Timeouts.Drain

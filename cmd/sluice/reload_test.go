@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -479,5 +480,63 @@ func TestReloadServerKeys(t *testing.T) {
 	if nc, err := net.Dial("tcp", metricsAddr); err == nil {
 		nc.Close()
 		t.Errorf("the old metrics address %s still accepts", metricsAddr)
+	}
+}
+
+// TestReloadAccessLogFormat: a reload changes the access log's format of
+// fields, from one to another and to a named one; a format with an
+// unknown field fails the reload, which keeps the one running.
+func TestReloadAccessLogFormat(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	path := filepath.Join(t.TempDir(), "access.log")
+	conf := func(format string) string {
+		return fmt.Sprintf("listen: [{address: 127.0.0.1:0}]\naccess_log: {path: %s, buffer: 0, format: '%s'}\n", path, format) +
+			fmt.Sprintf(upstreamsOf, up.Addr())
+	}
+	s := startRunning(t, conf("$method $target $status"))
+	addr := s.addr(0)
+	lines := func(n int) []string {
+		t.Helper()
+		var got []string
+		proxytest.WaitFor(t, fmt.Sprintf("%d access log lines", n), func() bool {
+			b, _ := os.ReadFile(path)
+			got = strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+			return len(got) >= n && strings.HasSuffix(string(b), "\n")
+		})
+		return got
+	}
+	n := 0
+	get := func(target string) {
+		t.Helper()
+		if code, _ := proxytest.Get(t, addr, target, "User-Agent: t/1\r\n"); code != 200 {
+			t.Fatalf("%s: %d", target, code)
+		}
+		n++
+		lines(n) // written once the answer went out: waited for, so that the lines keep their order
+	}
+	get("/one")
+	s.reloadWith(t, conf("$status $request_uri $upstream_addr"))
+	get("/two")
+	s.reloadWith(t, conf("$nosuch $status"))
+	if !strings.Contains(s.log.String(), "unknown field $nosuch") {
+		t.Errorf("the failed reload does not name the unknown field:\n%s", s.log)
+	}
+	get("/three")
+	s.reloadWith(t, conf("combined"))
+	get("/four")
+	got := lines(4)
+	want := []*regexp.Regexp{
+		regexp.MustCompile(`^GET /one 200$`),
+		regexp.MustCompile(`^200 /two ` + regexp.QuoteMeta(up.Addr()) + `$`),
+		regexp.MustCompile(`^200 /three ` + regexp.QuoteMeta(up.Addr()) + `$`),
+		regexp.MustCompile(`^127\.0\.0\.1 - - \[\d\d/\w{3}/\d{4}:\d\d:\d\d:\d\d [-+]\d{4}\] "GET /four HTTP/1\.1" 200 \d+ "-" "t/1"$`),
+	}
+	if len(got) != len(want) {
+		t.Fatalf("access log:\n%s\nwant %d lines", strings.Join(got, "\n"), len(want))
+	}
+	for i, re := range want {
+		if !re.MatchString(got[i]) {
+			t.Errorf("line %d %q, want it to match %s", i+1, got[i], re)
+		}
 	}
 }

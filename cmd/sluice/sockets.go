@@ -3,13 +3,16 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/sluice-proxy/sluice/internal/sock"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/upgrade"
 )
@@ -20,29 +23,99 @@ import (
 // hands it over without closing it, so that no client is refused.
 type socket struct {
 	address string // as the config file spells it
-	ln      *net.TCPListener
+	ln      listener
+	mode    fs.FileMode // a Unix socket's file mode; 0 for TCP
 	// serving is the accept loop on the socket; nil when none runs.
 	serving *handoff
 }
 
-// bind returns the socket for address: the one inherited from the process
-// this one replaces when there is (in), else a new one.
-func bind(address string, in *upgrade.Inherited) (*socket, error) {
-	ln, ok, err := in.Take(address)
+// listener is a listening socket sluice binds: a *net.TCPListener, or a
+// *net.UnixListener for a "unix:PATH" address.
+type listener interface {
+	net.Listener
+	SetDeadline(time.Time) error
+	SyscallConn() (syscall.RawConn, error)
+}
+
+// bind returns the socket for address (a Unix socket's of mode): the one
+// inherited from the process this one replaces when there is (in), else
+// a new one.
+func bind(address string, mode fs.FileMode, in *upgrade.Inherited) (*socket, error) {
+	ln, err := listen(address, mode, in, "", proxy.Listen)
 	if err != nil {
 		return nil, err
 	}
+	l, ok := ln.(listener)
 	if !ok {
-		if ln, err = proxy.Listen(address); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("%s: not a TCP or Unix socket listener", address)
+	}
+	return &socket{address: address, ln: l, mode: mode}, nil
+}
+
+// listen returns a listener on address, a host:port (listened on with tcp)
+// or "unix:PATH" (a socket of mode, a stale file removed first: see
+// sock.ListenUnix): the socket inherited from the process this one
+// replaces when there is one (in; handed over under name+address), given
+// mode, else a new one.
+//
+// A Unix socket's file is removed when its listener closes, if this
+// process owns it: one bound here does from the start, one inherited once
+// the process serves (own), so that a start that fails leaves the file to
+// the old process, which still accepts on it. An upgrade hands the sockets
+// over and closes them without removing the files (disown).
+func listen(address string, mode fs.FileMode, in *upgrade.Inherited, name string, tcp func(string) (net.Listener, error)) (net.Listener, error) {
+	ln, inherited, err := in.Take(name + address)
+	if err != nil {
+		return nil, err
+	}
+	path, unix := sock.UnixPath(address)
+	switch {
+	case inherited && unix:
+		if err := os.Chmod(path, mode.Perm()); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("%s: %w", address, err)
+		}
+	case inherited:
+	case unix:
+		if ln, err = sock.ListenUnix(path, mode); err != nil {
+			return nil, listenError(address, err)
+		}
+	default:
+		if ln, err = tcp(address); err != nil {
 			return nil, listenError(address, err)
 		}
 	}
-	tl, isTCP := ln.(*net.TCPListener)
-	if !isTCP {
-		ln.Close()
-		return nil, fmt.Errorf("%s: not a TCP listener", address)
+	return ln, nil
+}
+
+// own makes ln, when a Unix socket's listener, remove its file when
+// closed: this process serves on it now.
+func own(ln net.Listener) {
+	if ul, ok := ln.(*net.UnixListener); ok {
+		ul.SetUnlinkOnClose(true)
 	}
-	return &socket{address: address, ln: tl}, nil
+}
+
+// disown makes ln, when a Unix socket's listener, leave its file when
+// closed: the new process of an upgrade serves on it.
+func disown(ln net.Listener) {
+	if ul, ok := ln.(*net.UnixListener); ok {
+		ul.SetUnlinkOnClose(false)
+	}
+}
+
+// setMode gives a Unix socket's file the mode a reload asks for.
+func (s *socket) setMode(mode fs.FileMode) error {
+	path, unix := sock.UnixPath(s.address)
+	if !unix || mode == s.mode {
+		return nil
+	}
+	if err := os.Chmod(path, mode.Perm()); err != nil {
+		return err
+	}
+	s.mode = mode
+	return nil
 }
 
 // listenError says why address could not be listened on in the words an
@@ -94,7 +167,7 @@ var errHandedOver = errors.New("listening socket handed over")
 // the past, which the socket's owner clears once the loop has returned
 // (socket.stop), before another loop accepts.
 type handoff struct {
-	ln       *net.TCPListener
+	ln       listener
 	once     sync.Once
 	stopping atomic.Bool
 	done     chan struct{} // closed when the accept loop has returned

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,21 +67,68 @@ func browser(t *testing.T, exe string) context.Context {
 	return ctx
 }
 
+// screenshotDir is where the browser test saves its screenshots: the
+// directory SLUICE_SCREENSHOTS names (CI keeps it as an artifact), else
+// testdata/screenshots beside this file, which git ignores.
+func screenshotDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("SLUICE_SCREENSHOTS")
+	if dir == "" {
+		dir = filepath.Join("testdata", "screenshots")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// overflowJS lists, in the page, what does not fit the viewport's width:
+// the document scrolling sideways, an element reaching past either edge,
+// and an element whose content is cut off or scrolls sideways in its own
+// box (the Drain button behind a table's scrollbar, say). Empty when
+// everything fits.
+const overflowJS = `(() => {
+	const width = document.documentElement.clientWidth;
+	const name = (e) => e.tagName.toLowerCase() + (e.className ? "." + String(e.className).trim().replace(/\s+/g, ".") : "") +
+		(e.dataset && e.dataset.field ? "[" + e.dataset.field + "]" : "");
+	const bad = [];
+	if (document.documentElement.scrollWidth > width) {
+		bad.push("the document is " + document.documentElement.scrollWidth + "px wide");
+	}
+	for (const e of document.body.querySelectorAll("*")) {
+		const r = e.getBoundingClientRect();
+		if (r.width === 0 && r.height === 0) continue;
+		if (r.left < -0.5 || r.right > width + 0.5) {
+			bad.push(name(e) + " spans " + Math.round(r.left) + ".." + Math.round(r.right) + "px");
+		} else if (getComputedStyle(e).overflowX !== "visible" && e.scrollWidth > e.clientWidth + 1) {
+			bad.push(name(e) + " cuts its content: " + e.scrollWidth + "px in " + e.clientWidth + "px");
+		}
+	}
+	return bad.slice(0, 20);
+})()`
+
 // TestStatusPageInBrowser loads /status in headless chromium while
-// requests flow through sluice to two servers and a dead one, and checks
+// requests flow through sluice to two servers and a dead one (and to an
+// upstream whose servers are all gone), and checks
 // that the page's numbers move, that they match /api/upstreams once the
-// traffic stops, that it lists the dead server's failures with their
-// Proxy-Status, that its Drain button drains, and that it fits a phone's
-// width.
+// traffic stops, that it lists the dead server's failures grouped with a
+// count and their Proxy-Status, says when the dead server comes back in
+// relative time, that its Drain button drains, and that it fits a 1200px
+// screen and a phone's 390px without sideways scrolling. It saves a
+// screenshot at each width (screenshotDir).
 func TestStatusPageInBrowser(t *testing.T) {
 	exe := chromium(t)
 	a := upstreamtest.Start(t, upstreamtest.OK("a"))
 	b := upstreamtest.Start(t, upstreamtest.OK("b"))
 	dead := freeAddr(t) // nothing listens: connections are refused
+	// An upstream whose every server is gone: its requests fail for good
+	// after every try.
+	gone1, gone2 := freeAddr(t), freeAddr(t)
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	cfg := fmt.Sprintf("listen: [{address: 127.0.0.1:0}]\naccess_log: {enabled: false}\nadmin: {address: %s}\n"+
-		"routes: [{upstream: app}]\nupstreams:\n  app:\n    balance: round_robin\n"+
-		"    servers: [{address: %s}, {address: %s}, {address: %s}]\n", freeAddr(t), a.Addr(), b.Addr(), dead)
+		"routes: [{path_prefix: /gone/, upstream: gone}, {upstream: app}]\nupstreams:\n  app:\n    balance: round_robin\n"+
+		"    servers: [{address: %s}, {address: %s}, {address: %s}]\n"+
+		"  gone:\n    servers: [{address: %s}, {address: %s}]\n", freeAddr(t), a.Addr(), b.Addr(), dead, gone1, gone2)
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -99,9 +147,11 @@ func TestStatusPageInBrowser(t *testing.T) {
 				return
 			default:
 			}
-			if resp, err := client.Get("http://" + r.proxy + "/"); err == nil {
-				io.Copy(io.Discard, resp.Body) // read whole, the connection is kept alive
-				resp.Body.Close()
+			for _, p := range []string{"/", "/", "/", "/gone/"} {
+				if resp, err := client.Get("http://" + r.proxy + p); err == nil {
+					io.Copy(io.Discard, resp.Body) // read whole, the connection is kept alive
+					resp.Body.Close()
+				}
 			}
 			time.Sleep(2 * time.Millisecond)
 		}
@@ -111,11 +161,11 @@ func TestStatusPageInBrowser(t *testing.T) {
 
 	ctx := browser(t, exe)
 	cell := func(server, field string) string {
-		return fmt.Sprintf(`tr[data-server=%q] td[data-field=%q]`, server, field)
+		return fmt.Sprintf(`article.server[data-server=%q] [data-field=%q]`, server, field)
 	}
 	// text reads an element's text in one evaluation in the page: the
-	// page redraws its tables each second, and a node found by one call
-	// may be gone by the next.
+	// page redraws each second, and a node found by one call may be gone
+	// by the next.
 	text := func(sel string) string {
 		t.Helper()
 		js := fmt.Sprintf(`(() => { const e = document.querySelector(%q); return e ? e.textContent : "" })()`, sel)
@@ -145,6 +195,20 @@ func TestStatusPageInBrowser(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
+	// redrawn waits for the page to draw itself once more, after a change
+	// of viewport.
+	redrawn := func() {
+		t.Helper()
+		updates := func() string {
+			s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.dataset.updates || ""`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+		before := updates()
+		waitPage("a redraw", func() bool { return updates() != before })
+	}
 
 	if err := chromedp.Do(ctx,
 		chromedp.EmulateViewport(390, 844), // a phone
@@ -168,15 +232,69 @@ func TestStatusPageInBrowser(t *testing.T) {
 	waitPage("the dead server's failure reasons", func() bool {
 		return strings.Contains(text(cell(dead, "reasons")), "connect_refused")
 	})
+	// Repeated failures are one line with a count, and each line says
+	// its decision once, as the logs word it.
+	waitPage("a failure counted more than once", func() bool {
+		n, _ := strconv.Atoi(strings.TrimSuffix(text(`ul.errors li[data-server="`+dead+`"] [data-field="count"]`), "×"))
+		return n > 1
+	})
+	waitPage("the failures of the upstream whose servers are all gone", func() bool {
+		return strings.Contains(text(`ul.errors[data-upstream="gone"]`), "not retried: tries exhausted")
+	})
+	for _, up := range []string{"app", "gone"} {
+		errs := text(`ul.errors[data-upstream="` + up + `"]`)
+		if strings.Contains(errs, "retried (") || strings.Count(errs, "not retried") != strings.Count(errs, "not retried: ") {
+			t.Errorf("%s's failures do not read as the logs' decisions, once each:\n%s", up, errs)
+		}
+	}
+	if errs := text(`ul.errors[data-upstream="app"]`); !strings.Contains(errs, "retrying: nothing of the request reached the upstream") {
+		t.Errorf("app's failures do not say why the dead server's tries were retried:\n%s", errs)
+	}
+	// The dead server is down (or ejected), and back in some seconds:
+	// times are relative, never a date.
+	back := regexp.MustCompile(`^(down|ejected) back in \d+ s · `)
+	waitPage("the dead server down, back in some seconds", func() bool { return back.MatchString(text(cell(dead, "state"))) })
+	if page := text("body"); regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d|[AP]M\b`).MatchString(page) {
+		t.Errorf("the page shows a date or a clock time, not a relative time:\n%s", page)
+	}
 
-	// Readable on a phone: the page is no wider than the screen (the
-	// tables scroll in their own boxes).
-	fits, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth <= window.innerWidth`))
-	if err != nil {
+	// The Drain button drains.
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`article.server[data-server="`+b.Addr()+`"] button[data-action="drain"]`))); err != nil {
 		t.Fatal(err)
 	}
-	if !fits {
-		t.Error("the page is wider than a 390px screen")
+	waitPage("b drained", func() bool {
+		_, ss := r.servers(t)
+		return ss[b.Addr()].Drained
+	})
+	waitPage("b's card drained", func() bool {
+		return strings.HasPrefix(text(cell(b.Addr(), "state")), "drained")
+	})
+
+	// It fits a laptop's screen and a phone's, with nothing wider than
+	// the viewport and nothing behind a scrollbar of its own.
+	dir := screenshotDir(t)
+	for _, width := range []int64{1200, 390} {
+		if err := chromedp.Do(ctx, chromedp.EmulateViewport(width, 900)); err != nil {
+			t.Fatal(err)
+		}
+		redrawn()
+		waitPage("the dead server down at "+strconv.Itoa(int(width))+"px", func() bool { return back.MatchString(text(cell(dead, "state"))) })
+		bad, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](overflowJS))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(bad) > 0 {
+			t.Errorf("at %dpx, what does not fit:\n%s", width, strings.Join(bad, "\n"))
+		}
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join(dir, fmt.Sprintf("status-%dpx.png", width))
+		if err := os.WriteFile(file, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot: %s", file)
 	}
 
 	// Once the traffic stops, the page settles on what /api/upstreams says.
@@ -193,16 +311,4 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if ss[a.Addr()].Tries == 0 || ss[b.Addr()].Tries == 0 || ss[dead].Failures == 0 || ss[dead].Retries == 0 {
 		t.Fatalf("the traffic did not reach every server: %+v", ss)
 	}
-
-	// The Drain button drains.
-	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`tr[data-server="`+b.Addr()+`"] button[data-action="drain"]`))); err != nil {
-		t.Fatal(err)
-	}
-	waitPage("b drained", func() bool {
-		_, ss := r.servers(t)
-		return ss[b.Addr()].Drained
-	})
-	waitPage("b's row drained", func() bool {
-		return strings.Contains(text(cell(b.Addr(), "state")), "drained")
-	})
 }

@@ -380,3 +380,142 @@ func (n *notifySocket) expect(t *testing.T, want string) string {
 		}
 	}
 }
+
+// TestUpgradeUnixSockets upgrades a sluice that listens on Unix sockets
+// (a listener, the admin listener and the metrics endpoint) while a
+// client sends requests through one: the new process takes the same
+// sockets (the same files, the admin one's mode kept), no request fails,
+// the old process leaves the files to it, and the new one removes them
+// when it stops.
+func TestUpgradeUnixSockets(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	dir := t.TempDir()
+	bin := buildSluice(t, dir, "sluice", "v1")
+	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
+	sockDir := shortDir(t)
+	socks := map[string]string{}
+	for _, name := range []string{"proxy", "admin", "metrics"} {
+		socks[name] = filepath.Join(sockDir, name+".sock")
+	}
+	path := filepath.Join(dir, "sluice.yaml")
+	pidFile := filepath.Join(dir, "sluice.pid")
+	config := fmt.Sprintf("listen: [{address: \"unix:%s\"}]\naccess_log: {enabled: false}\ntimeouts: {drain: 5s}\npid_file: %s\n"+
+		"metrics: {address: \"unix:%s\"}\nadmin: {address: \"unix:%s\", mode: 0600}\n"+
+		"routes: [{upstream: app}]\nupstreams:\n  app:\n    servers: [{address: %s}]\n",
+		socks["proxy"], pidFile, socks["metrics"], socks["admin"], up.Addr())
+	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, log := startSluice(t, bin, path)
+	t.Cleanup(func() {
+		if pid, err := readPIDFile(pidFile); err == nil {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	log.wait(t, "listening", regexp.MustCompile(`msg=listening address=unix:`), 1)
+	first, err := readPIDFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := map[string]os.FileInfo{}
+	for name, p := range socks {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatalf("%s socket: %v", name, err)
+		}
+		before[name] = fi
+	}
+
+	// A client sending requests through the socket, kept alive, until
+	// stopped.
+	var ok, failed atomic.Int64
+	var errs []string
+	var mu sync.Mutex
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		client := unixClient(socks["proxy"])
+		client.Timeout = 10 * time.Second
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			resp, err := client.Get("http://app.example/")
+			if err == nil {
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err == nil && resp.StatusCode != 200 {
+					err = fmt.Errorf("status %d", resp.StatusCode)
+				}
+			}
+			if err != nil {
+				failed.Add(1)
+				mu.Lock()
+				errs = append(errs, err.Error())
+				mu.Unlock()
+				continue
+			}
+			ok.Add(1)
+		}
+	}()
+	stopLoad := sync.OnceFunc(func() { close(stop); <-done })
+	t.Cleanup(stopLoad)
+	waitOK := func(n int64) {
+		t.Helper()
+		target := ok.Load() + n
+		for ok.Load() < target {
+			if failed.Load() > 100 {
+				mu.Lock()
+				defer mu.Unlock()
+				t.Fatalf("requests fail: %v", errs[:10])
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitOK(200)
+
+	syscall.Kill(first, syscall.SIGUSR2)
+	m := log.wait(t, "upgrade", regexp.MustCompile(`msg="binary upgrade: the new process serves; draining" pid=(\d+)`), 1)
+	next, _ := strconv.Atoi(m[0][1])
+	waitExited(t, first, log)
+	waitOK(200)
+	stopLoad()
+	if n := failed.Load(); n > 0 {
+		t.Errorf("%d of %d requests failed across the upgrade: %v", n, n+ok.Load(), errs) // the client has stopped
+	}
+	for name, p := range socks {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatalf("%s socket after the upgrade: %v", name, err)
+		}
+		if !os.SameFile(before[name], fi) {
+			t.Errorf("%s socket: a new file after the upgrade, want the one handed over", name)
+		}
+	}
+	if fi, _ := os.Stat(socks["admin"]); fi.Mode().Perm() != 0o600 {
+		t.Errorf("admin socket mode %v after the upgrade, want 0600", fi.Mode().Perm())
+	}
+	resp, err := unixClient(socks["admin"]).Get("http://localhost/live")
+	if err != nil {
+		t.Fatalf("the admin listener after the upgrade: %v", err)
+	}
+	resp.Body.Close()
+
+	syscall.Kill(next, syscall.SIGTERM)
+	select {
+	case <-log.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("sluice did not stop 30 s after TERM:\n%s", log.buf.String())
+	}
+	for name, p := range socks {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("%s socket file left behind by the stopped process: %v", name, err)
+		}
+	}
+	t.Logf("%d requests through the Unix socket across the upgrade, none failed", ok.Load())
+}

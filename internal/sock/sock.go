@@ -1,7 +1,8 @@
 // Package sock finds the socket under a connection, for the reads and
 // checks the net package does not offer (a peek, a read that never waits,
-// a write followed by a wait without a read), and dials the two kinds of
-// upstream address: a TCP host:port, or a Unix domain socket's "unix:PATH".
+// a write followed by a wait without a read), dials the two kinds of
+// upstream address: a TCP host:port, or a Unix domain socket's "unix:PATH",
+// and listens on a Unix domain socket (removing one a crashed process left).
 package sock
 
 import (
