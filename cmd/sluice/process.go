@@ -122,6 +122,9 @@ func start(path string, cfg *config.Config, l loaded, stderr io.Writer, log *slo
 	if err != nil {
 		return nil, err
 	}
+	if err := gen.OpenLocalCAs(); err != nil {
+		return nil, err
+	}
 	listeners, err := config.NewListeners(cfg, gen)
 	if err != nil {
 		return nil, err
