@@ -35,7 +35,11 @@ func (a *Authority) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate
 	name := a.nameFor(hello)
 	c, refused, err := a.get(name)
 	if refused != "" {
-		a.refused(hello.ServerName, refused)
+		asked := hello.ServerName
+		if asked == "" {
+			asked = name // the address reached, without SNI
+		}
+		a.refused(asked, refused)
 		c, _, err = a.get(defaultName)
 	}
 	return c, err
