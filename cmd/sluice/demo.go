@@ -21,7 +21,7 @@ func demoFlags(stderr io.Writer) (fs *flag.FlagSet, listen, adminAddr *string) {
 	fs = flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen = fs.String("listen", "127.0.0.1:8080", "proxy `address`")
-	adminAddr = fs.String("admin", "127.0.0.1:9901", "admin listener `address` (the status page)")
+	adminAddr = fs.String("admin", "127.0.0.1:9901", "admin listener `address` (the status page); \"\" for none")
 	return fs, listen, adminAddr
 }
 
@@ -35,11 +35,14 @@ const demoCrashPath = "/crash/"
 // the steady one for a retry; the admin listener on adminAddr; the access
 // log unbuffered, so that its lines come in order with the upstreams'.
 func demoConfig(listen, adminAddr, steady, flaky string) string {
+	admin := ""
+	if adminAddr != "" {
+		admin = "admin: {address: \"" + adminAddr + "\"}"
+	}
 	return fmt.Sprintf(`listen:
   - address: %[1]s
     protocols: [http/1.1, h2c]
-admin:
-  address: %[2]s
+%[2]s
 access_log: {buffer: 0}
 routes:
   - path_prefix: %[5]s
@@ -61,7 +64,7 @@ upstreams:
     retry: {tries: 2, on: [error, timeout], non_idempotent: keyed}
     balance: first
     health: {passive: {max_fails: 0, consecutive_failures: 0}}
-`, listen, adminAddr, steady, flaky, demoCrashPath)
+`, listen, admin, steady, flaky, demoCrashPath)
 }
 
 // cmdDemo starts two built-in upstreams and sluice run in front of them,
@@ -118,20 +121,24 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 		log.Error("starting", "error", err)
 		return 1
 	}
-	fmt.Fprint(stdout, demoText(r.sockets[0].ln.Addr().String(), r.adminLn.Addr().String(), steady, flaky))
+	status := "off (-admin \"\")"
+	if r.adminLn != nil {
+		status = "http://" + r.adminLn.Addr().String() + "/status (each upstream's servers, health and tries)"
+	}
+	fmt.Fprint(stdout, demoText(r.sockets[0].ln.Addr().String(), status, steady, flaky))
 	return r.serve()
 }
 
-// demoText is what the demo prints: where everything is, and what to try,
-// each with what it shows.
-func demoText(addr, adminAddr, steady, flaky string) string {
-	return strings.NewReplacer("ADDR", addr, "ADMIN", adminAddr, "STEADY", steady, "FLAKY", flaky, "CRASH", demoCrashPath).Replace(
+// demoText is what the demo prints: where everything is (status: the
+// status page's URL), and what to try, each with what it shows.
+func demoText(addr, status, steady, flaky string) string {
+	return strings.NewReplacer("ADDR", addr, "STATUS", status, "STEADY", steady, "FLAKY", flaky, "CRASH", demoCrashPath).Replace(
 		`sluice demo: a proxy on http://ADDR in front of two upstreams:
   STEADY  steady
   FLAKY  flaky: closes a kept-alive connection when its second request arrives,
       without answering; on CRASH it reads the whole request, then resets the
       connection without answering
-Status page: http://ADMIN/status (each upstream's servers, health and tries)
+Status page: STATUS
 
 Try (run each a few times; the log below shows every try):
   for i in 1 2 3 4 5 6; do curl -s http://ADDR/n/$i; done
