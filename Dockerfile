@@ -3,7 +3,8 @@
 # /etc/sluice/sluice.yaml (examples/docker/sluice.yaml; mount your own
 # over it). Build and run:
 #
-#   docker build -t sluice --build-arg VERSION=$(git describe --always) .
+#   docker build -t sluice --build-arg VERSION=$(git describe --tags --always --dirty) \
+#     --build-arg COMMIT=$(git rev-parse HEAD) .
 #   docker run --rm -p 8080:8080 -p 9090:9090 --stop-timeout 35 \
 #     -v $PWD/sluice.yaml:/etc/sluice/sluice.yaml:ro sluice
 #
@@ -17,8 +18,14 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
+# What sluice version prints (the build context has no .git to read them
+# from): scripts/release stamps the same three.
 ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/sluice ./cmd/sluice
+ARG COMMIT=
+ARG DATE=
+RUN CGO_ENABLED=0 go build -trimpath -buildvcs=false \
+      -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT} -X main.date=${DATE}" \
+      -o /out/sluice ./cmd/sluice
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/sluice /usr/local/bin/sluice

@@ -63,6 +63,10 @@ type Generation struct {
 	// Listeners.StartACME, stopped by Close unless a later generation
 	// took them over (Carry).
 	acme []*acmeSlot
+	// localCAs are the local CAs of the TLS listeners with an internal
+	// section, one for each storage: made by Build, opened by
+	// OpenLocalCAs. Nothing of theirs runs in the background.
+	localCAs []*localCASlot
 }
 
 // Start starts the background work of every upstream (active health

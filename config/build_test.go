@@ -132,6 +132,29 @@ func TestBuildUnixServer(t *testing.T) {
 	}
 }
 
+// TestBuildUnixServerMissing: a server whose socket file does not exist
+// is a connect failure reported as RFC 9209's destination_not_found (not
+// an unroutable IP address), and the request goes to the next server,
+// a POST too: nothing of it was sent.
+func TestBuildUnixServerMissing(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "gone.sock")
+	addr, _ := serve(t, head(`{address: "unix:`+missing+`"}`)+"    retry: {tries: 1}\n", nil)
+	resp, _ := proxytest.Do(t, addr, "GET / HTTP/1.1\r\nHost: test\r\n\r\n")
+	ps := resp.Header.Get("Proxy-Status")
+	if resp.StatusCode != 502 || !strings.Contains(ps, "error=destination_not_found") || !strings.Contains(ps, "connect_not_found") {
+		t.Fatalf("got %d, Proxy-Status %q; want 502 with error=destination_not_found", resp.StatusCode, ps)
+	}
+
+	up := upstreamtest.StartUnix(t, upstreamtest.OK("there"))
+	addr, _ = serve(t, head(`{address: "unix:`+missing+`"}`, `{address: "`+up.Addr()+`"}`)+"    balance: round_robin\n", nil)
+	for i := 0; i < 4; i++ {
+		resp, body := proxytest.Do(t, addr, "POST / HTTP/1.1\r\nHost: test\r\nContent-Length: 1\r\n\r\nx")
+		if resp.StatusCode != 200 || body != "there" {
+			t.Fatalf("POST %d: %d %q, want it sent to the socket that exists", i, resp.StatusCode, body)
+		}
+	}
+}
+
 // TestBuildAdminToken: admin.token_file is read by Build (and so by a
 // reload and sluice validate), trimmed; a file that cannot be read, or a
 // token too short, fails with the file and the reason.

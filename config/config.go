@@ -187,6 +187,11 @@ type ListenerTLS struct {
 	// ACME (key "acme", default none) gets certificates from an ACME CA
 	// for the domains it lists, obtained and renewed by sluice.
 	ACME *ACME
+	// Internal (key "internal", default none) has sluice's own local CA
+	// issue the certificates, for development and private networks:
+	// true for the defaults, or a mapping of its settings. Not with
+	// certificates nor acme.
+	Internal *InternalTLS
 	// MinVersion (key "min_version", default "1.2") is the oldest TLS
 	// version accepted: "1.2" or "1.3".
 	MinVersion string
@@ -264,6 +269,38 @@ type ACMEDNS struct {
 	// not.
 	OverrideDomain string
 	// Line is the line of dns in the file, for messages.
+	Line int
+}
+
+// InternalTLS is a TLS listener's local CA (package localca): a root made
+// once in Storage, and a certificate issued on demand for each name a
+// client asks for (SNI), valid for 7 days and issued again when a third
+// of that is left. A client that asks for a name it does not issue for,
+// or a new one past MaxCertificates, gets the default certificate
+// (localhost, 127.0.0.1, ::1). Listeners with the same Storage share one
+// CA, and must agree on its settings.
+type InternalTLS struct {
+	// Names (key "names", default: the hosts of the routes) are the
+	// names certificates are issued for: DNS names, patterns
+	// ("*.app.test": any name with one or more labels in front of
+	// app.test) and IP addresses; localhost, 127.0.0.1 and ::1 always.
+	// Stored lower case without a trailing dot. nil means the default.
+	Names []string
+	// AnyName (key "any_name", default false) issues for any name a
+	// client asks for, up to MaxCertificates.
+	AnyName bool
+	// MaxCertificates (key "max_certificates", default 100, 1..10000) is
+	// the most certificates held, in memory and in Storage, the default
+	// one included.
+	MaxCertificates int
+	// Storage (key "storage", default localca.DefaultStorage():
+	// $STATE_DIRECTORY/pki under systemd, /var/lib/sluice/pki as root,
+	// else the user's data directory, ~/.local/share/sluice/pki) is the
+	// directory of the root certificate (root.crt, the file clients
+	// trust) and key, and of the certificates issued (made, mode 0700,
+	// when missing): it must be writable, or creatable.
+	Storage string
+	// Line is the line of internal in the file, for messages.
 	Line int
 }
 

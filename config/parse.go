@@ -105,17 +105,71 @@ func (d *decoder) stop() bool {
 // had from the text.
 var yamlErrorLine = regexp.MustCompile(`^yaml: line (\d+): `)
 
-// syntaxProblem turns an error from the YAML parser into a problem.
-func (d *decoder) syntaxProblem(err error) {
+// syntaxProblem turns an error from the YAML parser, reading data, into a
+// problem at the line the parser points at (problemLine).
+func (d *decoder) syntaxProblem(data []byte, err error) {
 	msg := err.Error()
 	line := 0
 	if m := yamlErrorLine.FindStringSubmatch(msg); m != nil {
 		line, _ = strconv.Atoi(m[1])
 		msg = msg[len(m[0]):]
+		line = problemLine(data, err, line)
+		if strings.HasPrefix(msg, "did not find expected key") || strings.HasPrefix(msg, "did not find expected '-'") {
+			// A token where the block it is in has no place for it.
+			msg += " (check this line's indentation)"
+		}
 	} else {
 		msg = strings.TrimPrefix(msg, "yaml: ")
 	}
 	d.problems = append(d.problems, Problem{File: d.file, Line: line, Msg: "invalid YAML: " + msg})
+}
+
+// problemLine returns the line of data at which the YAML parser fails
+// with err. The line err names (from) is often that of the block the
+// parser was in rather than that of the token it could not take (and
+// counted from 0): for a key indented wrong on line 12 of a mapping that
+// begins on line 8, yaml.v3 says line 7, and keeps the offending token's
+// position to itself. The line is found as the shortest run of whole
+// lines from the start, ending no earlier than the line before from, that
+// fails the same way: a binary search over the line count, since a prefix
+// that ends before the offending token parses or fails otherwise, and one
+// that holds it fails as the whole file does.
+func problemLine(data []byte, err error, from int) int {
+	ends := []int{} // the offset just past each line
+	for i, c := range data {
+		if c == '\n' {
+			ends = append(ends, i+1)
+		}
+	}
+	if len(ends) == 0 || ends[len(ends)-1] != len(data) {
+		ends = append(ends, len(data))
+	}
+	if from < 1 || from > len(ends) {
+		return from
+	}
+	from = max(from-1, 1)
+	want := err.Error()
+	failsSo := func(lines int) bool {
+		dec := yaml.NewDecoder(bytes.NewReader(data[:ends[lines-1]]))
+		for {
+			var n yaml.Node
+			err := dec.Decode(&n)
+			if err == nil {
+				continue
+			}
+			return err.Error() == want
+		}
+	}
+	lo, hi := from, len(ends) // failsSo(hi) holds: it is the whole file
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if failsSo(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
 }
 
 func (d *decoder) parse(data []byte) (*Config, error) {
@@ -125,14 +179,14 @@ func (d *decoder) parse(data []byte) (*Config, error) {
 	case errors.Is(err, io.EOF):
 		// No document at all: empty, or only comments.
 	case err != nil:
-		d.syntaxProblem(err)
+		d.syntaxProblem(data, err)
 		return nil, d.err()
 	default:
 		var next yaml.Node
 		switch err := dec.Decode(&next); {
 		case errors.Is(err, io.EOF):
 		case err != nil:
-			d.syntaxProblem(err)
+			d.syntaxProblem(data, err)
 		default:
 			d.addf(&next, "", "a config file holds one YAML document; found another one here")
 		}

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-proxy/sluice/acme"
+	"github.com/sluice-proxy/sluice/localca"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/tlsterm"
 )
@@ -27,6 +29,7 @@ import (
 // listenerTLS walks a listener's "tls" mapping.
 func (d *decoder) listenerTLS(n *yaml.Node, path string) *ListenerTLS {
 	t := &ListenerTLS{MinVersion: "1.2"}
+	var internal *yaml.Node
 	present := d.mapping(n, path, []field{
 		{"certificates", func(n *yaml.Node, path string) {
 			count := d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
@@ -53,10 +56,70 @@ func (d *decoder) listenerTLS(n *yaml.Node, path string) *ListenerTLS {
 			t.ClientAuth = a
 		}},
 		{"acme", func(n *yaml.Node, path string) { t.ACME = d.acme(n, path) }},
+		{"internal", func(n *yaml.Node, path string) {
+			internal = n
+			t.Internal = d.internalTLS(n, path)
+		}},
 	})
-	if !present["certificates"] && !present["acme"] {
-		d.addf(n, join(path, "certificates"), "missing; it is required, or acme to have certificates issued")
+	switch {
+	case t.Internal != nil && present["certificates"]:
+		d.addf(internal, join(path, "internal"), "with certificates: give one, the files or the local CA")
+	case t.Internal != nil && present["acme"]:
+		d.addf(internal, join(path, "internal"), "with acme: give one, an ACME CA or the local CA")
+	case !present["certificates"] && !present["acme"] && !present["internal"]:
+		d.addf(n, join(path, "certificates"), "missing; it is required, or acme to have certificates issued, or internal: true for a local CA's")
+	case !present["certificates"] && !present["acme"] && t.Internal == nil:
+		d.addf(internal, join(path, "internal"), "is false, and there are no certificates: give certificates, acme, or internal: true")
 	}
+	return t
+}
+
+// internalTLS walks a TLS listener's "internal": true (the defaults),
+// false (none: nil), or a mapping of the local CA's settings. The storage
+// is checked when the config is built.
+func (d *decoder) internalTLS(n *yaml.Node, path string) *InternalTLS {
+	t := &InternalTLS{MaxCertificates: localca.DefaultMaxCertificates, Storage: localca.DefaultStorage(), Line: n.Line}
+	if n.Kind == yaml.ScalarNode && !isNull(n) {
+		on := false
+		before := len(d.problems)
+		d.boolean(&on)(n, path)
+		if len(d.problems) > before {
+			d.problems[len(d.problems)-1].Msg += ", or a mapping of the local CA's settings"
+			return t // reported: not also as missing certificates
+		}
+		if !on {
+			return nil
+		}
+		return t
+	}
+	d.mapping(n, path, []field{
+		{"names", func(n *yaml.Node, path string) {
+			if n.Kind == yaml.ScalarNode && !isNull(n) {
+				d.addf(n, path, "must be a list, such as [%s]", n.Value)
+				return
+			}
+			names := []string{}
+			d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
+				var s string
+				if !d.scalarString(&s, n, path) {
+					return
+				}
+				name, err := localca.CheckName(s)
+				switch {
+				case err != nil:
+					d.addf(n, path, "%s", err)
+				case slices.Contains(names, name):
+					d.addf(n, path, "%s is listed twice", name)
+				default:
+					names = append(names, name)
+				}
+			})
+			t.Names = names
+		}},
+		{"any_name", d.boolean(&t.AnyName)},
+		{"max_certificates", d.integer(&t.MaxCertificates, between(1, 10000))},
+		{"storage", d.str(&t.Storage, checkNotEmpty)},
+	})
 	return t
 }
 
@@ -303,6 +366,18 @@ func (g *Generation) buildTLS(log *slog.Logger) error {
 			}
 			s.Certificates, g.Files[i] = cs, cs
 		}
+		if in := l.TLS.Internal; in != nil {
+			ca, err := g.localCA(in, i, log)
+			var pe *pathError
+			switch {
+			case errors.As(err, &pe):
+				problem(in.Line, base+".internal."+pe.key, pe.err)
+			case err != nil:
+				problem(in.Line, base+".internal", err)
+			default:
+				s.Certificates = ca
+			}
+		}
 		if a := l.TLS.ACME; a != nil {
 			s.NextProtos = append(proxy.Protocols(), tlsterm.ACMETLS1)
 			slot, err := g.acmeSlot(a, log)
@@ -323,6 +398,83 @@ func (g *Generation) buildTLS(log *slog.Logger) error {
 		return &Error{Problems: problems}
 	}
 	return nil
+}
+
+// localCASlot is a local CA of a Generation, shared by the TLS listeners
+// whose internal section names its storage.
+type localCASlot struct {
+	storage  string // absolute
+	opts     localca.Options
+	listener int // the first listener with it, for messages
+	ca       *localca.Authority
+}
+
+// localCA returns g's local CA for the internal section in of listener i,
+// made (not opened) the first time a listener names its storage. The
+// names default to the routes' hosts. It checks that the storage can be
+// written to or made, and that a root stored there can be used; a
+// listener that names the storage of an earlier one must give the same
+// settings.
+func (g *Generation) localCA(in *InternalTLS, i int, log *slog.Logger) (*localca.Authority, error) {
+	names := in.Names
+	if names == nil {
+		for _, r := range g.Config.Routes {
+			if n, err := localca.CheckName(r.Host); err == nil && !slices.Contains(names, n) {
+				names = append(names, n) // a host that is no name (an empty one: any) left out
+			}
+		}
+	}
+	storage, err := filepath.Abs(in.Storage)
+	if err != nil {
+		return nil, &pathError{"storage", err}
+	}
+	if err := acme.CheckStorage(in.Storage); err != nil {
+		return nil, &pathError{"storage", err}
+	}
+	if err := localca.Check(in.Storage); err != nil {
+		return nil, &pathError{"storage", errors.New(strings.TrimPrefix(err.Error(), "localca: "))}
+	}
+	opts := localca.Options{Storage: storage, Names: names, AnyName: in.AnyName, MaxCertificates: in.MaxCertificates, Log: log}
+	for _, s := range g.localCAs {
+		if s.storage != storage {
+			continue
+		}
+		if !slices.Equal(s.opts.Names, opts.Names) || s.opts.AnyName != opts.AnyName || s.opts.MaxCertificates != opts.MaxCertificates {
+			return nil, fmt.Errorf("shares its storage %s with listen[%d], whose names, any_name or max_certificates differ: give both the same, or each its own storage", storage, s.listener)
+		}
+		return s.ca, nil
+	}
+	ca, err := localca.New(opts)
+	if err != nil {
+		return nil, errors.New(strings.TrimPrefix(err.Error(), "localca: "))
+	}
+	g.localCAs = append(g.localCAs, &localCASlot{storage: storage, opts: opts, listener: i, ca: ca})
+	return ca, nil
+}
+
+// OpenLocalCAs readies the local CAs of g's listeners (tls.internal): each
+// loads its root from its storage, or makes one there the first time,
+// and the certificates stored, and logs where its root certificate is and
+// how to trust it. A reload opens the same storage again: the CA stays,
+// and the certificates it issued. Call it after Build, before serving: a
+// local CA not opened gives no certificate.
+func (g *Generation) OpenLocalCAs() error {
+	for _, s := range g.localCAs {
+		if _, err := s.ca.Open(); err != nil {
+			l := g.Config.Listen[s.listener]
+			return fmt.Errorf("%s:%d: listen[%d].tls.internal: %s", g.Config.File, l.TLS.Internal.Line, s.listener, strings.TrimPrefix(err.Error(), "localca: "))
+		}
+	}
+	return nil
+}
+
+// LocalCAs returns the local CAs of g, one for each storage.
+func (g *Generation) LocalCAs() []*localca.Authority {
+	var cas []*localca.Authority
+	for _, s := range g.localCAs {
+		cas = append(cas, s.ca)
+	}
+	return cas
 }
 
 // acmeSlot is an ACME manager of a Generation and the TLS listeners it

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"log/slog"
 	"net"
@@ -55,7 +56,7 @@ func TestParseTLSProblems(t *testing.T) {
 		line, col int
 		path, msg string
 	}{
-		{"tls without certificates", listen("    tls: {min_version: \"1.3\"}"), 3, 10, "listen[0].tls.certificates", "missing; it is required, or acme"},
+		{"tls without certificates", listen("    tls: {min_version: \"1.3\"}"), 3, 10, "listen[0].tls.certificates", "missing; it is required, or acme to have certificates issued, or internal: true"},
 		{"empty tls", listen("    tls:"), 3, 9, "listen[0].tls.certificates", "missing; it is required, or acme"},
 		{"no certificate", listen("    tls: {certificates: []}"), 3, 25, "listen[0].tls.certificates", "at least one certificate"},
 		{"certificate without key", listen("    tls: {certificates: [{cert: a.pem}]}"), 3, 26, "listen[0].tls.certificates[0].key", "missing"},
@@ -85,6 +86,16 @@ func TestParseTLSProblems(t *testing.T) {
 		{"acme dns, an algorithm", listen("    tls:", "      acme: {domains: [example.com], dns: {server: \"ns:53\", key_algorithm: hmac-md5}}"), 4, 76, "listen[0].tls.acme.dns.key_algorithm", "hmac-sha256"},
 		{"acme dns, a resolver", listen("    tls:", "      acme: {domains: [example.com], dns: {server: \"ns:53\", resolvers: [1.1.1.1]}}"), 4, 73, "listen[0].tls.acme.dns.resolvers[0]", "not a host:port address"},
 		{"acme dns, an unknown key", listen("    tls:", "      acme: {domains: [example.com], dns: {server: \"ns:53\", resolver: [\"ns:53\"]}}"), 4, 61, "listen[0].tls.acme.dns.resolver", `did you mean "resolvers"?`},
+		{"internal with certificates", listen("    tls:", cert, "      internal: true"), 5, 17, "listen[0].tls.internal", "with certificates: give one"},
+		{"internal with acme", listen("    tls:", "      acme: {domains: [example.com]}", "      internal: true"), 5, 17, "listen[0].tls.internal", "with acme: give one"},
+		{"internal false alone", listen("    tls:", "      internal: false"), 4, 17, "listen[0].tls.internal", "is false, and there are no certificates"},
+		{"internal yes", listen("    tls:", "      internal: yes"), 4, 17, "listen[0].tls.internal", `must be true or false, not "yes", or a mapping of the local CA's settings`},
+		{"internal, a bad name", listen("    tls:", "      internal: {names: [app.test, \"bad name\"]}"), 4, 36, "listen[0].tls.internal.names[1]", "bad name is not a domain name or an IP address"},
+		{"internal, a name twice", listen("    tls:", "      internal: {names: [app.test, App.Test.]}"), 4, 36, "listen[0].tls.internal.names[1]", "app.test is listed twice"},
+		{"internal, names not a list", listen("    tls:", "      internal: {names: app.test}"), 4, 25, "listen[0].tls.internal.names", "must be a list, such as [app.test]"},
+		{"internal, max_certificates 0", listen("    tls:", "      internal: {max_certificates: 0}"), 4, 36, "listen[0].tls.internal.max_certificates", "must be between 1 and 10000"},
+		{"internal, empty storage", listen("    tls:", "      internal: {storage: \"\"}"), 4, 27, "listen[0].tls.internal.storage", "must not be empty"},
+		{"internal, unknown key", listen("    tls:", "      internal: {name: [a.test]}"), 4, 18, "listen[0].tls.internal.name", `did you mean "names"?`},
 		{"unknown tls key", listen("    tls:", cert, "      min_versoin: \"1.3\""), 5, 7, "listen[0].tls.min_versoin", `did you mean "min_version"?`},
 		{"redirect on a TLS listener", listen("    tls:", cert, "    redirect_https: true"), 5, 21, "listen[0].redirect_https", "is for a plain listener"},
 		{"https_port without redirect", listen("    https_port: 8443"), 3, 17, "listen[0].https_port", "only used with redirect_https"},
@@ -508,6 +519,102 @@ func TestStartACMEChallenges(t *testing.T) {
 		g.Close()
 		if !strings.Contains(logs.String(), `msg="ACME certificates managed" domains=[a.test]`) || !strings.Contains(logs.String(), tt.want) {
 			t.Errorf("plain listener %s: want %s in\n%s", tt.plain, tt.want, logs.String())
+		}
+	}
+}
+
+// TestBuildInternal: a listener's internal section makes a local CA whose
+// names default to the routes' hosts, shared by the listeners with the
+// same storage, which must then agree; Build checks the storage without
+// making anything, OpenLocalCAs makes the root, and a client that trusts
+// it verifies the listener's certificates.
+func TestBuildInternal(t *testing.T) {
+	dir := t.TempDir()
+	storage := filepath.Join(dir, "pki")
+	yaml := "listen:\n" +
+		"  - address: 127.0.0.1:0\n    tls: {internal: {storage: " + storage + "}}\n" +
+		"  - address: 127.0.0.1:0\n    tls: {internal: {storage: " + storage + "}}\n" +
+		"routes:\n  - {host: App.Test, upstream: web}\n  - {host: \"*.apps.test\", upstream: web}\n  - {upstream: web}\n" +
+		"upstreams:\n  web:\n    servers: [{address: \"127.0.0.1:9001\"}]\n"
+	cfg, err := Parse("t.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := Build(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(storage); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Build made the storage (%v): sluice validate must change nothing", err)
+	}
+	if len(g.localCAs) != 1 || g.TLS[0].Certificates != g.TLS[1].Certificates {
+		t.Fatalf("%d local CAs for two listeners with one storage, want 1, shared", len(g.localCAs))
+	}
+	if got, want := g.localCAs[0].opts.Names, []string{"app.test", "*.apps.test"}; !slices.Equal(got, want) {
+		t.Errorf("names %v, want the routes' hosts %v", got, want)
+	}
+	if err := g.OpenLocalCAs(); err != nil {
+		t.Fatal(err)
+	}
+	ca := g.LocalCAs()[0]
+	if ca.RootFile() != filepath.Join(storage, "root.crt") {
+		t.Errorf("root file %s", ca.RootFile())
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Root())
+	for _, name := range []string{"localhost", "app.test", "x.apps.test"} {
+		c, err := g.TLS[0].Certificates.GetCertificate(&tls.ClientHelloInfo{ServerName: name})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if _, err := c.Leaf.Verify(x509.VerifyOptions{DNSName: name, Roots: roots}); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+
+	// A second generation (a reload) opens the same CA.
+	g2, err := Build(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g2.OpenLocalCAs(); err != nil {
+		t.Fatal(err)
+	}
+	if !g2.LocalCAs()[0].Root().Equal(ca.Root()) {
+		t.Error("a second Build opened another root")
+	}
+}
+
+// TestBuildInternalProblems: a storage that cannot be made, or holds a
+// root that cannot be used, fails the build at the listener's internal
+// section; so do two listeners that share a storage and differ on names.
+func TestBuildInternalProblems(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	os.WriteFile(file, []byte("x"), 0o644)
+	lonely := filepath.Join(dir, "lonely")
+	os.MkdirAll(lonely, 0o700)
+	os.WriteFile(filepath.Join(lonely, "root.key"), []byte("x"), 0o600)
+	shared := filepath.Join(dir, "shared")
+	tests := []struct {
+		name, listen, want string
+	}{
+		{"storage under a file", "  - address: 127.0.0.1:0\n    tls:\n      internal: {storage: " + file + "/pki}\n",
+			"t.yaml:4: listen[0].tls.internal.storage: " + file + "/pki: cannot be made: " + file + " is not a directory"},
+		{"a key without its certificate", "  - address: 127.0.0.1:0\n    tls:\n      internal: {storage: " + lonely + "}\n",
+			"t.yaml:4: listen[0].tls.internal.storage: " + filepath.Join(lonely, "root.key") + " is there without root.crt"},
+		{"shared, names differ", "  - address: 127.0.0.1:0\n    tls:\n      internal: {storage: " + shared + "}\n" +
+			"  - address: 127.0.0.1:0\n    tls:\n      internal: {storage: " + shared + ", names: [a.test]}\n",
+			"t.yaml:7: listen[1].tls.internal: shares its storage " + shared + " with listen[0]"},
+	}
+	for _, tt := range tests {
+		cfg, err := Parse("t.yaml", []byte("listen:\n"+tt.listen+rest))
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		_, err = Build(cfg)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: Build: %v\nwant %s", tt.name, err, tt.want)
 		}
 	}
 }

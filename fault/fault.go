@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"strings"
@@ -78,6 +79,11 @@ const (
 	// allow and deny lists, say) before it went anywhere. Its answer is
 	// Status when set (429 for a rate limit), else 403.
 	Denied
+	// ConnectNotFound: the upstream's address names nothing to connect
+	// to: a Unix socket whose file does not exist (ENOENT), the socket
+	// of a server not started or one whose path is mistyped. Nothing
+	// was sent, as with a refused connection.
+	ConnectNotFound
 )
 
 var kindNames = [...]string{
@@ -108,6 +114,7 @@ var kindNames = [...]string{
 	TLSCertificate:     "tls_certificate_error",
 	Refused:            "refused_stream",
 	Denied:             "denied",
+	ConnectNotFound:    "connect_not_found",
 }
 
 func (k Kind) String() string {
@@ -122,7 +129,7 @@ func (k Kind) String() string {
 // upstream's HTTP server.
 func (k Kind) Connect() bool {
 	switch k {
-	case ConnectRefused, ConnectTimeout, ConnectUnreachable, DNS, TLSHandshake, TLSAlert, TLSCertificate:
+	case ConnectRefused, ConnectTimeout, ConnectUnreachable, ConnectNotFound, DNS, TLSHandshake, TLSAlert, TLSCertificate:
 		return true
 	}
 	return false
@@ -251,6 +258,10 @@ func (e *Error) ProxyStatus() string {
 		return "connection_timeout"
 	case ConnectUnreachable:
 		return "destination_ip_unroutable"
+	case ConnectNotFound:
+		// RFC 9209 §2.3.3: the destination cannot be found. A Unix
+		// socket has no IP address to be unroutable.
+		return "destination_not_found"
 	case DNS:
 		return "dns_error"
 	case ConnectionClosed, ConnectionReset, WriteError:
@@ -368,6 +379,10 @@ func classify(err error, phase Phase) Kind {
 		return ConnectRefused
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
 		return ConnectUnreachable
+	case phase == PhaseConnect && errors.Is(err, fs.ErrNotExist):
+		// connect(2) to a Unix socket path with no file (ENOENT; on
+		// Windows, ERROR_FILE_NOT_FOUND and ERROR_PATH_NOT_FOUND).
+		return ConnectNotFound
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNABORTED):
 		return ConnectionReset
 	case isAlert(err):

@@ -45,6 +45,7 @@ func TestClassify(t *testing.T) {
 		{&h1.Error{Status: 502, Msg: "header field without a colon"}, PhaseReadHead, InvalidResponse},
 		{h1.ErrHeadTooLarge, PhaseReadHead, ResponseTooLarge},
 		{fmt.Errorf("wrapped: %w", syscall.EHOSTUNREACH), PhaseConnect, ConnectUnreachable},
+		{&net.OpError{Op: "dial", Net: "unix", Err: os.NewSyscallError("connect", syscall.ENOENT)}, PhaseConnect, ConnectNotFound},
 		{&net.OpError{Op: "dial", Err: os.NewSyscallError("socket", syscall.EMFILE)}, PhaseConnect, Exhausted},
 		{&net.OpError{Op: "dial", Err: syscall.ENFILE}, PhaseConnect, Exhausted},
 		{&net.OpError{Op: "dial", Err: syscall.EADDRNOTAVAIL}, PhaseConnect, Exhausted},
@@ -94,6 +95,8 @@ func TestAnswers(t *testing.T) {
 		ps     string
 	}{
 		{New(ConnectRefused, Upstream, nil), 502, "connection_refused"},
+		{New(ConnectUnreachable, Upstream, nil), 502, "destination_ip_unroutable"},
+		{New(ConnectNotFound, Upstream, nil), 502, "destination_not_found"},
 		{New(ConnectTimeout, Upstream, nil), 504, "connection_timeout"},
 		{New(ResponseTimeout, Upstream, nil), 504, "http_response_timeout"},
 		{New(ConnectionClosed, Upstream, nil), 502, "connection_terminated"},

@@ -32,50 +32,75 @@ func appendStatus(dst []byte, code int) []byte {
 	return strconv.AppendInt(dst, int64(code), 10)
 }
 
-// StatusText returns the reason phrase for the codes a proxy produces itself,
-// and "" for others.
+// StatusText returns the reason phrase of code: every status RFC 9110
+// §15 defines, with the phrase it gives, and those of RFC 6585 (428, 429,
+// 431, 511), RFC 7725 (451), RFC 8297 (103) and RFC 8470 (425); "" for
+// any other code, and for 306 and 418, which RFC 9110 reserves unused.
+// sluice writes it in the status lines it makes itself (its answers, an
+// HTTP/2 upstream's response to an HTTP/1.1 client); a response relayed
+// from an HTTP/1.1 upstream keeps the upstream's own phrase
+// (Response.Reason), whatever it is.
 func StatusText(code int) string {
-	switch code {
-	case 100:
-		return "Continue"
-	case 101:
-		return "Switching Protocols"
-	case 200:
-		return "OK"
-	case 204:
-		return "No Content"
-	case 400:
-		return "Bad Request"
-	case 403:
-		return "Forbidden"
-	case 404:
-		return "Not Found"
-	case 405:
-		return "Method Not Allowed"
-	case 408:
-		return "Request Timeout"
-	case 413:
-		return "Content Too Large"
-	case 414:
-		return "URI Too Long"
-	case 417:
-		return "Expectation Failed"
-	case 429:
-		return "Too Many Requests"
-	case 431:
-		return "Request Header Fields Too Large"
-	case 500:
-		return "Internal Server Error"
-	case 501:
-		return "Not Implemented"
-	case 502:
-		return "Bad Gateway"
-	case 503:
-		return "Service Unavailable"
-	case 504:
-		return "Gateway Timeout"
-	case 505:
-		return "HTTP Version Not Supported"
+	if code < 100 || code > 599 {
+		return ""
 	}
-	return ""
+	return statusText[code]
+}
+
+var statusText = [600]string{
+	100: "Continue",
+	101: "Switching Protocols",
+	103: "Early Hints",
+
+	200: "OK",
+	201: "Created",
+	202: "Accepted",
+	203: "Non-Authoritative Information",
+	204: "No Content",
+	205: "Reset Content",
+	206: "Partial Content",
+
+	300: "Multiple Choices",
+	301: "Moved Permanently",
+	302: "Found",
+	303: "See Other",
+	304: "Not Modified",
+	305: "Use Proxy",
+	307: "Temporary Redirect",
+	308: "Permanent Redirect",
+
+	400: "Bad Request",
+	401: "Unauthorized",
+	402: "Payment Required",
+	403: "Forbidden",
+	404: "Not Found",
+	405: "Method Not Allowed",
+	406: "Not Acceptable",
+	407: "Proxy Authentication Required",
+	408: "Request Timeout",
+	409: "Conflict",
+	410: "Gone",
+	411: "Length Required",
+	412: "Precondition Failed",
+	413: "Content Too Large",
+	414: "URI Too Long",
+	415: "Unsupported Media Type",
+	416: "Range Not Satisfiable",
+	417: "Expectation Failed",
+	421: "Misdirected Request",
+	422: "Unprocessable Content",
+	425: "Too Early",
+	426: "Upgrade Required",
+	428: "Precondition Required",
+	429: "Too Many Requests",
+	431: "Request Header Fields Too Large",
+	451: "Unavailable For Legal Reasons",
+
+	500: "Internal Server Error",
+	501: "Not Implemented",
+	502: "Bad Gateway",
+	503: "Service Unavailable",
+	504: "Gateway Timeout",
+	505: "HTTP Version Not Supported",
+	511: "Network Authentication Required",
 }

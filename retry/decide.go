@@ -228,7 +228,7 @@ func condition(e *fault.Error) Condition {
 		return 0
 	}
 	switch e.Kind {
-	case fault.ConnectRefused, fault.ConnectUnreachable, fault.DNS,
+	case fault.ConnectRefused, fault.ConnectUnreachable, fault.ConnectNotFound, fault.DNS,
 		fault.TLSHandshake, fault.TLSAlert, fault.TLSCertificate,
 		fault.ConnectionClosed, fault.ConnectionReset, fault.WriteError, fault.Refused:
 		return OnError

@@ -38,6 +38,7 @@ func TestDecide(t *testing.T) {
 		why   string // a substring of the reason
 	}{
 		{"connect refused, POST", keyed, Facts{Method: "POST", Err: up(fault.ConnectRefused), Try: 1, Replayable: true}, true, "nothing of the request"},
+		{"socket not found, POST", keyed, Facts{Method: "POST", Err: up(fault.ConnectNotFound), Try: 1, Replayable: true}, true, "nothing of the request"},
 		{"connect timeout, GET", keyed, Facts{Method: "GET", Err: up(fault.ConnectTimeout), Try: 1, Replayable: true}, true, "nothing"},
 		{"stale reused, GET", keyed, Facts{Method: "GET", Err: up(fault.ConnectionClosed), Reused: true, Wrote: 40, Try: 1, Replayable: true}, true, "idempotent (stale pooled"},
 		{"stale reused, POST", keyed, Facts{Method: "POST", Err: up(fault.ConnectionClosed), Reused: true, Wrote: 40, Try: 1, Replayable: true}, false, "POST without Idempotency-Key"},

@@ -327,7 +327,7 @@ upstreams:
 		code int
 		out  string
 	}{
-		{write("good.yaml", root, filepath.Join(dir, "var", "acme")), 0, "ok (2 listeners, 1 routes, 1 upstreams)"},
+		{write("good.yaml", root, filepath.Join(dir, "var", "acme")), 0, "ok (2 listeners, 1 route, 1 upstream)"},
 		{write("root.yaml", filepath.Join(dir, "nowhere.pem"), dir), 1,
 			"root.yaml:5: listen[0].tls.acme.ca_root: " + filepath.Join(dir, "nowhere.pem") + ": no such file or directory"},
 		{write("storage.yaml", root, filepath.Join(notDir, "acme")), 1,

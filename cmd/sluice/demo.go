@@ -1,139 +1,230 @@
 package main
 
 import (
-	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/h1"
-	"github.com/sluice-proxy/sluice/proxy"
 )
 
 // demoFlags returns the demo's flags, for cmdDemo and for help.
-func demoFlags(stderr io.Writer) (fs *flag.FlagSet, listen *string) {
+func demoFlags(stderr io.Writer) (fs *flag.FlagSet, listen, adminAddr *string) {
 	fs = flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen = fs.String("listen", "127.0.0.1:8080", "proxy `address`")
-	return fs, listen
+	adminAddr = fs.String("admin", "127.0.0.1:9901", "admin listener `address` (the status page); \"\" for none")
+	return fs, listen, adminAddr
 }
 
-// cmdDemo starts two built-in upstreams and a proxy in front of them. One
-// upstream behaves; the other closes every keep-alive connection when a
-// second request arrives on it, without answering: the race every pooled
-// proxy meets when an upstream's idle timeout or a worker recycle closes a
-// connection just as a request goes out (seed 000).
-func cmdDemo(args []string, stdout, stderr io.Writer) int {
-	fs, listen := demoFlags(stderr)
-	if err := fs.Parse(args); err != nil {
-		return 2
+// demoCrashPath is where the flaky upstream reads a request whole, then
+// resets the connection without answering.
+const demoCrashPath = "/crash/"
+
+// demoConfig is the demo's config file: the proxy on listen in front of
+// the steady and the flaky upstreams, round robin; on /crash/, the flaky
+// one first (balance: first, no passive health, so that it stays first),
+// the steady one for a retry; the admin listener on adminAddr; the access
+// log unbuffered, so that its lines come in order with the upstreams'.
+func demoConfig(listen, adminAddr, steady, flaky string) string {
+	admin := ""
+	if adminAddr != "" {
+		admin = "admin: {address: \"" + adminAddr + "\"}"
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
-	steady, err := startDemoUpstream("steady", false, stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, "demo:", err)
-		return 1
-	}
-	flaky, err := startDemoUpstream("flaky", true, stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, "demo:", err)
-		return 1
-	}
-	yaml := fmt.Sprintf(`
-listen:
-  - address: %s
+	return fmt.Sprintf(`listen:
+  - address: %[1]s
     protocols: [http/1.1, h2c]
+%[2]s
+access_log: {buffer: 0}
 routes:
+  - path_prefix: %[5]s
+    upstream: crash
   - upstream: demo
 upstreams:
   demo:
     servers:
-      - address: %s
-      - address: %s
+      - address: %[3]s
+      - address: %[4]s
     timeouts: {connect: 1s, response_header: 5s}
     retry: {tries: 3, on: [error, timeout], non_idempotent: keyed}
     balance: round_robin
-`, *listen, steady, flaky)
-	cfg, err := config.Parse("demo.yaml", []byte(yaml))
+  crash:
+    servers:
+      - address: %[4]s
+      - address: %[3]s
+    timeouts: {connect: 1s, response_header: 5s}
+    retry: {tries: 2, on: [error, timeout], non_idempotent: keyed}
+    balance: first
+    health: {passive: {max_fails: 0, consecutive_failures: 0}}
+`, listen, admin, steady, flaky, demoCrashPath)
+}
+
+// cmdDemo starts two built-in upstreams and sluice run in front of them,
+// with its admin listener. One upstream behaves; the other closes every
+// keep-alive connection when a second request arrives on it, without
+// answering: the race every pooled proxy meets when an upstream's idle
+// timeout or a worker recycle closes a connection just as a request goes
+// out (seed 000); and on /crash/ it reads the request, then resets the
+// connection: a request that may have been processed, which sluice does
+// not send again unless it is safe.
+func cmdDemo(args []string, stdout, stderr io.Writer) int {
+	fs, listen, adminAddr := demoFlags(stderr)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "sluice demo: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	logs := &lockedWriter{w: stderr} // sluice's lines and the upstreams', whole
+	steady, stopSteady, err := startDemoUpstream("steady", false, logs)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice demo:", err)
+		return 1
+	}
+	defer stopSteady()
+	flaky, stopFlaky, err := startDemoUpstream("flaky", true, logs)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice demo:", err)
+		return 1
+	}
+	defer stopFlaky()
+	// sluice run's own start, on a file: SIGHUP reloads it as it would
+	// any config.
+	dir, err := os.MkdirTemp("", "sluice-demo-")
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice demo:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "demo.yaml")
+	if err := os.WriteFile(path, []byte(demoConfig(*listen, *adminAddr, steady, flaky)), 0o600); err != nil {
+		fmt.Fprintln(stderr, "sluice demo:", err)
+		return 1
+	}
+	cfg, hash, err := loadConfig(path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	slog.SetDefault(log)
-	gen, err := config.Build(cfg)
+	log := newLog(logs, cfg)
+	r, err := start(path, cfg, loaded{hash, time.Now()}, logs, log, nil)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
+		log.Error("starting", "error", err)
 		return 1
 	}
-	gen.Start(context.Background())
-	defer gen.Close()
-	srv, closer, err := config.NewServer(cfg, gen, log)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
+	status := "off (-admin \"\")"
+	if r.adminLn != nil {
+		status = "http://" + r.adminLn.Addr().String() + "/status (each upstream's servers, health and tries)"
 	}
-	defer closer.Close()
-	ln, err := proxy.Listen(*listen)
-	if err != nil {
-		fmt.Fprintln(stderr, "demo:", err)
-		return 1
-	}
-	addr := ln.Addr().String()
-	fmt.Fprintf(stdout, `sluice demo: proxy on http://%[1]s in front of two upstreams:
-  %[2]s  steady
-  %[3]s  flaky: closes a kept-alive connection when its second request arrives, without answering
+	fmt.Fprint(stdout, demoText(r.sockets[0].ln.Addr().String(), status, steady, flaky))
+	return r.serve()
+}
+
+// demoText is what the demo prints: where everything is (status: the
+// status page's URL), and what to try, each with what it shows.
+func demoText(addr, status, steady, flaky string) string {
+	return strings.NewReplacer("ADDR", addr, "STATUS", status, "STEADY", steady, "FLAKY", flaky, "CRASH", demoCrashPath).Replace(
+		`sluice demo: a proxy on http://ADDR in front of two upstreams:
+  STEADY  steady
+  FLAKY  flaky: closes a kept-alive connection when its second request arrives,
+      without answering; on CRASH it reads the whole request, then resets the
+      connection without answering
+Status page: STATUS
 
 Try (run each a few times; the log below shows every try):
-  curl -s http://%[1]s/hello
-  curl -s -X POST -d item=1 http://%[1]s/orders
-      a POST the flaky upstream may drop: retried only when nothing of it was
-      sent; otherwise 502 with a Proxy-Status header, and never sent twice
-  curl -s -X POST -H 'Idempotency-Key: order-42' -d item=1 http://%[1]s/orders
-      the same POST with an idempotency key: retried on another connection
-  for i in 1 2 3 4 5 6; do curl -s http://%[1]s/n/$i; done
-  curl -s --http2-prior-knowledge http://%[1]s/hello
-      the same over HTTP/2 (cleartext, prior knowledge): a stream of its own,
-      proxied to the HTTP/1.1 upstreams
+  for i in 1 2 3 4 5 6; do curl -s http://ADDR/n/$i; done
+      round robin: the GETs that meet a connection flaky closes are retried;
+      every one gets 200
+  curl -s -X POST -d item=1 http://ADDR/orders
+      a POST gets 200 too: sluice sends a request that must not be sent twice
+      on a new connection to a server it has not seen complete 1000 exchanges
+      without dropping one (non_idempotent: learn), so flaky's drops never
+      meet a POST
+  curl -si -X POST -d item=1 http://ADDR/crash/orders
+      flaky reads this POST, then resets the connection: it may have taken the
+      order, and sluice cannot know, so it does not send it again: 502, with a
+      Proxy-Status header that says what happened
+  curl -si -X POST -H 'Idempotency-Key: order-42' -d item=1 http://ADDR/crash/orders
+      the same POST with an idempotency key, which lets the upstream tell a
+      repeat: sluice sends it again, to steady: 200
+  curl -s --http2-prior-knowledge http://ADDR/hello
+      HTTP/2 (cleartext, prior knowledge): a stream of its own, proxied to the
+      HTTP/1.1 upstreams
 
 Ctrl-C stops.
-`, addr, steady, flaky)
-	opts := []proxy.ListenerOptions{{Protocols: cfg.Listen[0].Protocols}}
-	return serve(srv, []net.Listener{ln}, opts, 2*time.Second, log, nil, nil)
+`)
+}
+
+// lockedWriter writes each Write whole, one at a time: sluice's log lines
+// and the upstreams' do not interleave.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // startDemoUpstream serves a tiny HTTP/1.1 upstream written with sluice's
-// own wire package, and returns its address.
-func startDemoUpstream(name string, flaky bool, logw io.Writer) (string, error) {
+// own wire package, and returns its address and how to stop it.
+func startDemoUpstream(name string, flaky bool, logw io.Writer) (string, func(), error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	var conns atomic.Int64
-	var mu sync.Mutex
 	logf := func(format string, args ...any) {
-		mu.Lock()
 		fmt.Fprintf(logw, "upstream %s: "+format+"\n", append([]any{name}, args...)...)
-		mu.Unlock()
 	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	open := map[net.Conn]bool{}
+	wg.Add(1)
 	go func() {
+		defer wg.Done()
 		for {
 			nc, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			go demoConn(nc, name, int(conns.Add(1)), flaky, logf)
+			mu.Lock()
+			open[nc] = true
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				demoConn(nc, int(conns.Add(1)), flaky, logf)
+				mu.Lock()
+				delete(open, nc)
+				mu.Unlock()
+			}()
 		}
 	}()
-	return ln.Addr().String(), nil
+	stop := func() {
+		ln.Close()
+		mu.Lock()
+		for nc := range open {
+			nc.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	}
+	return ln.Addr().String(), stop, nil
 }
 
-func demoConn(nc net.Conn, name string, n int, flaky bool, logf func(string, ...any)) {
+func demoConn(nc net.Conn, n int, flaky bool, logf func(string, ...any)) {
 	defer nc.Close()
 	r := h1.NewReader(nc)
 	var req h1.Request
@@ -155,19 +246,34 @@ func demoConn(nc net.Conn, name string, n int, flaky bool, logf func(string, ...
 		for !body.Done() {
 			seg, err := body.Next()
 			size += len(seg)
-			if err != nil && err != io.EOF {
+			if err != nil && !errors.Is(err, io.EOF) {
 				return
 			}
 		}
-		if flaky && seq > 1 {
+		key := string(req.Header.Get("Idempotency-Key"))
+		switch {
+		case flaky && strings.HasPrefix(string(req.Target()), demoCrashPath):
+			logf("conn#%d req#%d %s %s (%d body bytes%s): read it whole; resetting the connection without answering",
+				n, seq, req.Method(), req.Target(), size, keyNote(key))
+			if tc, ok := nc.(*net.TCPConn); ok {
+				tc.SetLinger(0) // the close sends a reset
+			}
+			return
+		case flaky && seq > 1:
 			logf("conn#%d req#%d %s %s: closing the connection without answering", n, seq, req.Method(), req.Target())
 			return
 		}
-		key := string(req.Header.Get("Idempotency-Key"))
 		logf("conn#%d req#%d %s %s (%d body bytes%s): 200", n, seq, req.Method(), req.Target(), size, keyNote(key))
-		msg := fmt.Sprintf("hello from the %s upstream (connection %d, request %d): %s %s\n", name, n, seq, req.Method(), req.Target())
+		msg := fmt.Sprintf("hello from the %s upstream (connection %d, request %d): %s %s\n", nameOf(flaky), n, seq, req.Method(), req.Target())
 		fmt.Fprintf(nc, "HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s", len(msg), msg)
 	}
+}
+
+func nameOf(flaky bool) string {
+	if flaky {
+		return "flaky"
+	}
+	return "steady"
 }
 
 func keyNote(key string) string {

@@ -147,6 +147,7 @@ func TestStaticBuild(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("CGO_ENABLED=0 go build: %v\n%s", err, out)
 	}
+	checkUnstampedVersion(t, bin)
 	if runtime.GOOS != "linux" {
 		return
 	}

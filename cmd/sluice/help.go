@@ -27,9 +27,9 @@ var commands = []command{
 		func(w io.Writer) { parseFlags("reload", []string{"-h"}, w) }},
 	{"upgrade", "make the sluice run of the config file's pid_file start the binary at its path on its sockets, and drain once that serves (SIGUSR2)",
 		func(w io.Writer) { parseFlags("upgrade", []string{"-h"}, w) }},
-	{"demo", "run a proxy in front of two built-in upstreams, one that drops kept-alive connections",
+	{"demo", "run a proxy, with its status page, in front of two built-in upstreams, one that drops kept-alive connections",
 		func(w io.Writer) {
-			fs, _ := demoFlags(w)
+			fs, _, _ := demoFlags(w)
 			fs.PrintDefaults()
 		}},
 	{"version", "print the version, the commit and time it was built from, and the Go version", nil},

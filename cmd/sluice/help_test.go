@@ -2,8 +2,13 @@ package main
 
 import (
 	"bytes"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -76,21 +81,66 @@ func TestVersion(t *testing.T) {
 			{Key: "vcs.modified", Value: "true"},
 		},
 	}
+	devel := &debug.BuildInfo{Main: debug.Module{Path: "github.com/sluice-proxy/sluice", Version: "(devel)"}}
+	release := buildInfo{Version: "v1.2.3", Revision: "0123456789abcdef0123456789abcdef01234567", Time: "2027-01-02T03:04:05Z"}
 	for _, tt := range []struct {
-		name     string
-		bi       *debug.BuildInfo
-		override string
-		want     string
+		name    string
+		bi      *debug.BuildInfo
+		stamped buildInfo
+		want    string
 	}{
-		{"stamped", bi, "", "sluice v0.0.0-20261201055554-996d15758156\nmodule   github.com/sluice-proxy/sluice\n" +
+		{"go build in a git checkout", bi, buildInfo{}, "sluice v0.0.0-20261201055554-996d15758156\nmodule   github.com/sluice-proxy/sluice\n" +
 			"revision 996d15758156ff0676f14f08443827661054887b+modified\ntime     2026-12-01T05:55:54Z\ngo       go1.26.0 linux/amd64\n"},
-		{"ldflags override", bi, "v1.2.3", "sluice v1.2.3\nmodule   github.com/sluice-proxy/sluice\n" +
+		{"version stamped alone", bi, buildInfo{Version: "v1.2.3"}, "sluice v1.2.3\nmodule   github.com/sluice-proxy/sluice\n" +
 			"revision 996d15758156ff0676f14f08443827661054887b+modified\ntime     2026-12-01T05:55:54Z\ngo       go1.26.0 linux/amd64\n"},
-		{"no build info", nil, "", "sluice (devel)\nmodule   unknown\n" +
+		{"release build", devel, release, "sluice v1.2.3\nmodule   github.com/sluice-proxy/sluice\n" +
+			"revision 0123456789abcdef0123456789abcdef01234567\ntime     2027-01-02T03:04:05Z\ngo       go1.26.0 linux/amd64\n"},
+		{"release build, VCS info too", bi, release, "sluice v1.2.3\nmodule   github.com/sluice-proxy/sluice\n" +
+			"revision 0123456789abcdef0123456789abcdef01234567\ntime     2027-01-02T03:04:05Z\ngo       go1.26.0 linux/amd64\n"},
+		{"go build without VCS info", devel, buildInfo{}, "sluice (devel)\nmodule   github.com/sluice-proxy/sluice\n" +
+			"revision unknown (built outside a git checkout, or with -buildvcs=false)\ngo       go1.26.0 linux/amd64\n"},
+		{"no build info", nil, buildInfo{}, "sluice (devel)\nmodule   unknown\n" +
 			"revision unknown (built outside a git checkout, or with -buildvcs=false)\ngo       go1.26.0 linux/amd64\n"},
 	} {
-		if got := versionText(tt.bi, tt.override, "go1.26.0", "linux/amd64"); got != tt.want {
+		if got := readBuild(tt.bi, tt.stamped, "go1.26.0", "linux/amd64").String(); got != tt.want {
 			t.Errorf("%s:\n%s\nwant\n%s", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestRunLogsVersion: the start's log line names the version sluice
+// version prints, never an empty one.
+func TestRunLogsVersion(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	body := "listen: [{address: " + taken.Addr().String() + "}]\nroutes: [{upstream: app}]\nupstreams: {app: {servers: [{address: 127.0.0.1:9}]}}\n"
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	run([]string{"run", "-c", path}, &stdout, &stderr) // fails to bind, after the line
+	v := currentBuild().Version
+	if v == "" {
+		t.Fatal("currentBuild has no version")
+	}
+	m := regexp.MustCompile(`msg="sluice run" version=("(?:[^"\\]|\\.)*"|\S+)`).FindStringSubmatch(stderr.String())
+	if m == nil {
+		t.Fatalf("no start line with a version:\n%s", stderr.String())
+	}
+	logged := m[1]
+	if uq, err := strconv.Unquote(logged); err == nil {
+		logged = uq
+	}
+	if logged != v {
+		t.Errorf("the start's log line says version %q, want %q:\n%s", logged, v, stderr.String())
+	}
+	stdout.Reset()
+	run([]string{"version"}, &stdout, &stderr)
+	if first, _, _ := strings.Cut(stdout.String(), "\n"); first != "sluice "+v {
+		t.Errorf("sluice version says %q, the log %s", first, v)
 	}
 }

@@ -106,8 +106,16 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s: ok (%d listeners, %d routes, %d upstreams)\n", path, len(cfg.Listen), len(cfg.Routes), len(cfg.Upstreams))
+	fmt.Fprintf(stdout, "%s: ok (%s, %s, %s)\n", path, count(len(cfg.Listen), "listener"), count(len(cfg.Routes), "route"), count(len(cfg.Upstreams), "upstream"))
 	return 0
+}
+
+// count says n things: "1 route", "2 routes", "0 routes".
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }
 
 func cmdRun(args []string, stderr io.Writer) int {

@@ -29,6 +29,17 @@ upstreams:
     servers:
       - address: 127.0.0.1:9001
 `)
+	two := write("two.yaml", `
+listen:
+  - address: 127.0.0.1:0
+  - address: 127.0.0.1:0
+routes:
+  - {path_prefix: /a/, upstream: a}
+  - upstream: b
+upstreams:
+  a: {servers: [{address: 127.0.0.1:9001}]}
+  b: {servers: [{address: 127.0.0.1:9002}]}
+`)
 	zero := write("zero.yaml", `
 listen:
   - address: 127.0.0.1:0
@@ -67,12 +78,13 @@ upstreams:
 		code int
 		out  string
 	}{
-		{[]string{"validate", "-c", goodTLS}, 0, "ok (1 listeners, 1 routes, 1 upstreams)"},
+		{[]string{"validate", "-c", goodTLS}, 0, "ok (1 listener, 1 route, 1 upstream)"},
 		{[]string{"validate", "-c", missingCert}, 1,
 			"missing.yaml:6: listen[0].tls.certificates[0].cert: " + filepath.Join(dir, "nowhere.pem") + ": no such file or directory"},
 		{[]string{"validate", "-c", badCert}, 1,
 			"bad.yaml:6: listen[0].tls.certificates[0].cert: " + garbage + ": no PEM CERTIFICATE block"},
-		{[]string{"validate", "-c", good}, 0, "ok (1 listeners, 1 routes, 1 upstreams)"},
+		{[]string{"validate", "-c", good}, 0, "ok (1 listener, 1 route, 1 upstream)"},
+		{[]string{"validate", "-c", two}, 0, "ok (2 listeners, 2 routes, 2 upstreams)"},
 		{[]string{"validate", "-c", zero}, 1, "zero.yaml:11:14: upstreams.app.retry.tries: must be >= 1"},
 		{[]string{"validate", "-c", filepath.Join(dir, "missing.yaml")}, 1, "no such file"},
 		{[]string{"version"}, 0, "sluice "},

@@ -105,7 +105,7 @@ func start(path string, cfg *config.Config, l loaded, stderr io.Writer, log *slo
 	if abs, err := filepath.Abs(path); err == nil {
 		path = abs
 	}
-	log.Info("sluice run", "version", version, "pid", os.Getpid(), "upgrade", in != nil)
+	log.Info("sluice run", append(currentBuild().logAttrs(), "pid", os.Getpid(), "upgrade", in != nil)...)
 	sig := make(chan os.Signal, 1)
 	signals := []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
 	signals = append(append(signals, reopenSignals...), upgradeSignals...)
@@ -121,6 +121,9 @@ func start(path string, cfg *config.Config, l loaded, stderr io.Writer, log *slo
 	}
 	gen, err := config.Build(cfg)
 	if err != nil {
+		return nil, err
+	}
+	if err := gen.OpenLocalCAs(); err != nil {
 		return nil, err
 	}
 	listeners, err := config.NewListeners(cfg, gen)

@@ -18,10 +18,11 @@ import (
 // generation they started with, and servers that stay keep their health
 // state. The TLS listeners that stay read their certificates, keys and
 // client CAs again: new handshakes get them, connections already open
-// keep theirs. An ACME manager whose acme section stays goes on (its
-// certificates kept, nothing asked again); one for a new or changed
-// section starts, and the one it replaces, or whose section is gone,
-// stops.
+// keep theirs. A local CA (tls.internal) keeps its root and what it
+// issued, which its storage holds. An ACME manager whose acme section
+// stays goes on (its certificates kept, nothing asked again); one for a
+// new or changed section starts, and the one it replaces, or whose
+// section is gone, stops.
 //
 // When the file changes what the server holds (config.ServerChanged:
 // listeners, client timeouts, limits, logs, forwarding; or turns metrics
@@ -54,6 +55,12 @@ func (r *running) reload() {
 	}
 	gen, err := config.Build(cfg)
 	if err != nil {
+		fail(err)
+		return
+	}
+	// The local CAs open their storage again: the same root, and the
+	// certificates issued so far.
+	if err := gen.OpenLocalCAs(); err != nil {
 		fail(err)
 		return
 	}
