@@ -753,8 +753,8 @@ func TestLoadFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.File != "testdata/full.yaml" || len(c.Listen) != 6 || len(c.Routes) != 4 || len(c.Upstreams) != 2 {
-		t.Errorf("got file %q, %d listeners, %d routes, %d upstreams; want testdata/full.yaml, 6, 4, 2",
+	if c.File != "testdata/full.yaml" || len(c.Listen) != 7 || len(c.Routes) != 4 || len(c.Upstreams) != 2 {
+		t.Errorf("got file %q, %d listeners, %d routes, %d upstreams; want testdata/full.yaml, 7, 4, 2",
 			c.File, len(c.Listen), len(c.Routes), len(c.Upstreams))
 	}
 	if web := c.Upstreams[1]; web.Name != "web" || web.Retry.Tries != 1 || len(web.Retry.On) != 0 {

@@ -134,6 +134,10 @@ func (p *parker) linger(c *conn) bool {
 		return false
 	}
 	sc.CloseWrite()
+	// The parker keeps the deadline: the socket's own, passed already
+	// when a head timed out, would fail the lingering reads at once, and
+	// the close would reset what the client still sends.
+	sc.SetReadDeadline(time.Time{})
 	c.lingerLeft = lingerBytes
 	return p.add(c, time.Now().Add(lingerTime))
 }
