@@ -236,7 +236,7 @@ func Build(cfg *Config) (_ *Generation, err error) {
 	}
 	routes := make([]route.Route, 0, len(cfg.Routes))
 	for _, r := range cfg.Routes {
-		rt := route.Route{Host: r.Host, PathPrefix: r.PathPrefix, Name: r.Upstream}
+		rt := route.Route{Host: r.Host, PathPrefix: r.PathPrefix, Path: r.Path, PathRegex: r.pathRegex, Name: r.Upstream}
 		if r.Static == nil {
 			u := g.Upstreams[r.Upstream]
 			if u == nil {
@@ -282,15 +282,12 @@ func Build(cfg *Config) (_ *Generation, err error) {
 }
 
 // routeName names a route for rate limit metrics, logs and Redis keys:
-// its host ("*" for any) followed by its path prefix, such as
-// "api.example.com/v1/" or "*/api/", as the access log names routes. A
-// fleet of sluice instances with the same routes names them alike.
+// its host ("*" for any) followed by its path condition, such as
+// "api.example.com/v1/", "*/api/" or "*=/login", as the access log names
+// routes (route.Route.Label). A fleet of sluice instances with the same
+// routes names them alike.
 func routeName(r Route) string {
-	host := r.Host
-	if host == "" {
-		host = "*"
-	}
-	return host + r.PathPrefix
+	return (&route.Route{Host: r.Host, PathPrefix: r.PathPrefix, Path: r.Path, PathRegex: r.pathRegex}).Label()
 }
 
 // rateLimiter builds the rate limit phase of route r, and g's Redis client

@@ -2,6 +2,7 @@ package config
 
 import (
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -73,7 +74,15 @@ type Config struct {
 	// of sluice instances keeps shared state in: the budgets of the
 	// routes whose rate_limit has store: redis.
 	Redis *Redis
+
+	warnings []Problem // see Warnings
 }
+
+// Warnings returns what the file may say but most likely did not mean,
+// in the order of the file: a route that an earlier route leaves no
+// request to, say. sluice validate prints them, and sluice run and a
+// reload log them; none stops the file from loading.
+func (c *Config) Warnings() []Problem { return c.warnings }
 
 // Redis is the connection to a Redis server.
 type Redis struct {
@@ -445,8 +454,12 @@ type Admin struct {
 }
 
 // Route sends the requests it matches to an upstream. A route matches
-// a request when both Host and PathPrefix match; an empty one matches
-// anything.
+// a request when its Host and its path condition (PathPrefix, Path or
+// PathRegex, at most one of them) match; an empty one matches anything.
+// Routes are tried in the order of the file and the first that matches
+// wins, whatever its kind of path condition; a route that an earlier one
+// leaves nothing to match (the same host or a wider one, and a path
+// condition that takes every path it would) is a warning (Warnings).
 type Route struct {
 	// Host (key "host", default "" = any host) matches the request's
 	// host exactly, ignoring case and the port. "*.example.com" matches
@@ -458,6 +471,20 @@ type Route struct {
 	// hold only printable ASCII other than space, "?" and "#", as a path
 	// does on the wire; other characters must be percent-encoded.
 	PathPrefix string
+	// Path (key "path", default "" = any path) matches requests whose
+	// path is exactly it, as nginx's "location =": "/healthz" matches
+	// neither "/healthz/" nor "/healthz?x" (the query is not part of the
+	// path: it matches that), nor "/healthz.json". Its characters are
+	// PathPrefix's.
+	Path string
+	// PathRegex (key "path_regex", default "" = any path) matches
+	// requests whose path it finds a match in: Go's regular expressions
+	// (RE2: no backreferences or lookaround, and matching time linear in
+	// the path's length), unanchored as nginx's "location ~" ("^" and
+	// "$" anchor it; "(?i)" in front ignores case). The path is matched
+	// as it came, percent-encoded, without its query. Its captures,
+	// numbered or named, may be used by rewrite and respond.
+	PathRegex string
 	// Upstream (key "upstream") names the upstream that serves the
 	// route; it must be defined under "upstreams". A route has either an
 	// upstream or Static, not both.
@@ -498,6 +525,8 @@ type Route struct {
 	RateLimit *RateLimit
 	// Line is the line of the route in the file, for messages.
 	Line int
+
+	pathRegex *regexp.Regexp // PathRegex, compiled
 }
 
 // RouteHeaders are a route's header rules, for each direction.

@@ -72,6 +72,21 @@ type decoder struct {
 	upstream string
 	// truncated is set when a problem was dropped for maxProblems.
 	truncated bool
+	// warnings are what is allowed but most likely a mistake.
+	warnings []Problem
+}
+
+// warnf records a warning at n: something the file may say, but most
+// likely did not mean (see Config.Warnings).
+func (d *decoder) warnf(n *yaml.Node, path, format string, args ...any) {
+	if len(d.warnings) >= maxProblems {
+		return
+	}
+	p := Problem{File: d.file, Path: path, Msg: fmt.Sprintf(format, args...)}
+	if n != nil {
+		p.Line, p.Column = n.Line, n.Column
+	}
+	d.warnings = append(d.warnings, p)
 }
 
 // addf records a problem at n.
@@ -154,6 +169,7 @@ func (d *decoder) parse(data []byte) (*Config, error) {
 	if err := d.err(); err != nil {
 		return nil, err
 	}
+	c.warnings = d.warnings
 	return c, nil
 }
 
@@ -376,6 +392,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 		metricsAddr    *yaml.Node
 		adminAddr      *yaml.Node
 		clientIPNode   *yaml.Node // forwarded.client_ip: x_forwarded_for
+		routeNodes     []located  // each route, as c.Routes
 	)
 	present := d.mapping(n, "", []field{
 		{"listen", func(n *yaml.Node, path string) {
@@ -504,6 +521,8 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 				present := d.mapping(n, path, []field{
 					{"host", d.str(&r.Host, checkHost)},
 					{"path_prefix", d.str(&r.PathPrefix, checkPathPrefix)},
+					{"path", d.str(&r.Path, checkPath)},
+					{"path_regex", func(n *yaml.Node, path string) { d.routePathRegex(n, path, &r) }},
 					{"upstream", func(n *yaml.Node, path string) {
 						if d.str(&r.Upstream, checkNotEmpty)(n, path); r.Upstream != "" {
 							routeUpstreams = append(routeUpstreams, located{n, path})
@@ -519,8 +538,10 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 					{"rate_limit", func(n *yaml.Node, path string) { r.RateLimit = d.routeRateLimit(n, path) }},
 				})
 				d.routeTarget(n, path, present)
+				d.routePathKeys(n, path, present)
 				d.checkStripPrefix(strip, join(path, "strip_prefix"), &r)
 				c.Routes = append(c.Routes, r)
+				routeNodes = append(routeNodes, located{n, path})
 			})
 			if count == 0 && isList(n) {
 				d.addf(n, path, "at least one route is required, such as [{upstream: web}]")
@@ -538,6 +559,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 
 	// Cross-field checks.
 	d.checkRedisUsers(c)
+	d.checkShadowed(c.Routes, routeNodes)
 	seen := map[string]*yaml.Node{}
 	for _, a := range listenAddrs {
 		if hasPort0(a.n.Value) {

@@ -4,6 +4,7 @@ package route
 
 import (
 	"bytes"
+	"regexp"
 	"strings"
 
 	"github.com/sluice-proxy/sluice/fault"
@@ -19,6 +20,11 @@ type Picker interface {
 }
 
 // Route sends requests whose host and path match to an upstream.
+//
+// The path conditions are matched against the request's path as it came
+// (its target up to any "?"), neither percent-decoded nor normalized; a
+// condition left empty matches every path, and a route that sets several
+// matches a path that meets all of them.
 type Route struct {
 	// Host matches the request's Host without its port, ignoring case; ""
 	// matches any host, and "*.example.com" matches one or more labels in
@@ -26,6 +32,16 @@ type Route struct {
 	Host string
 	// PathPrefix matches the start of the request path; "" matches all.
 	PathPrefix string
+	// Path matches the request path exactly (nginx's "location ="): "/"
+	// matches "/" alone, and "/healthz" neither "/healthz/" nor
+	// "/healthz.json"; "" matches all.
+	Path string
+	// PathRegex, when not nil, matches paths it finds a match in, Go's
+	// RE2 syntax (linear in the path's length, whatever the expression):
+	// unanchored, as nginx's "location ~", so "^/api/v[0-9]+/" needs its
+	// "^"; "(?i)" in front ignores case. Its captures are for the route's
+	// phases (Rewrite, Respond).
+	PathRegex *regexp.Regexp
 	// Upstream is where matching requests go; Name is for logs. A route
 	// whose phases answer every request itself (static files, say) may
 	// have none: a request that reaches it is answered 503.
@@ -45,29 +61,41 @@ type Route struct {
 	upstream []proxy.UpstreamRequestFilter
 	response []proxy.ResponseFilter
 	answer   []proxy.AnswerFilter
-	label    string // the route in the access log: host and path prefix
+	label    string // the route in the access log: host and path
 }
 
 // Label names the route in the access log (route=): its host ("*" for
 // any) followed by its path prefix, such as "api.example.com/v1/",
-// "*.example.com" or "*".
+// "*.example.com" or "*"; an exact Path follows "=" ("*=/healthz"), and a
+// PathRegex follows "~" ("*~^/api/v[0-9]+/").
 func (r *Route) Label() string {
 	if r.label != "" {
 		return r.label
 	}
-	return label(r.Host, r.PathPrefix)
+	return label(r)
 }
 
-func label(host, prefix string) string {
+func label(r *Route) string {
+	host := r.Host
 	if host == "" {
 		host = "*"
 	}
-	return host + prefix
+	l := host + r.PathPrefix
+	if r.Path != "" {
+		l += "=" + r.Path
+	}
+	if r.PathRegex != nil {
+		l += "~" + r.PathRegex.String()
+	}
+	return l
 }
 
-// Table is an ordered list of routes; the first match wins and a request
-// no route matches is answered 404. A Table is immutable once built and
-// safe for concurrent use.
+// Table is an ordered list of routes: a request goes to the first route,
+// in the order given, whose host and path conditions it meets, whatever
+// kind of path condition each has (sluice does not reorder them as nginx
+// does its locations: a more specific route goes before a more general
+// one). A request no route matches is answered 404. A Table is immutable
+// once built and safe for concurrent use.
 //
 // A Table is the proxy's Handler: it matches a request once, in its
 // RequestFilter, and keeps the route in the session's Ctx, so that every
@@ -82,7 +110,7 @@ func New(routes ...Route) *Table {
 	t := &Table{routes: make([]Route, len(routes))}
 	for i, r := range routes {
 		r.Host = strings.ToLower(r.Host)
-		r.label = label(r.Host, r.PathPrefix)
+		r.label = label(&r)
 		r.request, r.upstream, r.response, r.answer = nil, nil, nil, nil
 		for _, p := range r.Phases {
 			if f, ok := p.(proxy.RequestFilter); ok {
@@ -113,6 +141,12 @@ func (t *Table) Match(host, path []byte) *Route {
 			continue
 		}
 		if r.PathPrefix != "" && !bytes.HasPrefix(path, []byte(r.PathPrefix)) {
+			continue
+		}
+		if r.Path != "" && string(path) != r.Path {
+			continue
+		}
+		if r.PathRegex != nil && !r.PathRegex.Match(path) {
 			continue
 		}
 		return r

@@ -106,6 +106,7 @@ func (r *running) reload() {
 		return
 	}
 	r.log = log
+	logWarnings(log, cfg)
 	if moveMetrics {
 		r.moveMetrics(metricsLn)
 	}
