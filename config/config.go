@@ -498,6 +498,9 @@ type Route struct {
 	// client's and ends with stripped=PREFIX. It needs a path_prefix
 	// other than "/".
 	StripPrefix bool
+	// Rewrite (key "rewrite", default none) rewrites the path sent
+	// upstream (route.Rewrite).
+	Rewrite *Rewrite
 	// Headers (key "headers", default none) changes header fields: of the
 	// requests sent upstream, and of the responses the client gets, the
 	// upstream's and those sluice makes itself for the route.
@@ -527,6 +530,31 @@ type Route struct {
 	Line int
 
 	pathRegex *regexp.Regexp // PathRegex, compiled
+}
+
+// Rewrite rewrites the path a route sends upstream, as nginx's rewrite
+// does (route.Rewrite): when Regex finds a match in the request's path,
+// the path becomes Replacement, expanded with the match's captures ($1,
+// $name) and the request's variables ($host, $args...). The query is kept
+// unless the replacement gives one ("?..."; a final "?" drops it). Every
+// try sends the rewritten path; the access log keeps the client's and ends
+// with rewritten=TARGET. Not with strip_prefix, static or respond.
+//
+// The key takes a mapping, {regex: ..., replacement: ...}, or the
+// replacement alone, for a route whose path_regex gives the captures.
+type Rewrite struct {
+	// Regex (key "regex", default the route's path_regex) is Go's RE2,
+	// matched against the path without its query, unanchored.
+	Regex string
+	// Replacement (key "replacement", required) is the new path: it
+	// starts with "/" and may hold $1 to $9, ${N}, $name or ${name}
+	// (captures, then the variables host, scheme, request_uri, uri,
+	// args, is_args) and $$ for a "$".
+	Replacement string
+	// Line is the line of rewrite in the file, for messages.
+	Line int
+
+	re *regexp.Regexp // Regex, or the route's path_regex, compiled
 }
 
 // RouteHeaders are a route's header rules, for each direction.

@@ -517,7 +517,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 		{"routes", func(n *yaml.Node, path string) {
 			count := d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
 				r := Route{Line: n.Line}
-				var strip *yaml.Node
+				var strip, rewriteNode *yaml.Node
 				present := d.mapping(n, path, []field{
 					{"host", d.str(&r.Host, checkHost)},
 					{"path_prefix", d.str(&r.PathPrefix, checkPathPrefix)},
@@ -529,6 +529,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 						}
 					}},
 					{"strip_prefix", d.routeStripPrefix(&r, &strip)},
+					{"rewrite", func(n *yaml.Node, path string) { rewriteNode = n; r.Rewrite = d.routeRewrite(n, path) }},
 					{"headers", func(n *yaml.Node, path string) { d.routeHeaders(n, path, &r.Headers) }},
 					{"allow", d.prefixes(&r.Allow)},
 					{"deny", d.prefixes(&r.Deny)},
@@ -540,6 +541,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 				d.routeTarget(n, path, present)
 				d.routePathKeys(n, path, present)
 				d.checkStripPrefix(strip, join(path, "strip_prefix"), &r)
+				d.checkRewrite(rewriteNode, join(path, "rewrite"), &r)
 				c.Routes = append(c.Routes, r)
 				routeNodes = append(routeNodes, located{n, path})
 			})

@@ -103,3 +103,58 @@ func TestShadowedRoutes(t *testing.T) {
 		})
 	}
 }
+
+func TestRouteRewrite(t *testing.T) {
+	c, err := Parse("t.yaml", []byte(routesFile(`  - {path_regex: '^/api/v([0-9]+)/(.*)$', rewrite: '/$2?v=$1', upstream: web}
+  - path_prefix: /old/
+    rewrite: {regex: '^/old/(?P<rest>.*)', replacement: /new/$rest}
+    upstream: web
+`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rw := c.Routes[0].Rewrite; rw == nil || rw.Regex != "" || rw.Replacement != "/$2?v=$1" || rw.re != c.Routes[0].pathRegex {
+		t.Errorf("route 0 rewrite: %+v", rw)
+	}
+	if rw := c.Routes[1].Rewrite; rw == nil || rw.Regex != "^/old/(?P<rest>.*)" || rw.Replacement != "/new/$rest" || rw.re == nil || rw.Line != 6 {
+		t.Errorf("route 1 rewrite: %+v", rw)
+	}
+	for i := range c.Routes {
+		phases, err := routePhases(&c.Routes[i])
+		if err != nil || len(phases) != 1 {
+			t.Errorf("route %d: phases %v, %v", i, phases, err)
+		}
+	}
+}
+
+func TestRouteRewriteProblems(t *testing.T) {
+	tests := []struct {
+		name, routes string
+		line, col    int
+		path, msg    string
+	}{
+		{"no captures to take", "  - {path_prefix: /a/, rewrite: /b/$1, upstream: web}\n", 4, 33, "routes[0].rewrite",
+			"the replacement alone takes its captures from the route's path_regex, and this route has none; write {regex: ..., replacement: /b/$1}"},
+		{"no regex", "  - {path_prefix: /a/, rewrite: {replacement: /b}, upstream: web}\n", 4, 33, "routes[0].rewrite.regex", "missing; it is required unless the route has a path_regex"},
+		{"no replacement", "  - {path_prefix: /a/, rewrite: {regex: ^/a}, upstream: web}\n", 4, 33, "routes[0].rewrite.replacement", "missing; it is required"},
+		{"bad regex", "  - {rewrite: {regex: '(', replacement: /x}, upstream: web}\n", 4, 23, "routes[0].rewrite.regex", "missing closing )"},
+		{"relative", "  - {path_regex: ^/(a), rewrite: $1, upstream: web}\n", 4, 34, "routes[0].rewrite", `the replacement "$1" must start with "/"`},
+		{"capture beyond", "  - {rewrite: {regex: ^/(a), replacement: /$2}, upstream: web}\n", 4, 43, "routes[0].rewrite", "at 1: $2 refers to capture 2"},
+		{"unknown variable", "  - {path_regex: ^/(a), rewrite: /$hots, upstream: web}\n", 4, 34, "routes[0].rewrite", "$hots is neither a capture"},
+		{"with strip_prefix", "  - {path_prefix: /a/, strip_prefix: true, rewrite: {regex: ^/a, replacement: /b}, upstream: web}\n", 4, 53, "routes[0].rewrite", "and strip_prefix both change the path"},
+		{"with static", "  - {path_prefix: /a/, rewrite: {regex: ^/a, replacement: /b}, static: {root: .}}\n", 4, 33, "routes[0].rewrite", "a static route sends none"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("t.yaml", []byte(routesFile(tt.routes)))
+			var e *Error
+			if !errors.As(err, &e) || len(e.Problems) != 1 {
+				t.Fatalf("got %v, want one problem", err)
+			}
+			p := e.Problems[0]
+			if p.Line != tt.line || p.Column != tt.col || p.Path != tt.path || !strings.Contains(p.Msg, tt.msg) {
+				t.Errorf("got %d:%d %s: %s\nwant %d:%d %s: ...%s...", p.Line, p.Column, p.Path, p.Msg, tt.line, tt.col, tt.path, tt.msg)
+			}
+		})
+	}
+}
