@@ -237,7 +237,7 @@ func Build(cfg *Config) (_ *Generation, err error) {
 	routes := make([]route.Route, 0, len(cfg.Routes))
 	for _, r := range cfg.Routes {
 		rt := route.Route{Host: r.Host, PathPrefix: r.PathPrefix, Path: r.Path, PathRegex: r.pathRegex, Name: r.Upstream}
-		if r.Static == nil {
+		if r.Static == nil && r.Respond == nil {
 			u := g.Upstreams[r.Upstream]
 			if u == nil {
 				return nil, fmt.Errorf("%s:%d: route to unknown upstream %q", cfg.File, r.Line, r.Upstream)
@@ -258,6 +258,16 @@ func Build(cfg *Config) (_ *Generation, err error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s:%d: route compress: %w", cfg.File, r.Line, err)
 			}
+			rt.Phases = append(rt.Phases, p)
+		}
+		if r.Respond != nil {
+			// The route's own answer to every request: last, after the
+			// phases that may refuse a request.
+			p, err := respondPhase(r.Respond, r.pathRegex)
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: route respond: %w", cfg.File, r.Respond.Line, err)
+			}
+			rt.Name = "respond"
 			rt.Phases = append(rt.Phases, p)
 		}
 		if r.Static != nil {

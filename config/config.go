@@ -526,6 +526,9 @@ type Route struct {
 	// RateLimit (key "rate_limit", default none) limits the rate of the
 	// route's requests.
 	RateLimit *RateLimit
+	// Respond (key "respond") answers the route's requests from the
+	// file instead of an upstream; nil for a route with an upstream.
+	Respond *Respond
 	// Line is the line of the route in the file, for messages.
 	Line int
 
@@ -556,6 +559,43 @@ type Rewrite struct {
 
 	re *regexp.Regexp // Regex, or the route's path_regex, compiled
 }
+
+// Respond is a route's own answer to each of its requests, as nginx's
+// return (route.Respond): a fixed answer (a maintenance page, a health
+// check's ok) or a redirect. A route has an upstream, static or respond,
+// one of them; the answer goes to the client as it is.
+type Respond struct {
+	// Status (key "status", default 302 with location, else 200;
+	// 200..599) is the answer's status. A 204 or 304 has no body.
+	Status int
+	// Location (key "location", default "" = none) is the Location of a
+	// redirect (a 3xx status, or 201): a template as rewrite's
+	// replacement, with the route's path_regex's captures and the
+	// request's variables ("https://$host$request_uri"); visible ASCII.
+	Location string
+	// Headers (key "headers", default {}) maps field names to a value or a
+	// list of values, each a field of the answer; Content-Length,
+	// Transfer-Encoding and hop-by-hop fields cannot be named, nor
+	// Location with location.
+	Headers []HeaderField
+	// Body (key "body", default "") is the answer's body, as written;
+	// text/plain; charset=utf-8 unless headers give a Content-Type.
+	Body string
+	// BodyFile (key "body_file", default "" = none; not with body) is a
+	// file whose contents are the body, at most 1MiB, read when the file
+	// is loaded (and at each reload), relative to the config file's
+	// directory; its Content-Type is its extension's (.html is text/html;
+	// charset=utf-8) unless headers give one.
+	BodyFile string
+	// Line is the line of respond in the file, for messages.
+	Line int
+
+	body []byte // Body, or BodyFile's contents
+}
+
+// maxFileBody bounds a body sluice reads from a file named in the config
+// (respond's body_file, an error page): it is held in memory.
+const maxFileBody = 1 << 20
 
 // RouteHeaders are a route's header rules, for each direction.
 type RouteHeaders struct {

@@ -724,8 +724,8 @@ func TestLoadFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.File != "testdata/full.yaml" || len(c.Listen) != 5 || len(c.Routes) != 7 || len(c.Upstreams) != 2 {
-		t.Errorf("got file %q, %d listeners, %d routes, %d upstreams; want testdata/full.yaml, 5, 7, 2",
+	if c.File != "testdata/full.yaml" || len(c.Listen) != 5 || len(c.Routes) != 10 || len(c.Upstreams) != 2 {
+		t.Errorf("got file %q, %d listeners, %d routes, %d upstreams; want testdata/full.yaml, 5, 10, 2",
 			c.File, len(c.Listen), len(c.Routes), len(c.Upstreams))
 	}
 	if w := c.Warnings(); len(w) != 0 {

@@ -517,7 +517,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 		{"routes", func(n *yaml.Node, path string) {
 			count := d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
 				r := Route{Line: n.Line}
-				var strip, rewriteNode *yaml.Node
+				var strip, rewriteNode, respondNode *yaml.Node
 				present := d.mapping(n, path, []field{
 					{"host", d.str(&r.Host, checkHost)},
 					{"path_prefix", d.str(&r.PathPrefix, checkPathPrefix)},
@@ -537,11 +537,13 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 					{"static", func(n *yaml.Node, path string) { r.Static = d.routeStatic(n, path) }},
 					{"compress", func(n *yaml.Node, path string) { r.Compress = d.routeCompress(n, path) }},
 					{"rate_limit", func(n *yaml.Node, path string) { r.RateLimit = d.routeRateLimit(n, path) }},
+					{"respond", func(n *yaml.Node, path string) { respondNode = n; r.Respond = d.routeRespond(n, path) }},
 				})
 				d.routeTarget(n, path, present)
 				d.routePathKeys(n, path, present)
 				d.checkStripPrefix(strip, join(path, "strip_prefix"), &r)
 				d.checkRewrite(rewriteNode, join(path, "rewrite"), &r)
+				d.checkRespond(respondNode, join(path, "respond"), &r)
 				c.Routes = append(c.Routes, r)
 				routeNodes = append(routeNodes, located{n, path})
 			})
@@ -956,14 +958,20 @@ func (d *decoder) retryOn(n *yaml.Node, path string, r *Retry) {
 	r.On = on
 }
 
-// routeTarget checks that a route has what answers it: an upstream or
-// static files, one of them.
+// routeTarget checks that a route has what answers it: an upstream,
+// static files or its own answer, one of them.
 func (d *decoder) routeTarget(n *yaml.Node, path string, present map[string]bool) {
+	var given []string
+	for _, k := range []string{"upstream", "static", "respond"} {
+		if present[k] {
+			given = append(given, k)
+		}
+	}
 	switch {
-	case present["upstream"] && present["static"]:
-		d.addf(n, join(path, "static"), "a route has an upstream or static files, not both")
-	case !present["upstream"] && !present["static"]:
-		d.addf(n, join(path, "upstream"), "missing; a route needs an upstream (or static: {root: DIR})")
+	case len(given) > 1:
+		d.addf(n, join(path, given[1]), "a route has one of upstream, static or respond; this one gives %s", strings.Join(given, " and "))
+	case len(given) == 0:
+		d.addf(n, join(path, "upstream"), "missing; a route needs an upstream (or static: {root: DIR}, or respond: {...})")
 	}
 }
 

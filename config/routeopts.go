@@ -80,6 +80,8 @@ func (d *decoder) checkRewrite(n *yaml.Node, path string, r *Route) {
 	case r.Static != nil:
 		d.addf(n, path, "changes the path sent upstream; a static route sends none")
 		return
+	case r.Respond != nil:
+		return // reported by checkRespond
 	case r.StripPrefix:
 		d.addf(n, path, "and strip_prefix both change the path sent upstream; use one (a rewrite can strip: regex ^/api/(.*)$, replacement /$1)")
 		return
