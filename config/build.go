@@ -260,6 +260,13 @@ func Build(cfg *Config) (_ *Generation, err error) {
 			}
 			rt.Phases = append(rt.Phases, p)
 		}
+		pages, err := errorPagesPhase(r.Errors, cfg.Errors)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: route errors: %w", cfg.File, r.Line, err)
+		}
+		if pages != nil {
+			rt.Phases = append(rt.Phases, pages)
+		}
 		if r.Respond != nil {
 			// The route's own answer to every request: last, after the
 			// phases that may refuse a request.
@@ -288,6 +295,13 @@ func Build(cfg *Config) (_ *Generation, err error) {
 		routes = append(routes, rt)
 	}
 	g.Table = route.New(routes...)
+	if len(cfg.Errors) > 0 {
+		pages, err := errorPagesPhase(nil, cfg.Errors)
+		if err != nil {
+			return nil, fmt.Errorf("%s: errors: %w", cfg.File, err)
+		}
+		g.Table = g.Table.WithUnmatched(pages)
+	}
 	return g, nil
 }
 

@@ -75,6 +75,11 @@ type Config struct {
 	// routes whose rate_limit has store: redis.
 	Redis *Redis
 
+	// Errors (key "errors", default none) are the pages of the answers
+	// sluice makes itself, for every route (whose own errors win for a
+	// status both give) and for the requests no route matches (404).
+	Errors []ErrorPage
+
 	warnings []Problem // see Warnings
 }
 
@@ -529,6 +534,10 @@ type Route struct {
 	// Respond (key "respond") answers the route's requests from the
 	// file instead of an upstream; nil for a route with an upstream.
 	Respond *Respond
+	// Errors (key "errors", default none) are the pages of the answers
+	// sluice makes itself for the route's requests, over the top-level
+	// errors for the statuses both give.
+	Errors []ErrorPage
 	// Line is the line of the route in the file, for messages.
 	Line int
 
@@ -591,6 +600,27 @@ type Respond struct {
 	Line int
 
 	body []byte // Body, or BodyFile's contents
+}
+
+// ErrorPage is the page of sluice's own answers with one status (package
+// errpage), as nginx's error_page: its errors (502, 503, 504, a 404 when
+// no route matches, a 413 body over its limit) and a route's refusals
+// (401, 403, 429...) get the page as their body, their status and fields
+// (Proxy-Status, Retry-After...) kept. Never a response relayed from an
+// upstream, whatever its status, nor a respond's answer, an auth
+// service's, or a gRPC call's (whose status is grpc-status). The
+// "errors" key maps statuses to files.
+type ErrorPage struct {
+	// Status (the key, 400..599) is the status of the answers the page is
+	// for.
+	Status int
+	// File (the value) is the page, at most 1MiB, read when the config
+	// file is loaded and at each reload, relative to the config file's
+	// directory; the answer's Content-Type is its extension's (.html is
+	// text/html; charset=utf-8).
+	File string
+
+	body []byte
 }
 
 // maxFileBody bounds a body sluice reads from a file named in the config

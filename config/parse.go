@@ -538,6 +538,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 					{"compress", func(n *yaml.Node, path string) { r.Compress = d.routeCompress(n, path) }},
 					{"rate_limit", func(n *yaml.Node, path string) { r.RateLimit = d.routeRateLimit(n, path) }},
 					{"respond", func(n *yaml.Node, path string) { respondNode = n; r.Respond = d.routeRespond(n, path) }},
+					{"errors", func(n *yaml.Node, path string) { r.Errors = d.errorPages(n, path) }},
 				})
 				d.routeTarget(n, path, present)
 				d.routePathKeys(n, path, present)
@@ -552,6 +553,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 			}
 		}},
 		{"redis", func(n *yaml.Node, path string) { c.Redis = d.redis(n, path) }},
+		{"errors", func(n *yaml.Node, path string) { c.Errors = d.errorPages(n, path) }},
 		{"upstreams", func(n *yaml.Node, path string) {
 			d.upstreams(n, path, c)
 			if len(c.Upstreams) == 0 && (isNull(n) || n.Kind == yaml.MappingNode) {

@@ -7,15 +7,17 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluice-proxy/sluice/errpage"
 	"github.com/sluice-proxy/sluice/route"
 	"github.com/sluice-proxy/sluice/static"
 )
 
-// This file holds respond, a route's own answer, and the reading of the
-// files that answers' bodies come from.
+// This file holds respond, a route's own answer, the error pages of
+// sluice's answers, and the reading of the files their bodies come from.
 
 // routeRespond walks a route's "respond" mapping. Its location is checked
 // against the route's path_regex by checkRespond, once the route is
@@ -144,4 +146,55 @@ func trimPhase(msg, prefix string) string {
 		return msg[len(prefix):]
 	}
 	return msg
+}
+
+// errorPages walks an "errors" mapping of statuses to files, reading each
+// file.
+func (d *decoder) errorPages(n *yaml.Node, path string) []ErrorPage {
+	pages := []ErrorPage{}
+	if isNull(n) {
+		return pages
+	}
+	if n.Kind != yaml.MappingNode {
+		d.addf(n, path, "must be a mapping of statuses to files, such as {502: errors/502.html}")
+		return pages
+	}
+	seen := map[int]*yaml.Node{}
+	for _, p := range d.pairs(n, path, nil) {
+		fpath := join(path, p.key.Value)
+		var status int
+		d.integer(&status, between(400, 599))(p.key, fpath)
+		if status == 0 {
+			continue
+		}
+		if first, dup := seen[status]; dup {
+			d.addf(p.key, fpath, "%d is given twice (first at line %d)", status, first.Line)
+			continue
+		}
+		seen[status] = p.key
+		pg := ErrorPage{Status: status}
+		if d.str(&pg.File, checkNotEmpty)(p.value, fpath); pg.File == "" {
+			continue
+		}
+		if pg.File, pg.body = d.readBodyFile(p.value, fpath, pg.File); pg.body != nil {
+			pages = append(pages, pg)
+		}
+	}
+	slices.SortFunc(pages, func(a, b ErrorPage) int { return a.Status - b.Status })
+	return pages
+}
+
+// errorPagesPhase makes the pages of a route: its own, over the
+// top-level ones; nil when there are none.
+func errorPagesPhase(own, top []ErrorPage) (*errpage.Pages, error) {
+	if len(own) == 0 && len(top) == 0 {
+		return nil, nil
+	}
+	m := map[int]errpage.Page{}
+	for _, list := range [][]ErrorPage{top, own} {
+		for _, p := range list {
+			m[p.Status] = errpage.Page{Body: p.body, ContentType: static.ContentType(p.File)}
+		}
+	}
+	return errpage.New(m)
 }

@@ -1,6 +1,8 @@
 package config_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -62,6 +64,55 @@ routes:
 		status, body := proxytest.Get(t, addr, tt.path, "")
 		if status != 200 || strings.TrimSpace(body) != tt.want {
 			t.Errorf("GET %s: %d %q, want %q", tt.path, status, body, tt.want)
+		}
+	}
+}
+
+// TestBuildErrorPages checks errors through the proxy Build makes: the
+// top-level pages on sluice's own 502 and on the 404 of a request no route
+// matches, a route's page over the top-level one, a page on a rate limit's
+// 429, and an upstream's own 502 as it came.
+func TestBuildErrorPages(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	p502, p404, route502, p429 := write("502.html", "<h1>502</h1>"), write("404.html", "<h1>404</h1>"), write("r502.txt", "route 502"), write("429.html", "<h1>429</h1>")
+	bad := upstreamtest.Start(t, upstreamtest.Status(502, "the upstream's own"))
+	yaml := `listen: [{address: 127.0.0.1:0}]
+access_log: {enabled: false}
+errors: {502: ` + p502 + `, 404: ` + p404 + `}
+upstreams:
+  dead: {servers: [{address: "` + upstreamtest.Dead(t) + `"}], retry: {tries: 1}}
+  bad: {servers: [{address: "` + bad.Addr() + `"}]}
+routes:
+  - {path: /dead, upstream: dead}
+  - {path: /dead-route, upstream: dead, errors: {502: ` + route502 + `}}
+  - {path: /bad, upstream: bad}
+  - {path: /limited, upstream: bad, rate_limit: {rate: 1/h, burst: 1}, errors: {429: ` + p429 + `}}
+`
+	addr, _ := serve(t, yaml, nil)
+	tests := []struct {
+		path        string
+		status      int
+		body, ctype string
+		proxied     bool // Proxy-Status expected
+	}{
+		{"/dead", 502, "<h1>502</h1>", "text/html; charset=utf-8", true},
+		{"/dead-route", 502, "route 502", "text/plain; charset=utf-8", true},
+		{"/nowhere", 404, "<h1>404</h1>", "text/html; charset=utf-8", true},
+		{"/bad", 502, "the upstream's own", "", false},
+		{"/limited", 502, "the upstream's own", "", false},
+		{"/limited", 429, "<h1>429</h1>", "text/html; charset=utf-8", true},
+	}
+	for _, tt := range tests {
+		resp, body := proxytest.Do(t, addr, "GET "+tt.path+" HTTP/1.1\r\nHost: h\r\n\r\n")
+		if resp.StatusCode != tt.status || body != tt.body || resp.Header.Get("Content-Type") != tt.ctype || (resp.Header.Get("Proxy-Status") != "") != tt.proxied {
+			t.Errorf("GET %s: %d %q %v, want %d %q %s", tt.path, resp.StatusCode, body, resp.Header, tt.status, tt.body, tt.ctype)
 		}
 	}
 }

@@ -34,7 +34,8 @@ type Answer struct {
 // itself, as nginx's return does: a fixed answer (a maintenance page, a
 // health check's "ok"), or a redirect whose Location refers to the request
 // ("https://$host$request_uri") and to the captures of the route's
-// expression. Nothing goes upstream. A Respond is made by
+// expression. Nothing goes upstream, and the route's error pages leave the
+// answer alone (Verbatim). A Respond is made by
 // NewRespond, immutable, and safe for concurrent use.
 type Respond struct {
 	fixed    *proxy.Response // the answer, when it is the same for every request
@@ -94,3 +95,7 @@ func (p *Respond) RequestFilter(s *proxy.Session) *proxy.Response {
 	s.KeepScratch(loc)
 	return r
 }
+
+// Verbatim reports that the phase's answers go to the client as they are:
+// they are the operator's own, which no error page replaces.
+func (p *Respond) Verbatim(*proxy.Response) bool { return true }

@@ -50,18 +50,40 @@ type Route struct {
 	// Phases are the route's own handling of the requests it matches
 	// (header rules, limits, compression, static files), run in order.
 	// Each implements one or more of proxy.RequestFilter,
-	// proxy.UpstreamRequestFilter, proxy.ResponseFilter and
-	// proxy.AnswerFilter; New sorts them by what they implement, once, and
-	// ignores a phase that implements none. The first RequestFilter that
-	// answers ends the request. AnswerFilters see the answers sluice makes
-	// itself to the requests the route matched (a phase's own, an error's).
+	// proxy.UpstreamRequestFilter, proxy.ResponseFilter,
+	// proxy.AnswerFilter, proxy.FailToProxy and ErrorPages; New sorts them
+	// by what they implement, once, and ignores a phase that implements
+	// none. The first RequestFilter that answers ends the request, and its
+	// answer goes through the ErrorPages (unless the phase is Verbatim
+	// about it). The first FailToProxy that answers a request that failed
+	// for good gives its answer. AnswerFilters see the answers sluice
+	// makes itself to the requests the route matched (a phase's own, an
+	// error's).
 	Phases []any
 
 	request  []proxy.RequestFilter
 	upstream []proxy.UpstreamRequestFilter
 	response []proxy.ResponseFilter
 	answer   []proxy.AnswerFilter
+	fail     []proxy.FailToProxy
+	pages    []ErrorPages
 	label    string // the route in the access log: host and path
+}
+
+// ErrorPages is a route phase that may give an answer a route's phase
+// handed back another body (an error page: see package errpage). It
+// returns r, or an answer made from it; it must not change r, which may be
+// shared.
+type ErrorPages interface {
+	ErrorPage(s *proxy.Session, r *proxy.Response) *proxy.Response
+}
+
+// Verbatim is implemented by a phase whose answers may be words that must
+// reach the client as they are (a respond's body, an auth service's
+// answer): Verbatim reports whether r, which the phase handed back, is
+// such an answer, which the route's ErrorPages then leave alone.
+type Verbatim interface {
+	Verbatim(r *proxy.Response) bool
 }
 
 // Label names the route in the access log (route=): its host ("*" for
@@ -102,7 +124,8 @@ func label(r *Route) string {
 // try and every phase of the request sees the same route even when a
 // phase rewrote the path. A Handler wrapping a Table must leave Ctx to it.
 type Table struct {
-	routes []Route
+	routes    []Route
+	unmatched proxy.FailToProxy
 }
 
 // New returns a table of routes, in order.
@@ -111,7 +134,7 @@ func New(routes ...Route) *Table {
 	for i, r := range routes {
 		r.Host = strings.ToLower(r.Host)
 		r.label = label(&r)
-		r.request, r.upstream, r.response, r.answer = nil, nil, nil, nil
+		r.request, r.upstream, r.response, r.answer, r.fail, r.pages = nil, nil, nil, nil, nil, nil
 		for _, p := range r.Phases {
 			if f, ok := p.(proxy.RequestFilter); ok {
 				r.request = append(r.request, f)
@@ -125,10 +148,25 @@ func New(routes ...Route) *Table {
 			if f, ok := p.(proxy.AnswerFilter); ok {
 				r.answer = append(r.answer, f)
 			}
+			if f, ok := p.(proxy.FailToProxy); ok {
+				r.fail = append(r.fail, f)
+			}
+			if f, ok := p.(ErrorPages); ok {
+				r.pages = append(r.pages, f)
+			}
 		}
 		t.routes[i] = r
 	}
 	return t
+}
+
+// WithUnmatched returns a copy of t whose answers to the requests no route
+// matches (404, destination_not_found) f may give: an error page, say
+// (errpage.Pages). The routes are shared with t.
+func (t *Table) WithUnmatched(f proxy.FailToProxy) *Table {
+	c := *t
+	c.unmatched = f
+	return &c
 }
 
 // Match returns the first route for host (a Host field value, port
@@ -166,6 +204,31 @@ func (t *Table) RequestFilter(s *proxy.Session) *proxy.Response {
 	s.SetRoute(r.label)
 	for _, f := range r.request {
 		if resp := f.RequestFilter(s); resp != nil {
+			if v, ok := f.(Verbatim); ok && v.Verbatim(resp) {
+				return resp
+			}
+			for _, p := range r.pages {
+				resp = p.ErrorPage(s, resp)
+			}
+			return resp
+		}
+	}
+	return nil
+}
+
+// FailToProxy gives the answer to a request that failed for good: the
+// first answer of its route's FailToProxy phases, or, for a request no
+// route matched, the table's WithUnmatched hook's; nil leaves the default.
+func (t *Table) FailToProxy(s *proxy.Session, e *fault.Error) *proxy.Response {
+	r, ok := s.Ctx.(*Route)
+	if !ok {
+		if t.unmatched != nil {
+			return t.unmatched.FailToProxy(s, e)
+		}
+		return nil
+	}
+	for _, f := range r.fail {
+		if resp := f.FailToProxy(s, e); resp != nil {
 			return resp
 		}
 	}
