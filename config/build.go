@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-proxy/sluice/acme"
+	"github.com/sluice-proxy/sluice/auth"
 	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/compress"
 	"github.com/sluice-proxy/sluice/h2"
@@ -252,6 +253,15 @@ func Build(cfg *Config) (_ *Generation, err error) {
 		if r.RateLimit != nil {
 			// After the access lists: a client refused spends no budget.
 			rt.Phases = append(rt.Phases, g.rateLimiter(cfg, r))
+		}
+		if ba := r.BasicAuth; ba != nil {
+			// After the access lists and the rate limit: a flood of
+			// guesses spends its budget, not a bcrypt check each.
+			p, err := auth.NewBasic(ba.users, ba.Realm, ba.ForwardAuthorization)
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: route %w", cfg.File, ba.Line, err)
+			}
+			rt.Phases = append(rt.Phases, p)
 		}
 		if r.Compress != nil {
 			p, err := buildCompress(r.Compress)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-proxy/sluice/auth"
 	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/proxy"
@@ -531,6 +532,9 @@ type Route struct {
 	// RateLimit (key "rate_limit", default none) limits the rate of the
 	// route's requests.
 	RateLimit *RateLimit
+	// BasicAuth (key "basic_auth", default none) lets through only the
+	// requests with the credentials of a user of an htpasswd file.
+	BasicAuth *BasicAuth
 	// Respond (key "respond") answers the route's requests from the
 	// file instead of an upstream; nil for a route with an upstream.
 	Respond *Respond
@@ -600,6 +604,33 @@ type Respond struct {
 	Line int
 
 	body []byte // Body, or BodyFile's contents
+}
+
+// BasicAuth is HTTP basic authentication on a route (auth.Basic): a
+// request without the user name and password of one of File's users gets
+// 401 with a WWW-Authenticate challenge naming Realm, and nothing goes
+// upstream. The route's allow, deny and rate_limit come first, so that a
+// flood of guesses spends its budget rather than CPU. The access log line
+// ends with user=NAME, or basic_auth=missing or basic_auth=denied.
+type BasicAuth struct {
+	// File (key "file", required) is an htpasswd file of bcrypt hashes
+	// (htpasswd -B; cost at most 14), read when the config file is loaded
+	// and at each reload, relative to the config file's directory.
+	// Another kind of hash (htpasswd -m's MD5, SHA-1, crypt, plain text)
+	// is an error naming its line.
+	File string
+	// Realm (key "realm", default "restricted") names the protected space
+	// in the challenge, which browsers show; printable ASCII without '"'
+	// or '\'.
+	Realm string
+	// ForwardAuthorization (key "forward_authorization", default false)
+	// sends the request's Authorization field upstream; by default it is
+	// removed: the upstream has no use for the password.
+	ForwardAuthorization bool
+	// Line is the line of basic_auth in the file, for messages.
+	Line int
+
+	users *auth.Users
 }
 
 // ErrorPage is the page of sluice's own answers with one status (package

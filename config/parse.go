@@ -539,6 +539,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 					{"rate_limit", func(n *yaml.Node, path string) { r.RateLimit = d.routeRateLimit(n, path) }},
 					{"respond", func(n *yaml.Node, path string) { respondNode = n; r.Respond = d.routeRespond(n, path) }},
 					{"errors", func(n *yaml.Node, path string) { r.Errors = d.errorPages(n, path) }},
+					{"basic_auth", func(n *yaml.Node, path string) { r.BasicAuth = d.routeBasicAuth(n, path) }},
 				})
 				d.routeTarget(n, path, present)
 				d.routePathKeys(n, path, present)

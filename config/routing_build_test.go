@@ -1,10 +1,13 @@
 package config_test
 
 import (
+	"encoding/base64"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
@@ -114,5 +117,42 @@ routes:
 		if resp.StatusCode != tt.status || body != tt.body || resp.Header.Get("Content-Type") != tt.ctype || (resp.Header.Get("Proxy-Status") != "") != tt.proxied {
 			t.Errorf("GET %s: %d %q %v, want %d %q %s", tt.path, resp.StatusCode, body, resp.Header, tt.status, tt.body, tt.ctype)
 		}
+	}
+}
+
+// TestBuildBasicAuth checks basic_auth through the proxy Build makes: a
+// 401 with its challenge (and the route's page for it) without a user's
+// credentials, the upstream reached with them, without Authorization.
+func TestBuildBasicAuth(t *testing.T) {
+	dir := t.TempDir()
+	h, err := bcrypt.GenerateFromPassword([]byte("wonderland"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := filepath.Join(dir, "users")
+	page := filepath.Join(dir, "401.html")
+	if err := os.WriteFile(users, []byte("alice:"+string(h)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(page, []byte("<h1>who are you?</h1>"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) { c.Respond(200, "in "+r.Get("Authorization")) })
+	yaml := `listen: [{address: 127.0.0.1:0}]
+access_log: {enabled: false}
+upstreams: {app: {servers: [{address: "` + up.Addr() + `"}]}}
+routes:
+  - upstream: app
+    basic_auth: {file: ` + users + `, realm: Staff}
+    errors: {401: ` + page + `}
+`
+	addr, _ := serve(t, yaml, nil)
+	resp, body := proxytest.Do(t, addr, "GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+	if resp.StatusCode != 401 || body != "<h1>who are you?</h1>" || resp.Header.Get("WWW-Authenticate") != `Basic realm="Staff", charset="UTF-8"` {
+		t.Errorf("without credentials: %d %q %v", resp.StatusCode, body, resp.Header)
+	}
+	resp, body = proxytest.Do(t, addr, "GET / HTTP/1.1\r\nHost: h\r\nAuthorization: Basic "+base64.StdEncoding.EncodeToString([]byte("alice:wonderland"))+"\r\n\r\n")
+	if resp.StatusCode != 200 || body != "in " {
+		t.Errorf("with alice's: %d %q", resp.StatusCode, body)
 	}
 }
