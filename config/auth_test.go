@@ -4,8 +4,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/crypto/bcrypt"
 
@@ -74,6 +76,64 @@ func TestRouteBasicAuthProblems(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse(filepath.Join(dir, "t.yaml"), []byte(routesFile("  - {upstream: web, basic_auth: "+tt.route+"}\n")))
+			var e *Error
+			if !errors.As(err, &e) || len(e.Problems) != 1 {
+				t.Fatalf("got %v, want one problem", err)
+			}
+			p := e.Problems[0]
+			if p.Line != tt.line || p.Column != tt.col || p.Path != tt.path || !strings.Contains(p.Msg, tt.msg) {
+				t.Errorf("got %d:%d %s: %s\nwant %d:%d %s: ...%s...", p.Line, p.Column, p.Path, p.Msg, tt.line, tt.col, tt.path, tt.msg)
+			}
+		})
+	}
+}
+
+func TestRouteForwardAuth(t *testing.T) {
+	c, err := Parse("t.yaml", []byte(routesFile(`  - upstream: web
+    forward_auth:
+      address: 127.0.0.1:9091
+      path: /verify?a=b
+      request_headers: [Cookie]
+      response_headers: [Remote-User]
+      timeouts: {response: 1s}
+      max_body: 1KiB
+  - upstream: web
+    forward_auth: {address: "unix:/run/auth.sock", request_headers: []}
+`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fa := c.Routes[0].ForwardAuth
+	want := ForwardAuth{Address: "127.0.0.1:9091", Path: "/verify?a=b", RequestHeaders: []string{"Cookie"}, ResponseHeaders: []string{"Remote-User"},
+		Timeouts: ForwardAuthTimeouts{Connect: 2 * time.Second, Response: time.Second}, MaxBody: 1 << 10, Line: 6}
+	if fa == nil || !reflect.DeepEqual(*fa, want) {
+		t.Errorf("route 0:\n got %+v\nwant %+v", fa, want)
+	}
+	fa = c.Routes[1].ForwardAuth
+	if fa == nil || fa.Path != "/" || fa.RequestHeaders == nil || len(fa.RequestHeaders) != 0 || fa.ResponseHeaders != nil || fa.MaxBody != 64<<10 {
+		t.Errorf("route 1: %+v", fa)
+	}
+}
+
+func TestRouteForwardAuthProblems(t *testing.T) {
+	tests := []struct {
+		name, route string
+		line, col   int
+		path, msg   string
+	}{
+		{"no address", "{path: /x}", 4, 35, "routes[0].forward_auth.address", "missing; it is required"},
+		{"bad address", "{address: 'nohost'}", 4, 45, "routes[0].forward_auth.address", "is not a host:port address"},
+		{"relative path", "{address: 'a:1', path: verify}", 4, 58, "routes[0].forward_auth.path", "must start with /"},
+		{"framing field", "{address: 'a:1', request_headers: [Content-Length]}", 4, 35, "routes[0].forward_auth", "request header Content-Length is not the client's to pass on"},
+		{"hop-by-hop answer field", "{address: 'a:1', response_headers: [Connection]}", 4, 35, "routes[0].forward_auth", "response header Connection cannot be copied into a request"},
+		{"not a list", "{address: 'a:1', response_headers: Remote-User}", 4, 70, "routes[0].forward_auth.response_headers", "must be a list of field names, such as [Remote-User]"},
+		{"bad name", "{address: 'a:1', response_headers: ['a b']}", 4, 71, "routes[0].forward_auth.response_headers[0]", "is not a valid HTTP field name"},
+		{"zero timeout", "{address: 'a:1', timeouts: {response: 0s}}", 4, 73, "routes[0].forward_auth.timeouts.response", "must be"},
+		{"body too big", "{address: 'a:1', max_body: 1GiB}", 4, 62, "routes[0].forward_auth.max_body", "must be between"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("t.yaml", []byte(routesFile("  - {upstream: web, forward_auth: "+tt.route+"}\n")))
 			var e *Error
 			if !errors.As(err, &e) || len(e.Problems) != 1 {
 				t.Fatalf("got %v, want one problem", err)

@@ -263,6 +263,13 @@ func Build(cfg *Config) (_ *Generation, err error) {
 			}
 			rt.Phases = append(rt.Phases, p)
 		}
+		if fa := r.ForwardAuth; fa != nil {
+			p, err := forwardAuthPhase(fa)
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: route %w", cfg.File, fa.Line, err)
+			}
+			rt.Phases = append(rt.Phases, p)
+		}
 		if r.Compress != nil {
 			p, err := buildCompress(r.Compress)
 			if err != nil {

@@ -535,6 +535,9 @@ type Route struct {
 	// BasicAuth (key "basic_auth", default none) lets through only the
 	// requests with the credentials of a user of an htpasswd file.
 	BasicAuth *BasicAuth
+	// ForwardAuth (key "forward_auth", default none) asks an
+	// authentication service about each request before it goes upstream.
+	ForwardAuth *ForwardAuth
 	// Respond (key "respond") answers the route's requests from the
 	// file instead of an upstream; nil for a route with an upstream.
 	Respond *Respond
@@ -631,6 +634,52 @@ type BasicAuth struct {
 	Line int
 
 	users *auth.Users
+}
+
+// ForwardAuth asks an authentication service about each of a route's
+// requests before it goes upstream (auth.Forward), as nginx's auth_request
+// and Traefik's ForwardAuth: a GET of Path carrying the client's fields
+// and X-Forwarded-Method, -Proto, -Host, -Uri and -For. A 2xx answer lets
+// the request through, with the answer's ResponseHeaders in it; any other
+// answer goes to the client as it came (a 401, a 302 to a login page). A
+// service that cannot be reached, or fails, or is too slow, lets nothing
+// through: 502, or 504 for a timeout, with Proxy-Status. It comes after
+// the route's allow, deny, rate_limit and basic_auth. The access log line
+// ends with forward_auth=STATUS, or forward_auth=error.
+type ForwardAuth struct {
+	// Address (key "address", required) is the service's host:port, or
+	// unix:PATH; the connections are pooled, in the shared pool.
+	Address string
+	// Path (key "path", default "/") is the target asked for, path and
+	// query: visible ASCII starting with "/".
+	Path string
+	// Host (key "host", default "": the address, localhost for a Unix
+	// socket) is the subrequest's Host field.
+	Host string
+	// RequestHeaders (key "request_headers", default: all) names the
+	// client's fields sent to the service; left out, all of them but
+	// Host, those that frame a body or belong to the connection, and the
+	// X-Forwarded-* the subrequest carries itself; [] sends none.
+	RequestHeaders []string
+	// ResponseHeaders (key "response_headers", default []) names the
+	// fields of a 2xx answer copied into the request sent upstream; a
+	// client's own fields of those names are removed whatever the answer.
+	ResponseHeaders []string
+	// Timeouts (key "timeouts") bound the exchange: connect (default 2s)
+	// the connection, response (default 5s) the rest, to the answer's
+	// last byte.
+	Timeouts ForwardAuthTimeouts
+	// MaxBody (key "max_body", default 64KiB, 1B..16MiB) is the largest
+	// body of an answer passed to the client; a larger one is a 502.
+	MaxBody int64
+	// Line is the line of forward_auth in the file, for messages.
+	Line int
+}
+
+// ForwardAuthTimeouts bound the exchange with an authentication service.
+type ForwardAuthTimeouts struct {
+	Connect  time.Duration // key "connect", default 2s, > 0
+	Response time.Duration // key "response", default 5s, > 0
 }
 
 // ErrorPage is the page of sluice's own answers with one status (package

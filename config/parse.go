@@ -540,6 +540,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 					{"respond", func(n *yaml.Node, path string) { respondNode = n; r.Respond = d.routeRespond(n, path) }},
 					{"errors", func(n *yaml.Node, path string) { r.Errors = d.errorPages(n, path) }},
 					{"basic_auth", func(n *yaml.Node, path string) { r.BasicAuth = d.routeBasicAuth(n, path) }},
+					{"forward_auth", func(n *yaml.Node, path string) { r.ForwardAuth = d.routeForwardAuth(n, path) }},
 				})
 				d.routeTarget(n, path, present)
 				d.routePathKeys(n, path, present)

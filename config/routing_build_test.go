@@ -2,6 +2,8 @@ package config_test
 
 import (
 	"encoding/base64"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -154,5 +156,52 @@ routes:
 	resp, body = proxytest.Do(t, addr, "GET / HTTP/1.1\r\nHost: h\r\nAuthorization: Basic "+base64.StdEncoding.EncodeToString([]byte("alice:wonderland"))+"\r\n\r\n")
 	if resp.StatusCode != 200 || body != "in " {
 		t.Errorf("with alice's: %d %q", resp.StatusCode, body)
+	}
+}
+
+// TestBuildForwardAuth checks forward_auth through the proxy Build makes,
+// against an authentication service on a local port: a token it knows
+// lets the request through with the user it names, any other request
+// gets its 401 as it came, and with the service gone nothing gets
+// through.
+func TestBuildForwardAuth(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "Bearer good" && r.Header.Get("X-Forwarded-Uri") == "/app/x?y=1" {
+			w.Header().Set("X-Auth-User", "alice")
+			return
+		}
+		w.Header().Set("WWW-Authenticate", "Bearer")
+		http.Error(w, "who are you?", http.StatusUnauthorized)
+	})}
+	go svc.Serve(ln)
+	t.Cleanup(func() { svc.Close() })
+	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) { c.Respond(200, "user "+r.Get("X-Auth-User")) })
+	yaml := `listen: [{address: 127.0.0.1:0}]
+access_log: {enabled: false}
+upstreams: {app: {servers: [{address: "` + up.Addr() + `"}]}}
+routes:
+  - upstream: app
+    forward_auth: {address: "` + ln.Addr().String() + `", path: /verify, response_headers: [X-Auth-User]}
+`
+	addr, _ := serve(t, yaml, nil)
+	resp, body := proxytest.Do(t, addr, "GET /app/x?y=1 HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer good\r\nX-Auth-User: mallory\r\n\r\n")
+	if resp.StatusCode != 200 || body != "user alice" {
+		t.Errorf("a good token: %d %q", resp.StatusCode, body)
+	}
+	resp, body = proxytest.Do(t, addr, "GET /app/x?y=1 HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer bad\r\n\r\n")
+	if resp.StatusCode != 401 || body != "who are you?\n" || resp.Header.Get("WWW-Authenticate") != "Bearer" {
+		t.Errorf("a bad token: %d %q %v", resp.StatusCode, body, resp.Header)
+	}
+	svc.Close()
+	resp, _ = proxytest.Do(t, addr, "GET /app/x?y=1 HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer good\r\n\r\n")
+	if resp.StatusCode != 502 || !strings.HasPrefix(resp.Header.Get("Proxy-Status"), "sluice; error=") {
+		t.Errorf("the service gone: %d %v", resp.StatusCode, resp.Header)
+	}
+	if n := len(up.Requests()); n != 1 {
+		t.Errorf("the upstream got %d requests, want 1", n)
 	}
 }
