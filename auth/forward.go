@@ -65,7 +65,8 @@ type ForwardOptions struct {
 // Traefik's ForwardAuth do: a GET of the service's path, carrying the
 // client's fields (all of them, or those named) and X-Forwarded-Method,
 // -Proto, -Host, -Uri and -For, which say what the client asked for and
-// who it is. The request's body is not sent.
+// who it is, and the request's X-Request-Id. The request's body is not
+// sent.
 //
 // A 2xx answer lets the request through, with the fields of the answer
 // named by ResponseHeaders (the user's name, say) in the request sent
@@ -225,7 +226,7 @@ func (f *Forward) subrequest(dst []byte, s *proxy.Session) []byte {
 	for i := 0; i < h.Len(); i++ {
 		name := h.Name(i)
 		lower := strings.ToLower(string(name))
-		if notPassed[lower] || isForwarded(lower) || (f.request != nil && !f.request[lower]) {
+		if notPassed[lower] || isForwarded(lower) || lower == "x-request-id" || (f.request != nil && !f.request[lower]) {
 			continue
 		}
 		dst = append(dst, name...)
@@ -248,6 +249,12 @@ func (f *Forward) subrequest(dst []byte, s *proxy.Session) []byte {
 	if s.Client != "" {
 		dst = append(dst, "\r\nX-Forwarded-For: "...)
 		dst = append(dst, s.Client...)
+	}
+	if id := s.RequestID(); len(id) > 0 {
+		// The request's id, as the upstream will get it: the service's
+		// log lines and sluice's name the same request.
+		dst = append(dst, "\r\n"+proxy.RequestIDHeader+": "...)
+		dst = append(dst, id...)
 	}
 	return append(dst, "\r\n\r\n"...)
 }

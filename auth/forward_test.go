@@ -144,6 +144,9 @@ func TestForward(t *testing.T) {
 			t.Errorf("the service got %s %q, want %q", name, got, want)
 		}
 	}
+	if id := post.Header.Get("X-Request-Id"); len(id) != 32 {
+		t.Errorf("the service got X-Request-Id %q, want sluice's", id)
+	}
 	if post.Method != "GET" || post.URL.String() != "/api/verify?x=1" || post.Host != svc.addr || post.ContentLength != 0 {
 		t.Errorf("the subrequest: %s %s Host %s, %d bytes of body", post.Method, post.URL, post.Host, post.ContentLength)
 	}
@@ -171,11 +174,12 @@ func TestForwardRequestHeaders(t *testing.T) {
 	up := upstreamtest.Start(t, upstreamtest.OK("in"))
 	f := mustForward(t, ForwardOptions{Addr: svc.Addr(), RequestHeaders: []string{"cookie"}})
 	addr := serveForward(t, f, up.Addr(), nil)
-	if status, _ := proxytest.Get(t, addr, "/", "Cookie: a=1\r\nAuthorization: Basic x\r\nX-Forwarded-Uri: /forged\r\n"); status != 200 {
+	if status, _ := proxytest.Get(t, addr, "/", "Cookie: a=1\r\nAuthorization: Basic x\r\nX-Forwarded-Uri: /forged\r\nX-Request-Id: forged\r\n"); status != 200 {
 		t.Fatalf("status %d", status)
 	}
 	r := svc.Requests()[0]
-	if r.Target != "/" || r.Get("Cookie") != "a=1" || r.Get("Authorization") != "" || r.Get("X-Forwarded-Uri") != "/" || r.Get("Host") != svc.Addr() {
+	if r.Target != "/" || r.Get("Cookie") != "a=1" || r.Get("Authorization") != "" || r.Get("X-Forwarded-Uri") != "/" || r.Get("Host") != svc.Addr() ||
+		r.Get("X-Request-Id") == "forged" || len(r.Get("X-Request-Id")) != 32 {
 		t.Errorf("the service got %s %q", r.Target, r.RawHead)
 	}
 }

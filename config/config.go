@@ -638,8 +638,9 @@ type BasicAuth struct {
 
 // ForwardAuth asks an authentication service about each of a route's
 // requests before it goes upstream (auth.Forward), as nginx's auth_request
-// and Traefik's ForwardAuth: a GET of Path carrying the client's fields
-// and X-Forwarded-Method, -Proto, -Host, -Uri and -For. A 2xx answer lets
+// and Traefik's ForwardAuth: a GET of Path carrying the client's fields,
+// X-Forwarded-Method, -Proto, -Host, -Uri and -For, and the request's
+// X-Request-Id. A 2xx answer lets
 // the request through, with the answer's ResponseHeaders in it; any other
 // answer goes to the client as it came (a 401, a 302 to a login page). A
 // service that cannot be reached, or fails, or is too slow, lets nothing
