@@ -56,7 +56,11 @@ const (
 	fRateLimitStore
 	fStatic
 	fStripped
-	lastAttr = fStripped
+	fRewritten
+	fUser
+	fBasicAuth
+	fForwardAuth
+	lastAttr = fForwardAuth
 )
 
 const (
@@ -82,6 +86,7 @@ var keys = [lastAttr + 1]string{
 	fUserAgent: "user_agent", fReferer: "referer",
 	fAccess: "access", fBodyLimit: "body_limit", fCompressed: "compressed", fRateLimited: "rate_limited",
 	fRateLimitStore: "rate_limit_store", fStatic: "static", fStripped: "stripped",
+	fRewritten: "rewritten", fUser: "user", fBasicAuth: "basic_auth", fForwardAuth: "forward_auth",
 }
 
 // names maps every name a format may use to its field: the JSON line's
@@ -115,6 +120,7 @@ var nginxNames = map[string]field{
 	"ssl_server_name":    fSNI,
 	"http_user_agent":    fUserAgent,
 	"http_referer":       fReferer,
+	"remote_user":        fUser,
 }
 
 // Names returns every field name a format may use, sorted.

@@ -278,6 +278,14 @@ func attrField(key string) (field, bool) {
 		return fStatic, true
 	case "stripped":
 		return fStripped, true
+	case "rewritten":
+		return fRewritten, true
+	case "user":
+		return fUser, true
+	case "basic_auth":
+		return fBasicAuth, true
+	case "forward_auth":
+		return fForwardAuth, true
 	}
 	return 0, false
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/accesslog"
 	"github.com/sluice-proxy/sluice/acme"
+	"github.com/sluice-proxy/sluice/auth"
 	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/compress"
 	"github.com/sluice-proxy/sluice/h2"
@@ -241,8 +242,8 @@ func Build(cfg *Config) (_ *Generation, err error) {
 	}
 	routes := make([]route.Route, 0, len(cfg.Routes))
 	for _, r := range cfg.Routes {
-		rt := route.Route{Host: r.Host, PathPrefix: r.PathPrefix, Name: r.Upstream}
-		if r.Static == nil {
+		rt := route.Route{Host: r.Host, PathPrefix: r.PathPrefix, Path: r.Path, PathRegex: r.pathRegex, Name: r.Upstream}
+		if r.Static == nil && r.Respond == nil {
 			u := g.Upstreams[r.Upstream]
 			if u == nil {
 				return nil, fmt.Errorf("%s:%d: route to unknown upstream %q", cfg.File, r.Line, r.Upstream)
@@ -258,11 +259,44 @@ func Build(cfg *Config) (_ *Generation, err error) {
 			// After the access lists: a client refused spends no budget.
 			rt.Phases = append(rt.Phases, g.rateLimiter(cfg, r))
 		}
+		if ba := r.BasicAuth; ba != nil {
+			// After the access lists and the rate limit: a flood of
+			// guesses spends its budget, not a bcrypt check each.
+			p, err := auth.NewBasic(ba.users, ba.Realm, ba.ForwardAuthorization)
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: route %w", cfg.File, ba.Line, err)
+			}
+			rt.Phases = append(rt.Phases, p)
+		}
+		if fa := r.ForwardAuth; fa != nil {
+			p, err := forwardAuthPhase(fa)
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: route %w", cfg.File, fa.Line, err)
+			}
+			rt.Phases = append(rt.Phases, p)
+		}
 		if r.Compress != nil {
 			p, err := buildCompress(r.Compress)
 			if err != nil {
 				return nil, fmt.Errorf("%s:%d: route compress: %w", cfg.File, r.Line, err)
 			}
+			rt.Phases = append(rt.Phases, p)
+		}
+		pages, err := errorPagesPhase(r.Errors, cfg.Errors)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: route errors: %w", cfg.File, r.Line, err)
+		}
+		if pages != nil {
+			rt.Phases = append(rt.Phases, pages)
+		}
+		if r.Respond != nil {
+			// The route's own answer to every request: last, after the
+			// phases that may refuse a request.
+			p, err := respondPhase(r.Respond, r.pathRegex)
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: route respond: %w", cfg.File, r.Respond.Line, err)
+			}
+			rt.Name = "respond"
 			rt.Phases = append(rt.Phases, p)
 		}
 		if r.Static != nil {
@@ -283,19 +317,23 @@ func Build(cfg *Config) (_ *Generation, err error) {
 		routes = append(routes, rt)
 	}
 	g.Table = route.New(routes...)
+	if len(cfg.Errors) > 0 {
+		pages, err := errorPagesPhase(nil, cfg.Errors)
+		if err != nil {
+			return nil, fmt.Errorf("%s: errors: %w", cfg.File, err)
+		}
+		g.Table = g.Table.WithUnmatched(pages)
+	}
 	return g, nil
 }
 
 // routeName names a route for rate limit metrics, logs and Redis keys:
-// its host ("*" for any) followed by its path prefix, such as
-// "api.example.com/v1/" or "*/api/", as the access log names routes. A
-// fleet of sluice instances with the same routes names them alike.
+// its host ("*" for any) followed by its path condition, such as
+// "api.example.com/v1/", "*/api/" or "*=/login", as the access log names
+// routes (route.Route.Label). A fleet of sluice instances with the same
+// routes names them alike.
 func routeName(r Route) string {
-	host := r.Host
-	if host == "" {
-		host = "*"
-	}
-	return host + r.PathPrefix
+	return (&route.Route{Host: r.Host, PathPrefix: r.PathPrefix, Path: r.Path, PathRegex: r.pathRegex}).Label()
 }
 
 // rateLimiter builds the rate limit phase of route r, and g's Redis client

@@ -3,11 +3,13 @@ package config
 import (
 	"io/fs"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/sluice-proxy/sluice/accesslog"
+	"github.com/sluice-proxy/sluice/auth"
 	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/proxy"
@@ -75,7 +77,20 @@ type Config struct {
 	// of sluice instances keeps shared state in: the budgets of the
 	// routes whose rate_limit has store: redis.
 	Redis *Redis
+
+	// Errors (key "errors", default none) are the pages of the answers
+	// sluice makes itself, for every route (whose own errors win for a
+	// status both give) and for the requests no route matches (404).
+	Errors []ErrorPage
+
+	warnings []Problem // see Warnings
 }
+
+// Warnings returns what the file may say but most likely did not mean,
+// in the order of the file: a route that an earlier route leaves no
+// request to, say. sluice validate prints them, and sluice run and a
+// reload log them; none stops the file from loading.
+func (c *Config) Warnings() []Problem { return c.warnings }
 
 // Redis is the connection to a Redis server.
 type Redis struct {
@@ -512,8 +527,12 @@ type Admin struct {
 }
 
 // Route sends the requests it matches to an upstream. A route matches
-// a request when both Host and PathPrefix match; an empty one matches
-// anything.
+// a request when its Host and its path condition (PathPrefix, Path or
+// PathRegex, at most one of them) match; an empty one matches anything.
+// Routes are tried in the order of the file and the first that matches
+// wins, whatever its kind of path condition; a route that an earlier one
+// leaves nothing to match (the same host or a wider one, and a path
+// condition that takes every path it would) is a warning (Warnings).
 type Route struct {
 	// Host (key "host", default "" = any host) matches the request's
 	// host exactly, ignoring case and the port. "*.example.com" matches
@@ -525,6 +544,20 @@ type Route struct {
 	// hold only printable ASCII other than space, "?" and "#", as a path
 	// does on the wire; other characters must be percent-encoded.
 	PathPrefix string
+	// Path (key "path", default "" = any path) matches requests whose
+	// path is exactly it, as nginx's "location =": "/healthz" matches
+	// neither "/healthz/" nor "/healthz?x" (the query is not part of the
+	// path: it matches that), nor "/healthz.json". Its characters are
+	// PathPrefix's.
+	Path string
+	// PathRegex (key "path_regex", default "" = any path) matches
+	// requests whose path it finds a match in: Go's regular expressions
+	// (RE2: no backreferences or lookaround, and matching time linear in
+	// the path's length), unanchored as nginx's "location ~" ("^" and
+	// "$" anchor it; "(?i)" in front ignores case). The path is matched
+	// as it came, percent-encoded, without its query. Its captures,
+	// numbered or named, may be used by rewrite and respond.
+	PathRegex string
 	// Upstream (key "upstream") names the upstream that serves the
 	// route; it must be defined under "upstreams". A route has either an
 	// upstream or Static, not both.
@@ -538,6 +571,9 @@ type Route struct {
 	// client's and ends with stripped=PREFIX. It needs a path_prefix
 	// other than "/".
 	StripPrefix bool
+	// Rewrite (key "rewrite", default none) rewrites the path sent
+	// upstream (route.Rewrite).
+	Rewrite *Rewrite
 	// Headers (key "headers", default none) changes header fields: of the
 	// requests sent upstream, and of the responses the client gets, the
 	// upstream's and those sluice makes itself for the route.
@@ -563,9 +599,181 @@ type Route struct {
 	// RateLimit (key "rate_limit", default none) limits the rate of the
 	// route's requests.
 	RateLimit *RateLimit
+	// BasicAuth (key "basic_auth", default none) lets through only the
+	// requests with the credentials of a user of an htpasswd file.
+	BasicAuth *BasicAuth
+	// ForwardAuth (key "forward_auth", default none) asks an
+	// authentication service about each request before it goes upstream.
+	ForwardAuth *ForwardAuth
+	// Respond (key "respond") answers the route's requests from the
+	// file instead of an upstream; nil for a route with an upstream.
+	Respond *Respond
+	// Errors (key "errors", default none) are the pages of the answers
+	// sluice makes itself for the route's requests, over the top-level
+	// errors for the statuses both give.
+	Errors []ErrorPage
 	// Line is the line of the route in the file, for messages.
 	Line int
+
+	pathRegex *regexp.Regexp // PathRegex, compiled
 }
+
+// Rewrite rewrites the path a route sends upstream, as nginx's rewrite
+// does (route.Rewrite): when Regex finds a match in the request's path,
+// the path becomes Replacement, expanded with the match's captures ($1,
+// $name) and the request's variables ($host, $args...). The query is kept
+// unless the replacement gives one ("?..."; a final "?" drops it). Every
+// try sends the rewritten path; the access log keeps the client's and ends
+// with rewritten=TARGET. Not with strip_prefix, static or respond.
+//
+// The key takes a mapping, {regex: ..., replacement: ...}, or the
+// replacement alone, for a route whose path_regex gives the captures.
+type Rewrite struct {
+	// Regex (key "regex", default the route's path_regex) is Go's RE2,
+	// matched against the path without its query, unanchored.
+	Regex string
+	// Replacement (key "replacement", required) is the new path: it
+	// starts with "/" and may hold $1 to $9, ${N}, $name or ${name}
+	// (captures, then the variables host, scheme, request_uri, uri,
+	// args, is_args) and $$ for a "$".
+	Replacement string
+	// Line is the line of rewrite in the file, for messages.
+	Line int
+
+	re *regexp.Regexp // Regex, or the route's path_regex, compiled
+}
+
+// Respond is a route's own answer to each of its requests, as nginx's
+// return (route.Respond): a fixed answer (a maintenance page, a health
+// check's ok) or a redirect. A route has an upstream, static or respond,
+// one of them; the answer goes to the client as it is.
+type Respond struct {
+	// Status (key "status", default 302 with location, else 200;
+	// 200..599) is the answer's status. A 204 or 304 has no body.
+	Status int
+	// Location (key "location", default "" = none) is the Location of a
+	// redirect (a 3xx status, or 201): a template as rewrite's
+	// replacement, with the route's path_regex's captures and the
+	// request's variables ("https://$host$request_uri"); visible ASCII.
+	Location string
+	// Headers (key "headers", default {}) maps field names to a value or a
+	// list of values, each a field of the answer; Content-Length,
+	// Transfer-Encoding and hop-by-hop fields cannot be named, nor
+	// Location with location.
+	Headers []HeaderField
+	// Body (key "body", default "") is the answer's body, as written;
+	// text/plain; charset=utf-8 unless headers give a Content-Type.
+	Body string
+	// BodyFile (key "body_file", default "" = none; not with body) is a
+	// file whose contents are the body, at most 1MiB, read when the file
+	// is loaded (and at each reload), relative to the config file's
+	// directory; its Content-Type is its extension's (.html is text/html;
+	// charset=utf-8) unless headers give one.
+	BodyFile string
+	// Line is the line of respond in the file, for messages.
+	Line int
+
+	body []byte // Body, or BodyFile's contents
+}
+
+// BasicAuth is HTTP basic authentication on a route (auth.Basic): a
+// request without the user name and password of one of File's users gets
+// 401 with a WWW-Authenticate challenge naming Realm, and nothing goes
+// upstream. The route's allow, deny and rate_limit come first, so that a
+// flood of guesses spends its budget rather than CPU. The access log line
+// ends with user=NAME, or basic_auth=missing or basic_auth=denied.
+type BasicAuth struct {
+	// File (key "file", required) is an htpasswd file of bcrypt hashes
+	// (htpasswd -B; cost at most 14), read when the config file is loaded
+	// and at each reload, relative to the config file's directory.
+	// Another kind of hash (htpasswd -m's MD5, SHA-1, crypt, plain text)
+	// is an error naming its line.
+	File string
+	// Realm (key "realm", default "restricted") names the protected space
+	// in the challenge, which browsers show; printable ASCII without '"'
+	// or '\'.
+	Realm string
+	// ForwardAuthorization (key "forward_authorization", default false)
+	// sends the request's Authorization field upstream; by default it is
+	// removed: the upstream has no use for the password.
+	ForwardAuthorization bool
+	// Line is the line of basic_auth in the file, for messages.
+	Line int
+
+	users *auth.Users
+}
+
+// ForwardAuth asks an authentication service about each of a route's
+// requests before it goes upstream (auth.Forward), as nginx's auth_request
+// and Traefik's ForwardAuth: a GET of Path carrying the client's fields,
+// X-Forwarded-Method, -Proto, -Host, -Uri and -For, and the request's
+// X-Request-Id. A 2xx answer lets
+// the request through, with the answer's ResponseHeaders in it; any other
+// answer goes to the client as it came (a 401, a 302 to a login page). A
+// service that cannot be reached, or fails, or is too slow, lets nothing
+// through: 502, or 504 for a timeout, with Proxy-Status. It comes after
+// the route's allow, deny, rate_limit and basic_auth. The access log line
+// ends with forward_auth=STATUS, or forward_auth=error.
+type ForwardAuth struct {
+	// Address (key "address", required) is the service's host:port, or
+	// unix:PATH; the connections are pooled, in the shared pool.
+	Address string
+	// Path (key "path", default "/") is the target asked for, path and
+	// query: visible ASCII starting with "/".
+	Path string
+	// Host (key "host", default "": the address, localhost for a Unix
+	// socket) is the subrequest's Host field.
+	Host string
+	// RequestHeaders (key "request_headers", default: all) names the
+	// client's fields sent to the service; left out, all of them but
+	// Host, those that frame a body or belong to the connection, and the
+	// X-Forwarded-* the subrequest carries itself; [] sends none.
+	RequestHeaders []string
+	// ResponseHeaders (key "response_headers", default []) names the
+	// fields of a 2xx answer copied into the request sent upstream; a
+	// client's own fields of those names are removed whatever the answer.
+	ResponseHeaders []string
+	// Timeouts (key "timeouts") bound the exchange: connect (default 2s)
+	// the connection, response (default 5s) the rest, to the answer's
+	// last byte.
+	Timeouts ForwardAuthTimeouts
+	// MaxBody (key "max_body", default 64KiB, 1B..16MiB) is the largest
+	// body of an answer passed to the client; a larger one is a 502.
+	MaxBody int64
+	// Line is the line of forward_auth in the file, for messages.
+	Line int
+}
+
+// ForwardAuthTimeouts bound the exchange with an authentication service.
+type ForwardAuthTimeouts struct {
+	Connect  time.Duration // key "connect", default 2s, > 0
+	Response time.Duration // key "response", default 5s, > 0
+}
+
+// ErrorPage is the page of sluice's own answers with one status (package
+// errpage), as nginx's error_page: its errors (502, 503, 504, a 404 when
+// no route matches, a 413 body over its limit) and a route's refusals
+// (401, 403, 429...) get the page as their body, their status and fields
+// (Proxy-Status, Retry-After...) kept. Never a response relayed from an
+// upstream, whatever its status, nor a respond's answer, an auth
+// service's, or a gRPC call's (whose status is grpc-status). The
+// "errors" key maps statuses to files.
+type ErrorPage struct {
+	// Status (the key, 400..599) is the status of the answers the page is
+	// for.
+	Status int
+	// File (the value) is the page, at most 1MiB, read when the config
+	// file is loaded and at each reload, relative to the config file's
+	// directory; the answer's Content-Type is its extension's (.html is
+	// text/html; charset=utf-8).
+	File string
+
+	body []byte
+}
+
+// maxFileBody bounds a body sluice reads from a file named in the config
+// (respond's body_file, an error page): it is held in memory.
+const maxFileBody = 1 << 20
 
 // RouteHeaders are a route's header rules, for each direction.
 type RouteHeaders struct {

@@ -753,9 +753,12 @@ func TestLoadFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.File != "testdata/full.yaml" || len(c.Listen) != 7 || len(c.Routes) != 4 || len(c.Upstreams) != 2 {
-		t.Errorf("got file %q, %d listeners, %d routes, %d upstreams; want testdata/full.yaml, 7, 4, 2",
+	if c.File != "testdata/full.yaml" || len(c.Listen) != 7 || len(c.Routes) != 10 || len(c.Upstreams) != 2 {
+		t.Errorf("got file %q, %d listeners, %d routes, %d upstreams; want testdata/full.yaml, 7, 10, 2",
 			c.File, len(c.Listen), len(c.Routes), len(c.Upstreams))
+	}
+	if w := c.Warnings(); len(w) != 0 {
+		t.Errorf("warnings: %v", w)
 	}
 	if web := c.Upstreams[1]; web.Name != "web" || web.Retry.Tries != 1 || len(web.Retry.On) != 0 {
 		t.Errorf("upstream web: got %+v", web)

@@ -72,6 +72,21 @@ type decoder struct {
 	upstream string
 	// truncated is set when a problem was dropped for maxProblems.
 	truncated bool
+	// warnings are what is allowed but most likely a mistake.
+	warnings []Problem
+}
+
+// warnf records a warning at n: something the file may say, but most
+// likely did not mean (see Config.Warnings).
+func (d *decoder) warnf(n *yaml.Node, path, format string, args ...any) {
+	if len(d.warnings) >= maxProblems {
+		return
+	}
+	p := Problem{File: d.file, Path: path, Msg: fmt.Sprintf(format, args...)}
+	if n != nil {
+		p.Line, p.Column = n.Line, n.Column
+	}
+	d.warnings = append(d.warnings, p)
 }
 
 // addf records a problem at n.
@@ -208,6 +223,7 @@ func (d *decoder) parse(data []byte) (*Config, error) {
 	if err := d.err(); err != nil {
 		return nil, err
 	}
+	c.warnings = d.warnings
 	return c, nil
 }
 
@@ -430,6 +446,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 		metricsAddr    *yaml.Node
 		adminAddr      *yaml.Node
 		clientIPNode   *yaml.Node // forwarded.client_ip: x_forwarded_for
+		routeNodes     []located  // each route, as c.Routes
 	)
 	present := d.mapping(n, "", []field{
 		{"listen", func(n *yaml.Node, path string) {
@@ -568,16 +585,19 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 		{"routes", func(n *yaml.Node, path string) {
 			count := d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
 				r := Route{Line: n.Line}
-				var strip *yaml.Node
+				var strip, rewriteNode, respondNode *yaml.Node
 				present := d.mapping(n, path, []field{
 					{"host", d.str(&r.Host, checkHost)},
 					{"path_prefix", d.str(&r.PathPrefix, checkPathPrefix)},
+					{"path", d.str(&r.Path, checkPath)},
+					{"path_regex", func(n *yaml.Node, path string) { d.routePathRegex(n, path, &r) }},
 					{"upstream", func(n *yaml.Node, path string) {
 						if d.str(&r.Upstream, checkNotEmpty)(n, path); r.Upstream != "" {
 							routeUpstreams = append(routeUpstreams, located{n, path})
 						}
 					}},
 					{"strip_prefix", d.routeStripPrefix(&r, &strip)},
+					{"rewrite", func(n *yaml.Node, path string) { rewriteNode = n; r.Rewrite = d.routeRewrite(n, path) }},
 					{"headers", func(n *yaml.Node, path string) { d.routeHeaders(n, path, &r.Headers) }},
 					{"allow", d.prefixes(&r.Allow)},
 					{"deny", d.prefixes(&r.Deny)},
@@ -585,16 +605,25 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 					{"static", func(n *yaml.Node, path string) { r.Static = d.routeStatic(n, path) }},
 					{"compress", func(n *yaml.Node, path string) { r.Compress = d.routeCompress(n, path) }},
 					{"rate_limit", func(n *yaml.Node, path string) { r.RateLimit = d.routeRateLimit(n, path) }},
+					{"respond", func(n *yaml.Node, path string) { respondNode = n; r.Respond = d.routeRespond(n, path) }},
+					{"errors", func(n *yaml.Node, path string) { r.Errors = d.errorPages(n, path) }},
+					{"basic_auth", func(n *yaml.Node, path string) { r.BasicAuth = d.routeBasicAuth(n, path) }},
+					{"forward_auth", func(n *yaml.Node, path string) { r.ForwardAuth = d.routeForwardAuth(n, path) }},
 				})
 				d.routeTarget(n, path, present)
+				d.routePathKeys(n, path, present)
 				d.checkStripPrefix(strip, join(path, "strip_prefix"), &r)
+				d.checkRewrite(rewriteNode, join(path, "rewrite"), &r)
+				d.checkRespond(respondNode, join(path, "respond"), &r)
 				c.Routes = append(c.Routes, r)
+				routeNodes = append(routeNodes, located{n, path})
 			})
 			if count == 0 && isList(n) {
 				d.addf(n, path, "at least one route is required, such as [{upstream: web}]")
 			}
 		}},
 		{"redis", func(n *yaml.Node, path string) { c.Redis = d.redis(n, path) }},
+		{"errors", func(n *yaml.Node, path string) { c.Errors = d.errorPages(n, path) }},
 		{"upstreams", func(n *yaml.Node, path string) {
 			d.upstreams(n, path, c)
 			if len(c.Upstreams) == 0 && (isNull(n) || n.Kind == yaml.MappingNode) {
@@ -606,6 +635,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 
 	// Cross-field checks.
 	d.checkRedisUsers(c)
+	d.checkShadowed(c.Routes, routeNodes)
 	seen := map[string]*yaml.Node{}
 	for _, a := range listenAddrs {
 		if hasPort0(a.n.Value) {
@@ -1000,14 +1030,20 @@ func (d *decoder) retryOn(n *yaml.Node, path string, r *Retry) {
 	r.On = on
 }
 
-// routeTarget checks that a route has what answers it: an upstream or
-// static files, one of them.
+// routeTarget checks that a route has what answers it: an upstream,
+// static files or its own answer, one of them.
 func (d *decoder) routeTarget(n *yaml.Node, path string, present map[string]bool) {
+	var given []string
+	for _, k := range []string{"upstream", "static", "respond"} {
+		if present[k] {
+			given = append(given, k)
+		}
+	}
 	switch {
-	case present["upstream"] && present["static"]:
-		d.addf(n, join(path, "static"), "a route has an upstream or static files, not both")
-	case !present["upstream"] && !present["static"]:
-		d.addf(n, join(path, "upstream"), "missing; a route needs an upstream (or static: {root: DIR})")
+	case len(given) > 1:
+		d.addf(n, join(path, given[1]), "a route has one of upstream, static or respond; this one gives %s", strings.Join(given, " and "))
+	case len(given) == 0:
+		d.addf(n, join(path, "upstream"), "missing; a route needs an upstream (or static: {root: DIR}, or respond: {...})")
 	}
 }
 

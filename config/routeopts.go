@@ -1,6 +1,7 @@
 package config
 
 import (
+	"regexp"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -12,7 +13,7 @@ import (
 )
 
 // This file holds a route's own handling of its requests: strip_prefix,
-// headers, allow and deny, limits. Each is parsed here and built into a
+// rewrite, headers, allow and deny, limits. Each is parsed here and built into a
 // route phase by routePhases.
 
 // routeStripPrefix returns the parser of strip_prefix, which keeps its
@@ -32,6 +33,80 @@ func (d *decoder) checkStripPrefix(n *yaml.Node, path string, r *Route) {
 		d.addf(n, path, "needs a path_prefix other than \"/\" to strip")
 	case r.Static != nil:
 		d.addf(n, path, "changes the path sent upstream; a static route sends none (its files are found after path_prefix already)")
+	}
+}
+
+// routeRewrite walks a route's "rewrite": a mapping, or the replacement
+// alone. The replacement is checked against its expression, which may be
+// the route's path_regex, by checkRewrite once the route is walked.
+func (d *decoder) routeRewrite(n *yaml.Node, path string) *Rewrite {
+	rw := &Rewrite{Line: n.Line}
+	if n.Kind == yaml.ScalarNode && !isNull(n) {
+		d.str(&rw.Replacement, checkNotEmpty)(n, path)
+		return rw
+	}
+	var regexNode *yaml.Node
+	present := d.mapping(n, path, []field{
+		{"regex", func(n *yaml.Node, path string) {
+			regexNode = n
+			d.str(&rw.Regex, checkNotEmpty)(n, path)
+		}},
+		{"replacement", d.str(&rw.Replacement, checkNotEmpty)},
+	})
+	if n.Kind == yaml.MappingNode {
+		d.required(n, path, present, "replacement")
+	}
+	if rw.Regex != "" {
+		re, err := regexp.Compile(rw.Regex)
+		if err != nil {
+			d.addf(regexNode, join(path, "regex"), "not a valid regular expression (Go's RE2 syntax): %v", err)
+			rw.Replacement = "" // nothing more to check
+			return rw
+		}
+		rw.re = re
+	}
+	return rw
+}
+
+// checkRewrite checks a route's rewrite once the route is walked: its
+// expression (its own, or the route's path_regex), its replacement, and
+// that the route sends a path upstream that strip_prefix does not change.
+func (d *decoder) checkRewrite(n *yaml.Node, path string, r *Route) {
+	rw := r.Rewrite
+	if n == nil || rw == nil || rw.Replacement == "" {
+		return
+	}
+	switch {
+	case r.Static != nil:
+		d.addf(n, path, "changes the path sent upstream; a static route sends none")
+		return
+	case r.Respond != nil:
+		return // reported by checkRespond
+	case r.StripPrefix:
+		d.addf(n, path, "and strip_prefix both change the path sent upstream; use one (a rewrite can strip: regex ^/api/(.*)$, replacement /$1)")
+		return
+	}
+	if rw.re == nil && rw.Regex == "" {
+		if r.pathRegex == nil {
+			if n.Kind == yaml.ScalarNode {
+				d.addf(n, path, "the replacement alone takes its captures from the route's path_regex, and this route has none; write {regex: ..., replacement: %s}", rw.Replacement)
+			} else {
+				d.addf(n, join(path, "regex"), "missing; it is required unless the route has a path_regex")
+			}
+			return
+		}
+		rw.re = r.pathRegex
+	}
+	if _, err := route.NewRewrite(rw.re, rw.Replacement); err != nil {
+		at := n
+		if n.Kind == yaml.MappingNode {
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == "replacement" {
+					at = resolve(n.Content[i+1])
+				}
+			}
+		}
+		d.addf(at, path, "%s", strings.TrimPrefix(err.Error(), "rewrite: "))
 	}
 }
 
@@ -151,6 +226,13 @@ func routePhases(r *Route) ([]any, error) {
 	}
 	if r.StripPrefix {
 		phases = append(phases, route.StripPrefix{Prefix: r.PathPrefix})
+	}
+	if rw := r.Rewrite; rw != nil {
+		p, err := route.NewRewrite(rw.re, rw.Replacement)
+		if err != nil {
+			return nil, err
+		}
+		phases = append(phases, p)
 	}
 	req, resp := headerRules(&r.Headers.Request), headerRules(&r.Headers.Response)
 	if !req.Empty() || !resp.Empty() {

@@ -30,7 +30,7 @@ func TestParseStaticProblems(t *testing.T) {
 		line, col int
 		path, msg string
 	}{
-		{"upstream and static", "  - {path_prefix: /s/, upstream: web, static: {root: " + dir + "}}\n", 3, 5, "routes[0].static", "not both"},
+		{"upstream and static", "  - {path_prefix: /s/, upstream: web, static: {root: " + dir + "}}\n", 3, 5, "routes[0].static", "one of upstream, static or respond; this one gives upstream and static"},
 		{"neither", "  - {path_prefix: /s/}\n", 3, 5, "routes[0].upstream", "missing; a route needs an upstream (or static"},
 		{"no root", "  - {path_prefix: /s/, static: {index: a.html}}\n", 3, 32, "routes[0].static.root", "missing"},
 		{"empty root", "  - {path_prefix: /s/, static: {root: \"\"}}\n", 3, 39, "routes[0].static.root", "must not be empty"},

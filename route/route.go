@@ -4,6 +4,7 @@ package route
 
 import (
 	"bytes"
+	"regexp"
 	"strings"
 
 	"github.com/sluice-proxy/sluice/fault"
@@ -19,6 +20,11 @@ type Picker interface {
 }
 
 // Route sends requests whose host and path match to an upstream.
+//
+// The path conditions are matched against the request's path as it came
+// (its target up to any "?"), neither percent-decoded nor normalized; a
+// condition left empty matches every path, and a route that sets several
+// matches a path that meets all of them.
 type Route struct {
 	// Host matches the request's Host without its port, ignoring case; ""
 	// matches any host, and "*.example.com" matches one or more labels in
@@ -26,6 +32,16 @@ type Route struct {
 	Host string
 	// PathPrefix matches the start of the request path; "" matches all.
 	PathPrefix string
+	// Path matches the request path exactly (nginx's "location ="): "/"
+	// matches "/" alone, and "/healthz" neither "/healthz/" nor
+	// "/healthz.json"; "" matches all.
+	Path string
+	// PathRegex, when not nil, matches paths it finds a match in, Go's
+	// RE2 syntax (linear in the path's length, whatever the expression):
+	// unanchored, as nginx's "location ~", so "^/api/v[0-9]+/" needs its
+	// "^"; "(?i)" in front ignores case. Its captures are for the route's
+	// phases (Rewrite, Respond).
+	PathRegex *regexp.Regexp
 	// Upstream is where matching requests go; Name is for logs. A route
 	// whose phases answer every request itself (static files, say) may
 	// have none: a request that reaches it is answered 503.
@@ -34,47 +50,82 @@ type Route struct {
 	// Phases are the route's own handling of the requests it matches
 	// (header rules, limits, compression, static files), run in order.
 	// Each implements one or more of proxy.RequestFilter,
-	// proxy.UpstreamRequestFilter, proxy.ResponseFilter and
-	// proxy.AnswerFilter; New sorts them by what they implement, once, and
-	// ignores a phase that implements none. The first RequestFilter that
-	// answers ends the request. AnswerFilters see the answers sluice makes
-	// itself to the requests the route matched (a phase's own, an error's).
+	// proxy.UpstreamRequestFilter, proxy.ResponseFilter,
+	// proxy.AnswerFilter, proxy.FailToProxy and ErrorPages; New sorts them
+	// by what they implement, once, and ignores a phase that implements
+	// none. The first RequestFilter that answers ends the request, and its
+	// answer goes through the ErrorPages (unless the phase is Verbatim
+	// about it). The first FailToProxy that answers a request that failed
+	// for good gives its answer. AnswerFilters see the answers sluice
+	// makes itself to the requests the route matched (a phase's own, an
+	// error's).
 	Phases []any
 
 	request  []proxy.RequestFilter
 	upstream []proxy.UpstreamRequestFilter
 	response []proxy.ResponseFilter
 	answer   []proxy.AnswerFilter
-	label    string // the route in the access log: host and path prefix
+	fail     []proxy.FailToProxy
+	pages    []ErrorPages
+	label    string // the route in the access log: host and path
+}
+
+// ErrorPages is a route phase that may give an answer a route's phase
+// handed back another body (an error page: see package errpage). It
+// returns r, or an answer made from it; it must not change r, which may be
+// shared.
+type ErrorPages interface {
+	ErrorPage(s *proxy.Session, r *proxy.Response) *proxy.Response
+}
+
+// Verbatim is implemented by a phase whose answers may be words that must
+// reach the client as they are (a respond's body, an auth service's
+// answer): Verbatim reports whether r, which the phase handed back, is
+// such an answer, which the route's ErrorPages then leave alone.
+type Verbatim interface {
+	Verbatim(r *proxy.Response) bool
 }
 
 // Label names the route in the access log (route=): its host ("*" for
 // any) followed by its path prefix, such as "api.example.com/v1/",
-// "*.example.com" or "*".
+// "*.example.com" or "*"; an exact Path follows "=" ("*=/healthz"), and a
+// PathRegex follows "~" ("*~^/api/v[0-9]+/").
 func (r *Route) Label() string {
 	if r.label != "" {
 		return r.label
 	}
-	return label(r.Host, r.PathPrefix)
+	return label(r)
 }
 
-func label(host, prefix string) string {
+func label(r *Route) string {
+	host := r.Host
 	if host == "" {
 		host = "*"
 	}
-	return host + prefix
+	l := host + r.PathPrefix
+	if r.Path != "" {
+		l += "=" + r.Path
+	}
+	if r.PathRegex != nil {
+		l += "~" + r.PathRegex.String()
+	}
+	return l
 }
 
-// Table is an ordered list of routes; the first match wins and a request
-// no route matches is answered 404. A Table is immutable once built and
-// safe for concurrent use.
+// Table is an ordered list of routes: a request goes to the first route,
+// in the order given, whose host and path conditions it meets, whatever
+// kind of path condition each has (sluice does not reorder them as nginx
+// does its locations: a more specific route goes before a more general
+// one). A request no route matches is answered 404. A Table is immutable
+// once built and safe for concurrent use.
 //
 // A Table is the proxy's Handler: it matches a request once, in its
 // RequestFilter, and keeps the route in the session's Ctx, so that every
 // try and every phase of the request sees the same route even when a
 // phase rewrote the path. A Handler wrapping a Table must leave Ctx to it.
 type Table struct {
-	routes []Route
+	routes    []Route
+	unmatched proxy.FailToProxy
 }
 
 // New returns a table of routes, in order.
@@ -82,8 +133,8 @@ func New(routes ...Route) *Table {
 	t := &Table{routes: make([]Route, len(routes))}
 	for i, r := range routes {
 		r.Host = strings.ToLower(r.Host)
-		r.label = label(r.Host, r.PathPrefix)
-		r.request, r.upstream, r.response, r.answer = nil, nil, nil, nil
+		r.label = label(&r)
+		r.request, r.upstream, r.response, r.answer, r.fail, r.pages = nil, nil, nil, nil, nil, nil
 		for _, p := range r.Phases {
 			if f, ok := p.(proxy.RequestFilter); ok {
 				r.request = append(r.request, f)
@@ -97,10 +148,25 @@ func New(routes ...Route) *Table {
 			if f, ok := p.(proxy.AnswerFilter); ok {
 				r.answer = append(r.answer, f)
 			}
+			if f, ok := p.(proxy.FailToProxy); ok {
+				r.fail = append(r.fail, f)
+			}
+			if f, ok := p.(ErrorPages); ok {
+				r.pages = append(r.pages, f)
+			}
 		}
 		t.routes[i] = r
 	}
 	return t
+}
+
+// WithUnmatched returns a copy of t whose answers to the requests no route
+// matches (404, destination_not_found) f may give: an error page, say
+// (errpage.Pages). The routes are shared with t.
+func (t *Table) WithUnmatched(f proxy.FailToProxy) *Table {
+	c := *t
+	c.unmatched = f
+	return &c
 }
 
 // Match returns the first route for host (a Host field value, port
@@ -113,6 +179,12 @@ func (t *Table) Match(host, path []byte) *Route {
 			continue
 		}
 		if r.PathPrefix != "" && !bytes.HasPrefix(path, []byte(r.PathPrefix)) {
+			continue
+		}
+		if r.Path != "" && string(path) != r.Path {
+			continue
+		}
+		if r.PathRegex != nil && !r.PathRegex.Match(path) {
 			continue
 		}
 		return r
@@ -132,6 +204,31 @@ func (t *Table) RequestFilter(s *proxy.Session) *proxy.Response {
 	s.SetRoute(r.label)
 	for _, f := range r.request {
 		if resp := f.RequestFilter(s); resp != nil {
+			if v, ok := f.(Verbatim); ok && v.Verbatim(resp) {
+				return resp
+			}
+			for _, p := range r.pages {
+				resp = p.ErrorPage(s, resp)
+			}
+			return resp
+		}
+	}
+	return nil
+}
+
+// FailToProxy gives the answer to a request that failed for good: the
+// first answer of its route's FailToProxy phases, or, for a request no
+// route matched, the table's WithUnmatched hook's; nil leaves the default.
+func (t *Table) FailToProxy(s *proxy.Session, e *fault.Error) *proxy.Response {
+	r, ok := s.Ctx.(*Route)
+	if !ok {
+		if t.unmatched != nil {
+			return t.unmatched.FailToProxy(s, e)
+		}
+		return nil
+	}
+	for _, f := range r.fail {
+		if resp := f.FailToProxy(s, e); resp != nil {
 			return resp
 		}
 	}

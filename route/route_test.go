@@ -1,6 +1,7 @@
 package route
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 
@@ -41,18 +42,62 @@ func TestMatch(t *testing.T) {
 }
 
 func TestRouteLabel(t *testing.T) {
-	for _, tt := range []struct{ host, prefix, want string }{
-		{"api.example.com", "/v1/", "api.example.com/v1/"},
-		{"*.Example.com", "", "*.example.com"},
-		{"", "/static/", "*/static/"},
-		{"", "", "*"},
+	for _, tt := range []struct{ host, prefix, path, regex, want string }{
+		{"api.example.com", "/v1/", "", "", "api.example.com/v1/"},
+		{"*.Example.com", "", "", "", "*.example.com"},
+		{"", "/static/", "", "", "*/static/"},
+		{"", "", "", "", "*"},
+		{"", "", "/healthz", "", "*=/healthz"},
+		{"a.example", "", "", "^/api/v[0-9]+/", "a.example~^/api/v[0-9]+/"},
 	} {
-		tab := New(Route{Host: tt.host, PathPrefix: tt.prefix})
-		if got := tab.routes[0].Label(); got != tt.want {
-			t.Errorf("Label of host %q, prefix %q = %q, want %q", tt.host, tt.prefix, got, tt.want)
+		r := Route{Host: tt.host, PathPrefix: tt.prefix, Path: tt.path}
+		if tt.regex != "" {
+			r.PathRegex = regexp.MustCompile(tt.regex)
 		}
-		if got := (&Route{Host: strings.ToLower(tt.host), PathPrefix: tt.prefix}).Label(); got != tt.want {
-			t.Errorf("Label of an unbuilt route %q, %q = %q, want %q", tt.host, tt.prefix, got, tt.want)
+		tab := New(r)
+		if got := tab.routes[0].Label(); got != tt.want {
+			t.Errorf("Label of %+v = %q, want %q", r, got, tt.want)
+		}
+		r.Host = strings.ToLower(r.Host)
+		if got := r.Label(); got != tt.want {
+			t.Errorf("Label of an unbuilt route %+v = %q, want %q", r, got, tt.want)
+		}
+	}
+}
+
+// TestMatchPaths checks exact paths and regular expressions beside
+// prefixes, and that the first route in the table's order wins whatever
+// its kind of path condition: the exact /api/health before the prefix
+// /api/, the regex before the catch-all, and the prefix /old/ before a
+// regex that would also match its paths.
+func TestMatchPaths(t *testing.T) {
+	tbl := New(
+		Route{Path: "/api/health", Name: "health"},
+		Route{PathPrefix: "/old/", Name: "old"},
+		Route{PathPrefix: "/api/", Name: "api"},
+		Route{PathRegex: regexp.MustCompile(`^/(old|new)/v[0-9]+/`), Name: "versioned"},
+		Route{PathRegex: regexp.MustCompile(`(?i)\.php$`), Name: "php"},
+		Route{Host: "exact.example", Path: "/", Name: "root"},
+		Route{Name: "default"},
+	)
+	tests := []struct{ host, path, want string }{
+		{"h", "/api/health", "health"},
+		{"h", "/api/health/", "api"},
+		{"h", "/api/healthz", "api"},
+		{"h", "/old/v1/x", "old"},
+		{"h", "/new/v12/x", "versioned"},
+		{"h", "/new/vx/x", "default"},
+		{"h", "/x/new/v1/", "default"}, // anchored by its ^
+		{"h", "/index.PHP", "php"},
+		{"h", "/index.php.txt", "default"},
+		{"exact.example", "/", "root"},
+		{"exact.example", "/x", "default"},
+		{"other", "/", "default"},
+	}
+	for _, tt := range tests {
+		r := tbl.Match([]byte(tt.host), []byte(tt.path))
+		if r == nil || r.Name != tt.want {
+			t.Errorf("Match(%q, %q) = %v, want %s", tt.host, tt.path, r, tt.want)
 		}
 	}
 }

@@ -43,8 +43,8 @@ func TestContentType(t *testing.T) {
 		"a.HTML": "text/html; charset=utf-8", "a.css": "text/css; charset=utf-8", "a.js": "text/javascript; charset=utf-8",
 		"a.woff2": "font/woff2", "a.svg": "image/svg+xml", "a.wasm": "application/wasm", "noext": "application/octet-stream",
 	} {
-		if got := contentType(name); got != want {
-			t.Errorf("contentType(%q) = %q, want %q", name, got, want)
+		if got := ContentType(name); got != want {
+			t.Errorf("ContentType(%q) = %q, want %q", name, got, want)
 		}
 	}
 }

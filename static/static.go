@@ -221,7 +221,7 @@ func (f *Files) serve(s *proxy.Session, name string, file *os.File, fi fs.FileIn
 		file.Close()
 		return refusal(s, 412, "precondition_failed")
 	}
-	r.Header.Add("Content-Type", contentType(name))
+	r.Header.Add("Content-Type", ContentType(name))
 	r.Header.Add("X-Content-Type-Options", "nosniff")
 	if coding != "" {
 		r.Header.Add("Content-Encoding", coding)

@@ -47,10 +47,12 @@ var webTypes = map[string]string{
 	".gz":          "application/gzip",
 }
 
-// contentType returns the type of the file called name: from webTypes,
-// else mime.TypeByExtension, else application/octet-stream (which a
-// browser will not render: nosniff goes with every answer).
-func contentType(name string) string {
+// ContentType returns the type of the file called name, by its
+// extension, ignoring case: a built-in table of the types a web site
+// serves (text types with charset=utf-8), else mime.TypeByExtension, else
+// application/octet-stream (which a browser will not render: nosniff goes
+// with every answer of a static route).
+func ContentType(name string) string {
 	ext := strings.ToLower(path.Ext(name))
 	if t, ok := webTypes[ext]; ok {
 		return t

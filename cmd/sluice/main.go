@@ -106,6 +106,9 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintln(stderr, "warning:", w)
+	}
 	fmt.Fprintf(stdout, "%s: ok (%s, %s, %s)\n", path, count(len(cfg.Listen), "listener"), count(len(cfg.Routes), "route"), count(len(cfg.Upstreams), "upstream"))
 	return 0
 }
@@ -144,6 +147,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 	loadedAt := time.Now()
 	log := newLog(stderr, cfg)
 	slog.SetDefault(log)
+	logWarnings(log, cfg)
 	logDescriptorLimit(log, cfg)
 	// The sockets handed over by the process this one replaces, when a
 	// binary upgrade started it (package upgrade).
@@ -175,6 +179,13 @@ func loadConfig(path string) (*config.Config, string, error) {
 	}
 	sum := sha256.Sum256(data)
 	return cfg, hex.EncodeToString(sum[:]), nil
+}
+
+// logWarnings logs what the config file most likely did not mean.
+func logWarnings(log *slog.Logger, cfg *config.Config) {
+	for _, w := range cfg.Warnings() {
+		log.Warn("config", "warning", w.String())
+	}
 }
 
 // logAdmin logs where the admin listener serves.

@@ -52,6 +52,19 @@ upstreams:
     retry:
       tries: 0
 `)
+	shadowed := write("shadowed.yaml", `
+listen:
+  - address: 127.0.0.1:0
+routes:
+  - path_prefix: /
+    upstream: app
+  - path: /healthz
+    upstream: app
+upstreams:
+  app:
+    servers:
+      - address: 127.0.0.1:9001
+`)
 	ca := tlstest.NewCA(t, "test CA")
 	cert, key := ca.Server(t, "example.com").Write(t, dir, "site")
 	garbage := write("garbage.pem", "not a certificate\n")
@@ -85,6 +98,7 @@ upstreams:
 			"bad.yaml:6: listen[0].tls.certificates[0].cert: " + garbage + ": no PEM CERTIFICATE block"},
 		{[]string{"validate", "-c", good}, 0, "ok (1 listener, 1 route, 1 upstream)"},
 		{[]string{"validate", "-c", two}, 0, "ok (2 listeners, 2 routes, 2 upstreams)"},
+		{[]string{"validate", "-c", shadowed}, 0, "warning: " + shadowed + ":7:5: routes[1]: is never matched: the route at line 5 (path_prefix /) comes first"},
 		{[]string{"validate", "-c", zero}, 1, "zero.yaml:11:14: upstreams.app.retry.tries: must be >= 1"},
 		{[]string{"validate", "-c", filepath.Join(dir, "missing.yaml")}, 1, "no such file"},
 		{[]string{"version"}, 0, "sluice "},

@@ -117,6 +117,7 @@ func (r *running) reload() {
 			r.log.Error("reload: a Unix socket keeps its mode", "address", s.address, "mode", fmt.Sprintf("%04o", cfg.Listen[i].Mode), "error", err)
 		}
 	}
+	logWarnings(log, cfg)
 	if moveMetrics {
 		r.moveMetrics(metricsLn)
 	}
