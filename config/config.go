@@ -71,7 +71,8 @@ type Config struct {
 
 	// Redis (key "redis", default none) is the Redis server that a fleet
 	// of sluice instances keeps shared state in: the budgets of the
-	// routes whose rate_limit has store: redis.
+	// routes whose rate_limit has store: redis, and the idempotency
+	// records of those whose idempotency has store: redis.
 	Redis *Redis
 }
 
@@ -83,6 +84,11 @@ type Redis struct {
 	Password string
 	// DB (key "db", default 0, 0..15) is the database selected.
 	DB int
+	// Timeout (key "timeout", default 50ms, > 0) bounds each round trip
+	// of the idempotency layers to the server (connecting included); a
+	// request whose round trip fails or takes longer follows its
+	// on_store_error. Rate limits have their own, store_timeout.
+	Timeout time.Duration
 	// Line is the line of the section in the file, for messages.
 	Line int
 }
@@ -496,6 +502,10 @@ type Route struct {
 	// RateLimit (key "rate_limit", default none) limits the rate of the
 	// route's requests.
 	RateLimit *RateLimit
+	// Idempotency (key "idempotency", default nil: off) gives the
+	// route's keyed requests the Idempotency-Key semantics: answers kept
+	// and replayed, 409 while the first runs, 422 for another payload.
+	Idempotency *Idempotency
 	// Line is the line of the route in the file, for messages.
 	Line int
 }

@@ -517,6 +517,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 					{"static", func(n *yaml.Node, path string) { r.Static = d.routeStatic(n, path) }},
 					{"compress", func(n *yaml.Node, path string) { r.Compress = d.routeCompress(n, path) }},
 					{"rate_limit", func(n *yaml.Node, path string) { r.RateLimit = d.routeRateLimit(n, path) }},
+					{"idempotency", func(n *yaml.Node, path string) { r.Idempotency = d.routeIdempotency(n, path) }},
 				})
 				d.routeTarget(n, path, present)
 				d.checkStripPrefix(strip, join(path, "strip_prefix"), &r)
@@ -538,6 +539,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 
 	// Cross-field checks.
 	d.checkRedisUsers(c)
+	d.checkIdempotency(c)
 	seen := map[string]*yaml.Node{}
 	for _, a := range listenAddrs {
 		if hasPort0(a.n.Value) {
