@@ -225,9 +225,9 @@ func TestFleet(t *testing.T) {
 	for range 3 {
 		s, use := serve(t)
 		m, err := New(Options{Domains: []string{"fleet.sluice.test"}, CA: ca.Directory, Roots: ca.TLSRoots,
-			Redis: &Redis{Options: &redis.Options{Addr: srv.Addr}, Key: testKey(9)},
-			DNS:   &DNS{Server: ca.DNS, KeyName: key, Secret: secret, Resolvers: []string{ca.DNS}},
-			Log:   slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+			Redis:              &Redis{Options: &redis.Options{Addr: srv.Addr}, Key: testKey(9)},
+			DNS:                &DNS{Server: ca.DNS, KeyName: key, Secret: secret, Resolvers: []string{ca.DNS}},
+			Log:                slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 			RenewalWindowRatio: 0.5, RenewCheckInterval: 200 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
