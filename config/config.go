@@ -71,8 +71,9 @@ type Config struct {
 
 	// Redis (key "redis", default none) is the Redis server that a fleet
 	// of sluice instances keeps shared state in: the budgets of the
-	// routes whose rate_limit has store: redis, and the idempotency
-	// records of those whose idempotency has store: redis.
+	// routes whose rate_limit has store: redis, the idempotency records
+	// of those whose idempotency has store: redis, and the ACME
+	// certificates of the acme sections with storage: redis.
 	Redis *Redis
 }
 
@@ -210,17 +211,28 @@ type ACME struct {
 	// PEM file of CA certificates trusted besides the system's for the
 	// ACME CA's own TLS certificate: a private CA's, or a test's.
 	CARoot string
-	// Storage (key "storage", default /var/lib/sluice/acme) is the
-	// directory of the ACME account, the certificates and their keys
-	// (made, mode 0700, when missing): it must be writable, or
-	// creatable.
+	// Storage (key "storage", default /var/lib/sluice/acme) is where the
+	// ACME account, the certificates and their keys are kept: a
+	// directory (made, mode 0700, when missing) that must be writable,
+	// or creatable; or, for a fleet of sluice instances that share them
+	// (one obtains and renews each certificate, the others load it),
+	// "redis", the top-level redis section's server, or a redis:// URL
+	// (rediss:// over TLS), redis://[:PASSWORD@]HOST:PORT[/DB].
 	Storage string
+	// StorageKeyFile (key "storage_key_file", required with a Redis
+	// storage, and only then) holds the key that encrypts what the
+	// Redis storage keeps, shared by the fleet's instances: 32 random
+	// bytes in base64 (openssl rand -base64 32) or hex. It is read when
+	// the config is built.
+	StorageKeyFile string
 	// DNS (key "dns"), when set, has the CA validate by DNS-01, TXT
 	// records written by RFC 2136 dynamic updates, instead of HTTP-01 and
 	// TLS-ALPN-01 on the listeners; a wildcard domain needs it.
 	DNS *ACMEDNS
 	// Line is the line of acme in the file, for messages.
 	Line int
+
+	storageLine, storageColumn int // of the storage value, for the check that redis is set
 }
 
 // ACMEDNS is acme.dns: where and how the DNS-01 challenge's TXT records

@@ -540,6 +540,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 	// Cross-field checks.
 	d.checkRedisUsers(c)
 	d.checkIdempotency(c)
+	d.checkACMERedis(c)
 	seen := map[string]*yaml.Node{}
 	for _, a := range listenAddrs {
 		if hasPort0(a.n.Value) {
