@@ -2,6 +2,8 @@ package acme
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"io/fs"
 	"log/slog"
@@ -291,4 +293,23 @@ func TestFleet(t *testing.T) {
 	if renewals != 1 {
 		t.Errorf("%d instances say they renewed the certificate, want 1", renewals)
 	}
+}
+
+// FuzzParseStorageKey checks that ParseStorageKey never panics, and that
+// a key it takes reads back from its base64 and its hex.
+func FuzzParseStorageKey(f *testing.F) {
+	for _, s := range []string{"AwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISI=", strings.Repeat("ab", 32), "", "c2hvcnQ=", " \n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, text []byte) {
+		k, err := ParseStorageKey(text)
+		if err != nil {
+			return
+		}
+		for _, again := range []string{base64.StdEncoding.EncodeToString(k[:]), hex.EncodeToString(k[:])} {
+			if back, err := ParseStorageKey([]byte(again)); err != nil || back != k {
+				t.Fatalf("ParseStorageKey(%q) = %x, which reads back from %q as %x, %v", text, k, again, back, err)
+			}
+		}
+	})
 }
