@@ -447,7 +447,7 @@ func (l *Layer) logStoreError(op string, err error) {
 
 // Carry makes l go on from old, the Layer it replaces (a config reload):
 // l's counts continue old's, and when both keep their records in a Local
-// store, l takes old's (with l's byte bound), so that a reload forgets no
+// store, l takes old's (with l's bounds), so that a reload forgets no
 // claim and no answer. Call it before l is in use.
 func (l *Layer) Carry(old *Layer) {
 	if old == nil {
@@ -457,6 +457,7 @@ func (l *Layer) Carry(old *Layer) {
 	if ol, ok := old.store.(*Local); ok {
 		if nl, ok := l.store.(*Local); ok {
 			ol.SetMaxBytes(nl.maxBytes.Load())
+			ol.perShard.Store(nl.perShard.Load())
 			l.store = ol
 		}
 	}

@@ -39,7 +39,7 @@ const localShards = 64
 // time they expire and removes the expired ones at its head whenever it
 // is used, so no goroutine is needed and a Local store needs no Close.
 type Local struct {
-	perShard int
+	perShard atomic.Int64
 	maxBytes atomic.Int64
 	bytes    atomic.Int64 // of the answers kept
 	shards   [localShards]localShard
@@ -71,15 +71,23 @@ type localRecord struct {
 // NewLocal returns an empty Local store of at most maxKeys records and
 // maxBytes bytes of answers; 0 means DefaultMaxKeys, DefaultMaxBytes.
 func NewLocal(maxKeys int, maxBytes int64) *Local {
-	if maxKeys <= 0 {
-		maxKeys = DefaultMaxKeys
-	}
-	l := &Local{perShard: (maxKeys + localShards - 1) / localShards}
+	l := new(Local)
+	l.SetMaxKeys(maxKeys)
 	l.SetMaxBytes(maxBytes)
 	for i := range l.shards {
 		l.shards[i].m = make(map[Key]*localRecord)
 	}
 	return l
+}
+
+// SetMaxKeys changes the bound on the records held (a reload that keeps
+// the store); 0 means DefaultMaxKeys. Records held already stay, beyond
+// it too, until they expire.
+func (l *Local) SetMaxKeys(n int) {
+	if n <= 0 {
+		n = DefaultMaxKeys
+	}
+	l.perShard.Store(int64((n + localShards - 1) / localShards))
 }
 
 // SetMaxBytes changes the bound on the bytes of kept answers (a reload
@@ -130,9 +138,9 @@ func (l *Local) Begin(_ context.Context, key Key, fp Fingerprint, token Token, t
 		default:
 			return Found{State: s}, nil
 		}
-	} else if len(sh.m) >= l.perShard {
+	} else if int64(len(sh.m)) >= l.perShard.Load() {
 		l.sweep(sh, now, true)
-		if len(sh.m) >= l.perShard {
+		if int64(len(sh.m)) >= l.perShard.Load() {
 			return Found{}, ErrFull
 		}
 	}

@@ -145,3 +145,15 @@ func TestLocalBounds(t *testing.T) {
 		}
 	})
 }
+
+// TestCarryBounds checks that a reload's new bounds apply to the local
+// store it carries over.
+func TestCarryBounds(t *testing.T) {
+	old := newLayer(t, Options{Store: NewLocal(1000, 1<<20)})
+	l := newLayer(t, Options{Store: NewLocal(localShards, 1<<10)})
+	l.Carry(old)
+	s := l.store.(*Local)
+	if s != old.store || s.perShard.Load() != 1 || s.maxBytes.Load() != 1<<10 {
+		t.Errorf("carried store: %d per shard, %d bytes; want 1 and 1024", s.perShard.Load(), s.maxBytes.Load())
+	}
+}
