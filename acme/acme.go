@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/certmagic"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/sluice-proxy/sluice/tlsterm"
@@ -58,10 +59,19 @@ type Options struct {
 	// certificates it issues); nil means the system's roots.
 	Roots *x509.CertPool
 	// Storage is the directory of the account, the certificates and
-	// their keys (made with mode 0700 when missing); required. Each
-	// certificate's files are kept there until it is renewed, and a
-	// Manager started on the same directory serves them at once.
+	// their keys (made with mode 0700 when missing); required unless
+	// Redis is set. Each certificate's files are kept there until it is
+	// renewed, and a Manager started on the same directory serves them
+	// at once.
 	Storage string
+	// Redis, when set, keeps them in a Redis server instead of Storage,
+	// encrypted, for a fleet: the Managers of every sluice sharing it
+	// (the same server, prefix and key) obtain each certificate once,
+	// the one that takes its lock, and the others load it; renewal
+	// likewise. The CA's validation must reach the instance that holds
+	// the order: DNS-01 does wherever it runs; HTTP-01 and TLS-ALPN-01
+	// need the CA sent to that instance.
+	Redis *Redis
 	// Log receives what the Manager does: each certificate obtained,
 	// renewed or loaded at info level, failures as errors;
 	// certmagic's own narration at debug level. nil means slog.Default().
@@ -108,6 +118,7 @@ type running struct {
 	magic    *certmagic.Config
 	cache    *certmagic.Cache
 	storage  *storage
+	client   *redis.Client // of a Redis storage, closed by stop
 	cancel   context.CancelFunc
 	stopping atomic.Bool // certmagic's complaints are the cancellation's
 
@@ -150,8 +161,11 @@ func New(o Options) (*Manager, error) {
 			return nil, err
 		}
 	}
-	if o.Storage == "" {
+	if o.Storage == "" && o.Redis == nil {
 		return nil, errors.New("acme: no storage directory")
+	}
+	if o.Redis != nil && o.Redis.Options == nil {
+		return nil, errors.New("acme: redis storage without its server's options")
 	}
 	if o.RenewalWindowRatio < 0 || o.RenewalWindowRatio >= 1 {
 		return nil, fmt.Errorf("acme: renewal window ratio %v, want 0 (the default) or between 0 and 1", o.RenewalWindowRatio)
@@ -234,7 +248,18 @@ func (m *Manager) Start(ctx context.Context, ch Challenges) error {
 	case m.run.Load() != nil:
 		return errors.New("acme: Manager started twice")
 	}
-	r := &running{storage: &storage{FileStorage: &certmagic.FileStorage{Path: m.opts.Storage}}}
+	r := &running{storage: &storage{Storage: &certmagic.FileStorage{Path: m.opts.Storage}}}
+	where := m.opts.Storage
+	if o := m.opts.Redis; o != nil {
+		r.client = redis.NewClient(o.Options)
+		rs, err := newRedisStorage(r.client, o.Prefix, o.Key)
+		if err != nil {
+			r.client.Close()
+			return fmt.Errorf("acme: %w", err)
+		}
+		r.storage.Storage = rs
+		where = "redis " + o.Options.Addr
+	}
 	zl := zap.New(&zapCore{h: m.log.Handler(), stopping: &r.stopping}).Named("acme")
 	var magic atomic.Pointer[certmagic.Config]
 	r.cache = certmagic.NewCache(certmagic.CacheOptions{
@@ -272,6 +297,7 @@ func (m *Manager) Start(ctx context.Context, ch Challenges) error {
 		tmpl.DNS01Solver = m.opts.DNS.solver(zl)
 	} else if err := ch.issuer(&tmpl); err != nil {
 		r.cache.Stop()
+		r.close()
 		return err
 	}
 	iss := certmagic.NewACMEIssuer(r.magic, tmpl)
@@ -303,7 +329,7 @@ func (m *Manager) Start(ctx context.Context, ch Challenges) error {
 	if ca == "" {
 		ca = LetsEncrypt
 	}
-	m.log.Info("ACME certificates managed", "domains", m.domains, "ca", ca, "storage", m.opts.Storage, "challenges", kinds)
+	m.log.Info("ACME certificates managed", "domains", m.domains, "ca", ca, "storage", where, "challenges", kinds)
 	if err := r.magic.ManageAsync(ctx, m.domains); err != nil {
 		m.stop(r)
 		return fmt.Errorf("acme: %w", err)
@@ -373,7 +399,15 @@ func (m *Manager) stop(r *running) {
 		m.log.Warn("ACME: certmagic's maintenance did not stop within 5 s (an OCSP request, likely); it ends after it", "domains", m.domains)
 	}
 	r.storage.drain()
+	r.close()
 	m.have.Clear()
+}
+
+// close closes r's Redis client, if it has one.
+func (r *running) close() {
+	if r.client != nil {
+		r.client.Close()
+	}
 }
 
 // GetCertificate implements tlsterm.Source: the certificate of the domain

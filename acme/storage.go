@@ -19,15 +19,16 @@ import (
 // wanted it for, once its Manager is stopping.
 var errStopped = errors.New("acme: the manager is stopping")
 
-// storage is certmagic's FileStorage, with the operations under way
-// counted, and the locks held. certmagic holds a lock for the whole of
-// each operation that obtains or renews a certificate (or refreshes its
-// renewal information), and writes nothing without going through here;
-// so Stop refuses every operation from then on but the release of a lock,
-// and waits for those under way and for the locks held (drain): once
-// Stop has returned, the Manager touches its storage no more.
+// storage is a Manager's storage (certmagic's FileStorage, or a fleet's
+// Redis), with the operations under way counted, and the locks held.
+// certmagic holds a lock for the whole of each operation that obtains or
+// renews a certificate (or refreshes its renewal information), and writes
+// nothing without going through here; so Stop refuses every operation
+// from then on but the release of a lock, and waits for those under way
+// and for the locks held (drain): once Stop has returned, the Manager
+// touches its storage no more.
 type storage struct {
-	*certmagic.FileStorage
+	certmagic.Storage
 
 	mu      sync.Mutex
 	busy    int // operations under way, plus locks held
@@ -76,7 +77,7 @@ func (s *storage) Lock(ctx context.Context, name string) error {
 	if !s.enter() {
 		return errStopped
 	}
-	if err := s.FileStorage.Lock(ctx, name); err != nil {
+	if err := s.Storage.Lock(ctx, name); err != nil {
 		s.exit()
 		return err
 	}
@@ -89,7 +90,12 @@ func (s *storage) TryLock(ctx context.Context, name string) (bool, error) {
 	if !s.enter() {
 		return false, errStopped
 	}
-	ok, err := s.FileStorage.TryLock(ctx, name)
+	tl, can := s.Storage.(certmagic.TryLocker)
+	if !can {
+		s.exit()
+		return false, errors.New("acme: the storage cannot try a lock")
+	}
+	ok, err := tl.TryLock(ctx, name)
 	if !ok || err != nil {
 		s.exit()
 	}
@@ -99,7 +105,7 @@ func (s *storage) TryLock(ctx context.Context, name string) (bool, error) {
 // Unlock is never refused: a lock held when Stop began is released.
 func (s *storage) Unlock(ctx context.Context, name string) error {
 	defer s.exit()
-	return s.FileStorage.Unlock(ctx, name)
+	return s.Storage.Unlock(ctx, name)
 }
 
 func (s *storage) Store(ctx context.Context, key string, value []byte) error {
@@ -107,7 +113,7 @@ func (s *storage) Store(ctx context.Context, key string, value []byte) error {
 		return errStopped
 	}
 	defer s.exit()
-	return s.FileStorage.Store(ctx, key, value)
+	return s.Storage.Store(ctx, key, value)
 }
 
 func (s *storage) Load(ctx context.Context, key string) ([]byte, error) {
@@ -115,7 +121,7 @@ func (s *storage) Load(ctx context.Context, key string) ([]byte, error) {
 		return nil, errStopped
 	}
 	defer s.exit()
-	return s.FileStorage.Load(ctx, key)
+	return s.Storage.Load(ctx, key)
 }
 
 func (s *storage) Delete(ctx context.Context, key string) error {
@@ -123,7 +129,7 @@ func (s *storage) Delete(ctx context.Context, key string) error {
 		return errStopped
 	}
 	defer s.exit()
-	return s.FileStorage.Delete(ctx, key)
+	return s.Storage.Delete(ctx, key)
 }
 
 func (s *storage) Exists(ctx context.Context, key string) bool {
@@ -131,7 +137,7 @@ func (s *storage) Exists(ctx context.Context, key string) bool {
 		return false
 	}
 	defer s.exit()
-	return s.FileStorage.Exists(ctx, key)
+	return s.Storage.Exists(ctx, key)
 }
 
 func (s *storage) List(ctx context.Context, path string, recursive bool) ([]string, error) {
@@ -139,7 +145,7 @@ func (s *storage) List(ctx context.Context, path string, recursive bool) ([]stri
 		return nil, errStopped
 	}
 	defer s.exit()
-	return s.FileStorage.List(ctx, path, recursive)
+	return s.Storage.List(ctx, path, recursive)
 }
 
 func (s *storage) Stat(ctx context.Context, key string) (certmagic.KeyInfo, error) {
@@ -147,7 +153,7 @@ func (s *storage) Stat(ctx context.Context, key string) (certmagic.KeyInfo, erro
 		return certmagic.KeyInfo{}, errStopped
 	}
 	defer s.exit()
-	return s.FileStorage.Stat(ctx, key)
+	return s.Storage.Stat(ctx, key)
 }
 
 var (

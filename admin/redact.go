@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"reflect"
 	"regexp"
 	"strings"
@@ -22,10 +23,20 @@ const Redacted = "[redacted]"
 // armour, whatever the field (see secretValue).
 var secretField = regexp.MustCompile(`(?i)secret|passw|token|hmac|credential|private|apikey|api_key`)
 
-// secretValue reports whether a string is key material whatever field it
-// is in: PEM armour, as an inline key would have.
+// secretValue reports whether a string is a secret whatever field it is
+// in: key material (PEM armour, as an inline key would have), or a URL
+// with a password (a redis:// storage's).
 func secretValue(s string) bool {
-	return strings.Contains(s, "-----BEGIN")
+	if strings.Contains(s, "-----BEGIN") {
+		return true
+	}
+	if strings.Contains(s, "://") && strings.Contains(s, "@") {
+		if u, err := url.Parse(s); err == nil && u.User != nil {
+			_, set := u.User.Password()
+			return set
+		}
+	}
+	return false
 }
 
 func (a *Server) config(w http.ResponseWriter, r *http.Request) {

@@ -43,6 +43,8 @@ func TestConfigViewRedaction(t *testing.T) {
 		Token       []byte
 		KeyFile     string // a path: shown
 		Inline      string // key material in a field with an innocent name
+		Storage     string // a URL with a password
+		Plain       string // a URL without one: shown
 		EAB         *eab
 		Timeout     time.Duration
 		Headers     map[string]string
@@ -54,6 +56,7 @@ func TestConfigViewRedaction(t *testing.T) {
 	v := section{
 		Password: "hunter2", Token: []byte("zq-bytes"), KeyFile: "/etc/sluice/site.key",
 		Inline:  "-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n",
+		Storage: "redis://:s3cr3t@cache:6379/2", Plain: "redis://ops@cache:6379",
 		EAB:     &eab{KeyID: "kid-1", HMACKey: "c2VjcmV0"},
 		Timeout: 1500 * time.Millisecond, Headers: map[string]string{"X-Api-Token": "t0k", "X-Name": "n"},
 		Now: time.Now, unexported: "x", SecretCount: 3,
@@ -66,6 +69,7 @@ func TestConfigViewRedaction(t *testing.T) {
 	json.Unmarshal(out, &got)
 	want := map[string]any{
 		"password": Redacted, "token": Redacted, "key_file": "/etc/sluice/site.key", "inline": Redacted,
+		"storage": Redacted, "plain": "redis://ops@cache:6379",
 		"eab": map[string]any{"key_id": "kid-1", "hmac_key": Redacted}, "timeout": "1.5s",
 		"headers": map[string]any{"X-Api-Token": Redacted, "X-Name": "n"}, "empty": "", "secret_count": Redacted,
 	}
@@ -74,7 +78,7 @@ func TestConfigViewRedaction(t *testing.T) {
 	if string(gotJSON) != string(wantJSON) {
 		t.Errorf("view\n got %s\nwant %s", gotJSON, wantJSON)
 	}
-	for _, secret := range []string{"hunter2", "zq-bytes", "MIIB", "c2VjcmV0", "t0k"} {
+	for _, secret := range []string{"hunter2", "zq-bytes", "MIIB", "c2VjcmV0", "t0k", "s3cr3t"} {
 		if strings.Contains(string(out), secret) {
 			t.Errorf("%q shown", secret)
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/compress"
 	"github.com/sluice-proxy/sluice/h2"
+	"github.com/sluice-proxy/sluice/idempotency"
 	"github.com/sluice-proxy/sluice/internal/logbuf"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/proxy"
@@ -59,6 +60,13 @@ type Generation struct {
 	limiters map[string]*ratelimit.Limiter
 	redis    *redis.Client
 
+	// layers are the routes' idempotency layers, by name (routeName), for
+	// Carry, metrics and Close; idemRedis is their Redis client, nil when
+	// no route keeps its records there, closed once the layers' last
+	// claims ended after Close.
+	layers    map[string]*idempotency.Layer
+	idemRedis *redis.Client
+
 	// acme are the ACME managers of the TLS listeners with an acme
 	// section, one for each distinct section: made by Build, started by
 	// Listeners.StartACME, stopped by Close unless a later generation
@@ -83,7 +91,9 @@ func (g *Generation) Start(ctx context.Context) {
 // same name, server by server (see balance.Group.Carry), the rate limits'
 // state of old's routes to g's routes of the same host and path prefix
 // (their counts, and the budgets of a local store when both keep them in
-// one: see ratelimit.Limiter.Carry), and old's ACME
+// one: see ratelimit.Limiter.Carry), likewise the idempotency layers'
+// (their counts, and the records of a local store: see
+// idempotency.Layer.Carry), and old's ACME
 // managers to g where g has the same acme section (its ca_root's contents
 // included): they go on running, with the certificates they hold, and
 // old's Close leaves them alone. For a reload, before g starts.
@@ -98,6 +108,9 @@ func (g *Generation) Carry(old *Generation) {
 	}
 	for name, l := range g.limiters {
 		l.Carry(old.limiters[name])
+	}
+	for name, l := range g.layers {
+		l.Carry(old.layers[name])
 	}
 	for _, s := range g.acme {
 		for _, o := range old.acme {
@@ -163,7 +176,9 @@ func listenShape(ls []Listener) []Listener {
 
 // Close stops the background work and waits for it: the upstreams', and
 // the ACME managers' that a later generation did not take over (see
-// acme.Manager.Stop).
+// acme.Manager.Stop). The idempotency layers' claims still live are not
+// cut short: their requests renew and end them, and the layers' Redis
+// client is closed after the last (see closeIdempotency).
 func (g *Generation) Close() {
 	for _, u := range g.Upstreams {
 		u.Balancer().Close()
@@ -178,6 +193,7 @@ func (g *Generation) Close() {
 		// fail, and follow their route's on_store_error.
 		g.redis.Close()
 	}
+	g.closeIdempotency()
 }
 
 // RateLimits reports each route's rate limit decisions, for metrics: the
@@ -223,6 +239,9 @@ func Build(cfg *Config) (_ *Generation, err error) {
 	defer func() {
 		if err != nil && g.redis != nil {
 			g.redis.Close() // made for a rate limit of a route before the one that failed
+		}
+		if err != nil && g.idemRedis != nil {
+			g.idemRedis.Close() // likewise, for an idempotency layer
 		}
 	}()
 	if err := g.buildTLS(log); err != nil {
@@ -274,6 +293,13 @@ func Build(cfg *Config) (_ *Generation, err error) {
 				return nil, fmt.Errorf("%s:%d: route %w", cfg.File, fa.Line, err)
 			}
 			rt.Phases = append(rt.Phases, p)
+		}
+		if r.Idempotency != nil {
+			l, err := g.idempotencyLayer(cfg, r)
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: route idempotency: %w", cfg.File, r.Idempotency.Line, err)
+			}
+			rt.Idempotency = l
 		}
 		if r.Compress != nil {
 			p, err := buildCompress(r.Compress)

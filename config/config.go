@@ -75,7 +75,9 @@ type Config struct {
 
 	// Redis (key "redis", default none) is the Redis server that a fleet
 	// of sluice instances keeps shared state in: the budgets of the
-	// routes whose rate_limit has store: redis.
+	// routes whose rate_limit has store: redis, the idempotency records
+	// of those whose idempotency has store: redis, and the ACME
+	// certificates of the acme sections with storage: redis.
 	Redis *Redis
 
 	// Errors (key "errors", default none) are the pages of the answers
@@ -100,6 +102,11 @@ type Redis struct {
 	Password string
 	// DB (key "db", default 0, 0..15) is the database selected.
 	DB int
+	// Timeout (key "timeout", default 50ms, > 0) bounds each round trip
+	// of the idempotency layers to the server (connecting included); a
+	// request whose round trip fails or takes longer follows its
+	// on_store_error. Rate limits have their own, store_timeout.
+	Timeout time.Duration
 	// Line is the line of the section in the file, for messages.
 	Line int
 }
@@ -236,17 +243,28 @@ type ACME struct {
 	// PEM file of CA certificates trusted besides the system's for the
 	// ACME CA's own TLS certificate: a private CA's, or a test's.
 	CARoot string
-	// Storage (key "storage", default /var/lib/sluice/acme) is the
-	// directory of the ACME account, the certificates and their keys
-	// (made, mode 0700, when missing): it must be writable, or
-	// creatable.
+	// Storage (key "storage", default /var/lib/sluice/acme) is where the
+	// ACME account, the certificates and their keys are kept: a
+	// directory (made, mode 0700, when missing) that must be writable,
+	// or creatable; or, for a fleet of sluice instances that share them
+	// (one obtains and renews each certificate, the others load it),
+	// "redis", the top-level redis section's server, or a redis:// URL
+	// (rediss:// over TLS), redis://[:PASSWORD@]HOST:PORT[/DB].
 	Storage string
+	// StorageKeyFile (key "storage_key_file", required with a Redis
+	// storage, and only then) holds the key that encrypts what the
+	// Redis storage keeps, shared by the fleet's instances: 32 random
+	// bytes in base64 (openssl rand -base64 32) or hex. It is read when
+	// the config is built.
+	StorageKeyFile string
 	// DNS (key "dns"), when set, has the CA validate by DNS-01, TXT
 	// records written by RFC 2136 dynamic updates, instead of HTTP-01 and
 	// TLS-ALPN-01 on the listeners; a wildcard domain needs it.
 	DNS *ACMEDNS
 	// Line is the line of acme in the file, for messages.
 	Line int
+
+	storageLine, storageColumn int // of the storage value, for the check that redis is set
 }
 
 // ACMEDNS is acme.dns: where and how the DNS-01 challenge's TXT records
@@ -612,6 +630,10 @@ type Route struct {
 	// sluice makes itself for the route's requests, over the top-level
 	// errors for the statuses both give.
 	Errors []ErrorPage
+	// Idempotency (key "idempotency", default nil: off) gives the
+	// route's keyed requests the Idempotency-Key semantics: answers kept
+	// and replayed, 409 while the first runs, 422 for another payload.
+	Idempotency *Idempotency
 	// Line is the line of the route in the file, for messages.
 	Line int
 

@@ -609,6 +609,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 					{"errors", func(n *yaml.Node, path string) { r.Errors = d.errorPages(n, path) }},
 					{"basic_auth", func(n *yaml.Node, path string) { r.BasicAuth = d.routeBasicAuth(n, path) }},
 					{"forward_auth", func(n *yaml.Node, path string) { r.ForwardAuth = d.routeForwardAuth(n, path) }},
+					{"idempotency", func(n *yaml.Node, path string) { r.Idempotency = d.routeIdempotency(n, path) }},
 				})
 				d.routeTarget(n, path, present)
 				d.routePathKeys(n, path, present)
@@ -636,6 +637,8 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 	// Cross-field checks.
 	d.checkRedisUsers(c)
 	d.checkShadowed(c.Routes, routeNodes)
+	d.checkIdempotency(c)
+	d.checkACMERedis(c)
 	seen := map[string]*yaml.Node{}
 	for _, a := range listenAddrs {
 		if hasPort0(a.n.Value) {

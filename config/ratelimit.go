@@ -1,20 +1,23 @@
 package config
 
 import (
+	"github.com/sluice-proxy/sluice/idempotency"
 	"github.com/sluice-proxy/sluice/ratelimit"
 	"go.yaml.in/yaml/v3"
 )
 
 // This file holds the parsing of the rate_limit section of a route and of
-// the top-level redis section that a rate limit's store: redis uses.
+// the top-level redis section that a rate limit's or an idempotency
+// section's store: redis uses.
 
 // redis walks the top-level redis section.
 func (d *decoder) redis(n *yaml.Node, path string) *Redis {
-	r := &Redis{Line: n.Line}
+	r := &Redis{Timeout: idempotency.DefaultTimeout, Line: n.Line}
 	present := d.mapping(n, path, []field{
 		{"address", func(n *yaml.Node, path string) { d.address(&r.Address, n, path, false) }},
 		{"password", d.str(&r.Password, nil)},
 		{"db", d.integer(&r.DB, between(0, 15))},
+		{"timeout", d.duration(&r.Timeout, true)},
 	})
 	d.required(n, path, present, "address")
 	return r

@@ -37,7 +37,7 @@ func TestParseRateLimit(t *testing.T) {
 		rl.Store != "redis" || rl.OnStoreError != "deny" || rl.StoreTimeout != 20*time.Millisecond {
 		t.Errorf("every value: got %+v", rl)
 	}
-	if r := c.Redis; r == nil || *r != (Redis{Address: "redis.internal:6379", Password: "pw", DB: 2, Line: 8}) {
+	if r := c.Redis; r == nil || *r != (Redis{Address: "redis.internal:6379", Password: "pw", DB: 2, Timeout: 50 * time.Millisecond, Line: 8}) {
 		t.Errorf("redis: got %+v", r)
 	}
 }

@@ -20,6 +20,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluice-proxy/sluice/acme"
 	"github.com/sluice-proxy/sluice/localca"
 	"github.com/sluice-proxy/sluice/proxy"
@@ -132,6 +134,7 @@ func (d *decoder) acme(n *yaml.Node, path string) *ACME {
 		path string
 	}
 	var wildcards []wildcard // need dns
+	redisURL := false        // storage is a redis:// URL, valid or not
 	present := d.mapping(n, path, []field{
 		{"domains", func(n *yaml.Node, path string) {
 			if n.Kind == yaml.ScalarNode && !isNull(n) {
@@ -168,16 +171,62 @@ func (d *decoder) acme(n *yaml.Node, path string) *ACME {
 			return s, ""
 		})},
 		{"ca_root", d.str(&a.CARoot, checkNotEmpty)},
-		{"storage", d.str(&a.Storage, checkNotEmpty)},
+		{"storage", func(n *yaml.Node, path string) {
+			a.storageLine, a.storageColumn = n.Line, n.Column
+			redisURL = strings.HasPrefix(n.Value, "redis://") || strings.HasPrefix(n.Value, "rediss://")
+			d.str(&a.Storage, checkACMEStorage)(n, path)
+		}},
+		{"storage_key_file", d.str(&a.StorageKeyFile, checkNotEmpty)},
 		{"dns", func(n *yaml.Node, path string) { a.DNS = d.acmeDNS(n, path) }},
 	})
 	d.required(n, path, present, "domains")
+	switch shared := a.RedisStorage() || redisURL; {
+	case shared && !present["storage_key_file"]:
+		d.addf(n, join(path, "storage_key_file"), "missing; a Redis storage needs the key that encrypts it, shared by the fleet (openssl rand -base64 32 makes one)")
+	case !shared && present["storage_key_file"]:
+		d.addf(n, join(path, "storage_key_file"), "is for a Redis storage (storage: redis, or a redis:// URL); a directory is guarded by its permissions")
+	}
 	if a.DNS == nil {
 		for _, w := range wildcards {
 			d.addf(w.n, w.path, "%s is a wildcard, which only the DNS-01 challenge can validate: add dns, or list the names", w.n.Value)
 		}
 	}
 	return a
+}
+
+// checkACMEStorage validates acme.storage: a directory, "redis", or a
+// redis:// or rediss:// URL that go-redis takes.
+func checkACMEStorage(s string) (string, string) {
+	if s == "" {
+		return "", "must not be empty"
+	}
+	if strings.HasPrefix(s, "redis://") || strings.HasPrefix(s, "rediss://") {
+		if _, err := redis.ParseURL(s); err != nil {
+			return "", "not a Redis URL (redis://[:PASSWORD@]HOST:PORT[/DB]): " + strings.TrimPrefix(err.Error(), "redis: ")
+		}
+	}
+	return s, ""
+}
+
+// RedisStorage reports whether a keeps its certificates in Redis: storage
+// "redis" or a redis:// URL.
+func (a *ACME) RedisStorage() bool {
+	return a.Storage == "redis" || strings.HasPrefix(a.Storage, "redis://") || strings.HasPrefix(a.Storage, "rediss://")
+}
+
+// checkACMERedis reports each acme section with storage: redis in a file
+// without a redis section.
+func (d *decoder) checkACMERedis(c *Config) {
+	if c.Redis != nil {
+		return
+	}
+	for i, l := range c.Listen {
+		if l.TLS != nil && l.TLS.ACME != nil && l.TLS.ACME.Storage == "redis" {
+			a := l.TLS.ACME
+			d.addf(&yaml.Node{Line: a.storageLine, Column: a.storageColumn}, fmt.Sprintf("listen[%d].tls.acme.storage", i),
+				"is redis, but there is no top-level redis section saying which server (redis: {address: host:port}), nor is it a redis:// URL")
+		}
+	}
 }
 
 // acmeDNS walks acme's "dns" mapping; the key file is read when the config
@@ -558,7 +607,14 @@ func (g *Generation) acmeSlot(a *ACME, log *slog.Logger) (*acmeSlot, error) {
 		}
 		roots.AppendCertsFromPEM(rootsPEM)
 	}
-	if err := acme.CheckStorage(a.Storage); err != nil {
+	var shared *acme.Redis
+	storage := a.Storage
+	if a.RedisStorage() {
+		var err error
+		if shared, storage, err = g.acmeRedis(a); err != nil {
+			return nil, err
+		}
+	} else if err := acme.CheckStorage(a.Storage); err != nil {
 		return nil, &pathError{"storage", err}
 	}
 	var dns *acme.DNS
@@ -569,7 +625,7 @@ func (g *Generation) acmeSlot(a *ACME, log *slog.Logger) (*acmeSlot, error) {
 		}
 	}
 	sum := sha256.Sum256(rootsPEM)
-	key := fmt.Sprintf("domains=%q email=%q ca=%q ca_root=%q %x storage=%q", a.Domains, a.Email, a.CA, a.CARoot, sum, a.Storage)
+	key := fmt.Sprintf("domains=%q email=%q ca=%q ca_root=%q %x storage=%s", a.Domains, a.Email, a.CA, a.CARoot, sum, storage)
 	if dns != nil {
 		key += fmt.Sprintf(" dns=%q %q %q %q %x %q %s %q", dns.Server, dns.Exec, dns.KeyName, dns.KeyAlgorithm, sha256.Sum256([]byte(dns.Secret)), dns.Resolvers, dns.PropagationTimeout, dns.OverrideDomain)
 	}
@@ -578,11 +634,44 @@ func (g *Generation) acmeSlot(a *ACME, log *slog.Logger) (*acmeSlot, error) {
 			return s, nil
 		}
 	}
-	m, err := acme.New(acme.Options{Domains: a.Domains, Email: a.Email, CA: a.CA, Roots: roots, Storage: a.Storage, Log: log, DNS: dns})
+	o := acme.Options{Domains: a.Domains, Email: a.Email, CA: a.CA, Roots: roots, Storage: a.Storage, Log: log, DNS: dns, Redis: shared}
+	if shared != nil {
+		o.Storage = ""
+	}
+	m, err := acme.New(o)
 	if err != nil {
 		return nil, err
 	}
 	s := &acmeSlot{key: key, m: m}
 	g.acme = append(g.acme, s)
 	return s, nil
+}
+
+// acmeRedis makes the Redis storage options of a, reading its key file:
+// the top-level redis section's server for storage: redis, else the
+// URL's. It returns them, and what tells them apart from other storages
+// (the server, database, user, a digest of the password and of the key)
+// for the slot's key.
+func (g *Generation) acmeRedis(a *ACME) (*acme.Redis, string, error) {
+	b, err := os.ReadFile(a.StorageKeyFile)
+	if pe, ok := err.(*fs.PathError); ok {
+		err = fmt.Errorf("%s: %w", pe.Path, pe.Err) // as the other files' errors say it
+	}
+	if err != nil {
+		return nil, "", &pathError{"storage_key_file", err}
+	}
+	key, err := acme.ParseStorageKey(b)
+	if err != nil {
+		return nil, "", &pathError{"storage_key_file", fmt.Errorf("%s: %w", a.StorageKeyFile, err)}
+	}
+	var o *redis.Options
+	if a.Storage == "redis" {
+		r := g.Config.Redis
+		o = &redis.Options{Addr: r.Address, Password: r.Password, DB: r.DB}
+	} else if o, err = redis.ParseURL(a.Storage); err != nil {
+		return nil, "", &pathError{"storage", err} // validated by Parse
+	}
+	id := fmt.Sprintf("redis addr=%q db=%d user=%q password=%x tls=%v key=%x", o.Addr, o.DB, o.Username,
+		sha256.Sum256([]byte(o.Password)), o.TLSConfig != nil, sha256.Sum256(key[:]))
+	return &acme.Redis{Options: o, Key: key}, id, nil
 }

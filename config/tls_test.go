@@ -76,6 +76,10 @@ func TestParseTLSProblems(t *testing.T) {
 		{"acme, ca over http", listen("    tls:", "      acme: {domains: [example.com], ca: \"http://ca.test/dir\"}"), 4, 42, "listen[0].tls.acme.ca", "not an https:// URL"},
 		{"acme, empty storage", listen("    tls:", "      acme: {domains: [example.com], storage: \"\"}"), 4, 47, "listen[0].tls.acme.storage", "must not be empty"},
 		{"acme, unknown key", listen("    tls:", "      acme: {domains: [example.com], emial: ops@example.com}"), 4, 38, "listen[0].tls.acme.emial", `did you mean "email"?`},
+		{"acme redis storage without a redis section", listen("    tls:", "      acme: {domains: [example.com], storage: redis, storage_key_file: k}"), 4, 47, "listen[0].tls.acme.storage", "no top-level redis section"},
+		{"acme redis storage without a key file", listen("    tls:", "      acme: {domains: [example.com], storage: \"redis://127.0.0.1:6379/2\"}"), 4, 13, "listen[0].tls.acme.storage_key_file", "missing; a Redis storage needs the key"},
+		{"acme key file with a directory", listen("    tls:", "      acme: {domains: [example.com], storage: /var/acme, storage_key_file: k}"), 4, 13, "listen[0].tls.acme.storage_key_file", "is for a Redis storage"},
+		{"acme bad redis URL", listen("    tls:", "      acme: {domains: [example.com], storage: \"redis://h:6379/db\", storage_key_file: k}"), 4, 47, "listen[0].tls.acme.storage", "not a Redis URL"},
 		{"acme dns without a server", listen("    tls:", "      acme: {domains: [\"*.example.com\"], dns: {key_name: k, key_file: k.key}}"), 4, 47, "listen[0].tls.acme.dns.server", "missing; it is required, or exec"},
 		{"acme dns, a server and exec", listen("    tls:", "      acme: {domains: [example.com], dns: {server: \"ns:53\", exec: /bin/hook}}"), 4, 43, "listen[0].tls.acme.dns.exec", "give one"},
 		{"acme dns, exec with a key", listen("    tls:", "      acme: {domains: [example.com], dns: {exec: [/bin/hook], key_name: k, key_file: k.key}}"), 4, 43, "listen[0].tls.acme.dns.exec", "sends no updates"},
@@ -415,6 +419,74 @@ func TestBuildACME(t *testing.T) {
 		if !errors.As(err, &e) || len(e.Problems) != 1 || !strings.HasPrefix(e.Problems[0].String(), tt.want) {
 			t.Errorf("got %v\nwant %s", err, tt.want)
 		}
+	}
+}
+
+// A Redis storage: the key file is read when the config is built, and its
+// server comes from the redis section or the URL; a reload carries the
+// manager over while neither the server nor the key changes.
+func TestBuildACMERedis(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "storage.key")
+	tlstest.WriteFile(t, keyFile, []byte("AwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISI=\n"))
+	build := func(storage, keyFile, top string) (*Generation, error) {
+		cfg, err := Parse("t.yaml", []byte("listen:\n  - address: 127.0.0.1:0\n    tls:\n      acme: {domains: [a.test], storage: \""+
+			storage+"\", storage_key_file: "+keyFile+"}\n"+rest+top))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Build(cfg)
+	}
+	g, err := build("redis", keyFile, "redis: {address: \"10.0.0.7:6380\", password: pw, db: 3}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := g.ACME()[0].Options()
+	if r := o.Redis; r == nil || r.Options.Addr != "10.0.0.7:6380" || r.Options.Password != "pw" || r.Options.DB != 3 ||
+		r.Key[0] != 3 || r.Key[31] != 34 || o.Storage != "" {
+		t.Errorf("storage: redis: options %+v, redis %+v", o, o.Redis)
+	}
+	g2, err := build("rediss://:secret@cache.internal:6390/5", keyFile, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := g2.ACME()[0].Options().Redis; r.Options.Addr != "cache.internal:6390" || r.Options.Password != "secret" ||
+		r.Options.DB != 5 || r.Options.TLSConfig == nil {
+		t.Errorf("a rediss:// URL: %+v", r.Options)
+	}
+	same, err := build("rediss://:secret@cache.internal:6390/5", keyFile, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2 := g2.ACME()[0]
+	same.Carry(g2)
+	if same.ACME()[0] != m2 || len(g2.ACME()) != 0 {
+		t.Error("the same Redis storage: the manager was not carried over")
+	}
+	otherKey := filepath.Join(dir, "other.key")
+	tlstest.WriteFile(t, otherKey, []byte(strings.Repeat("ab", 32)))
+	rekeyed, err := build("rediss://:secret@cache.internal:6390/5", otherKey, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := same.ACME()[0]
+	rekeyed.Carry(same)
+	if rekeyed.ACME()[0] == m {
+		t.Error("another storage key: the manager was carried over")
+	}
+	for _, tt := range []struct{ keyFile, want string }{
+		{filepath.Join(dir, "missing.key"), "t.yaml:4: listen[0].tls.acme.storage_key_file: " + filepath.Join(dir, "missing.key") + ": no such file or directory"},
+		{otherKey + "x", "no such file"},
+	} {
+		_, err := build("redis://127.0.0.1:6379", tt.keyFile, "")
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("got %v\nwant %s", err, tt.want)
+		}
+	}
+	short := filepath.Join(dir, "short.key")
+	tlstest.WriteFile(t, short, []byte("c2hvcnQ="))
+	if _, err := build("redis://127.0.0.1:6379", short, ""); err == nil || !strings.Contains(err.Error(), "listen[0].tls.acme.storage_key_file: "+short+": want 32 random bytes") {
+		t.Errorf("a short key: %v", err)
 	}
 }
 

@@ -312,6 +312,45 @@ func (c rateLimitCollector) Collect(ch chan<- prometheus.Metric) {
 	})
 }
 
+// IdempotencyState is one route's idempotency layer's counts, for the
+// sluice_idempotency_total counter: each result and its count.
+type IdempotencyState struct {
+	Route   string
+	Results []IdempotencyResult
+}
+
+// IdempotencyResult is one result of an idempotency layer and how many
+// times it happened.
+type IdempotencyResult struct {
+	Result string
+	Count  uint64
+}
+
+// WatchIdempotency reports each route's idempotency layer's counts at
+// scrape time, as sluice_idempotency_total{route, result}. list calls
+// report once per route.
+func (m *Metrics) WatchIdempotency(list func(report func(IdempotencyState))) {
+	m.reg.MustRegister(idempotencyCollector{list})
+}
+
+type idempotencyCollector struct {
+	list func(report func(IdempotencyState))
+}
+
+var idempotencyDesc = prometheus.NewDesc("sluice_idempotency_total",
+	"What a route's idempotency layer did, by route (host and path prefix) and result: claimed (keys claimed, forwarded), retaken, replayed, conflict (409), mismatch (422), invalid (400), unknown_refused (502), kept, released, not_kept, unknown (claims ended with the outcome unknown), lost, store_error, bypassed.",
+	[]string{"route", "result"}, nil)
+
+func (c idempotencyCollector) Describe(ch chan<- *prometheus.Desc) { ch <- idempotencyDesc }
+
+func (c idempotencyCollector) Collect(ch chan<- prometheus.Metric) {
+	c.list(func(s IdempotencyState) {
+		for _, r := range s.Results {
+			ch <- prometheus.MustNewConstMetric(idempotencyDesc, prometheus.CounterValue, float64(r.Count), s.Route, r.Result)
+		}
+	})
+}
+
 // Handler serves the metrics in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})

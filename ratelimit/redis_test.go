@@ -7,86 +7,24 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/proxytest"
+	"github.com/sluice-proxy/sluice/internal/redistest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/ratelimit"
 	"github.com/sluice-proxy/sluice/route"
 )
 
-// redisServer is a redis-server the test started on 127.0.0.1.
-type redisServer struct {
-	Addr string
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-// startRedis starts redis-server on a free port, without persistence, and
-// stops it when the test ends. It skips the test when redis-server is
-// missing, unless CI=true, where that fails it.
-func startRedis(t *testing.T) *redisServer {
-	t.Helper()
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("redis-server is required when CI=true: %v", err)
-		}
-		t.Skipf("redis-server is missing (Debian: apt-get install redis-server); skipping: %v", err)
-	}
-	// A free port: listen on port 0, note it, close.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--loglevel", "warning")
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	r := &redisServer{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), cmd: cmd, done: make(chan struct{})}
-	go func() { cmd.Wait(); close(r.done) }()
-	t.Cleanup(r.Kill)
-	proxytest.WaitFor(t, "redis-server to answer PING", func() bool {
-		select {
-		case <-r.done:
-			t.Fatal("redis-server exited at start")
-		default:
-		}
-		nc, err := net.DialTimeout("tcp", r.Addr, time.Second)
-		if err != nil {
-			return false
-		}
-		defer nc.Close()
-		nc.SetDeadline(time.Now().Add(time.Second))
-		io.WriteString(nc, "PING\r\n")
-		line, _ := bufio.NewReader(nc).ReadString('\n')
-		return line == "+PONG\r\n"
-	})
-	return r
-}
-
-// Kill stops the server at once (SIGKILL) and waits for it to exit.
-func (r *redisServer) Kill() {
-	r.cmd.Process.Kill()
-	<-r.done
-}
-
 // TestRedisStore checks the GCRA in Redis against the same script of
 // requests as the Local store's: the burst, then a refusal with the wait
 // until the next request.
 func TestRedisStore(t *testing.T) {
-	srv := startRedis(t)
+	srv := redistest.Start(t)
 	client := ratelimit.NewRedisClient(srv.Addr, "", 0, time.Second)
 	defer client.Close()
 	store := &ratelimit.Redis{Client: client, Prefix: "test:", Timeout: time.Second}
@@ -136,7 +74,7 @@ func TestRedisFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three-second load run: skipped with -short")
 	}
-	srv := startRedis(t)
+	srv := redistest.Start(t)
 	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
 	p := ratelimit.Policy{Rate: ratelimit.Rate{Count: 40, Period: time.Second}, Burst: 20}
 	a, la := instance(t, up.Addr(), srv.Addr, p, time.Second)
@@ -202,7 +140,7 @@ func TestRedisFleet(t *testing.T) {
 // answers 503, each request answered within the bound (plus slack for a
 // loaded machine), and nothing hangs.
 func TestRedisDown(t *testing.T) {
-	srv := startRedis(t)
+	srv := redistest.Start(t)
 	// A server that accepts connections and never answers: slow Redis.
 	silent, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/internal/sock"
+	"github.com/sluice-proxy/sluice/idempotency"
 	"github.com/sluice-proxy/sluice/observe"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/proxy"
@@ -299,6 +300,15 @@ func (r *running) ensureMetrics() {
 	m.WatchRateLimits(func(report func(observe.RateLimitState)) {
 		r.gen.Load().RateLimits(func(route string, c ratelimit.Counts) {
 			report(observe.RateLimitState{Route: route, Allowed: c.Allowed, Limited: c.Limited, StoreError: c.StoreError})
+		})
+	})
+	m.WatchIdempotency(func(report func(observe.IdempotencyState)) {
+		r.gen.Load().Idempotency(func(route string, c idempotency.Counts) {
+			s := observe.IdempotencyState{Route: route}
+			c.Each(func(result string, n uint64) {
+				s.Results = append(s.Results, observe.IdempotencyResult{Result: result, Count: n})
+			})
+			report(s)
 		})
 	})
 	r.metrics = m

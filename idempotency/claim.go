@@ -1,0 +1,219 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+
+	"github.com/sluice-proxy/sluice/h1"
+)
+
+// Claim is a request's hold on its key, from Begin until the request
+// ends. It belongs to the request that got it: while the request runs,
+// the layer renews its lease in the background (every third of the
+// lease); the request ends it exactly once, by one of:
+//
+//   - Keep(answer): the upstream answered. An answer whose status is in
+//     the layer's release set (by default 408, 425, 429, 5xx) frees the
+//     key, so that a retry goes through; one larger than max_response is
+//     not kept, and retries get 409; any other is kept for the ttl and
+//     replayed to every retry.
+//   - Release(): no try of the request reached the upstream (every
+//     connect failed; the streams were refused), so it was not processed:
+//     the key is freed and the retry goes through.
+//   - Unknown(): a try may have reached the upstream and no answer came
+//     (a reset after the request was sent, a response timeout, an
+//     answer cut off): the key is kept as outcome unknown for the ttl,
+//     and retries get 502 (or are forwarded, with UnknownOutcome Forward).
+//
+// The first of them ends the claim and stops its renewal; later calls do
+// nothing and return ErrEnded. A claim never ended stays in flight until
+// the process exits (the goroutine renewing it runs on): end every claim.
+// Its methods are safe for concurrent use, and may be called from any
+// goroutine (after the response's last byte went downstream, so that the
+// store's round trip does not delay the client).
+type Claim struct {
+	l     *Layer
+	key   Key
+	fp    Fingerprint
+	token Token
+	ended atomic.Bool
+	lost  atomic.Bool // a renewal found the claim taken
+}
+
+// ErrEnded is returned by a Claim's ending methods after the first.
+var ErrEnded = errors.New("idempotency: the claim has ended already")
+
+// claim makes the claim of a key Begin claimed, and has it renewed.
+func (l *Layer) claim(key Key, fp Fingerprint, token Token) *Claim {
+	c := &Claim{l: l, key: key, fp: fp, token: token}
+	l.live.Add(1)
+	l.renewer.add(c)
+	return c
+}
+
+// Key returns the claimed key (a digest: it says nothing of the key).
+func (c *Claim) Key() Key { return c.key }
+
+// Keep ends the claim with the upstream's answer: kept for the ttl unless
+// its status is in the release set (the key is then freed) or it is
+// larger than max_response (not kept: retries get 409). The answer is
+// encoded at once: a may be reused when Keep returns. The error is the
+// store's (counted and logged by the layer; the request's own answer is
+// not affected), ErrLost, or ErrEnded.
+func (c *Claim) Keep(a *Answer) error {
+	if c.l.release.Has(a.Status) {
+		return c.end(StateNone, nil)
+	}
+	if int64(a.size()) > c.l.maxResp {
+		return c.end(StateNotKept, nil)
+	}
+	return c.end(StateKept, a.Encode(make([]byte, 0, a.size())))
+}
+
+// Release ends the claim of a request that provably never reached the
+// upstream, freeing its key.
+func (c *Claim) Release() error { return c.end(StateNone, nil) }
+
+// Unknown ends the claim of a request that may have been processed and
+// got no answer: retries are told the outcome is unknown.
+func (c *Claim) Unknown() error { return c.end(StateUnknown, nil) }
+
+// end ends the claim with state s, stopping its renewal first.
+func (c *Claim) end(s State, answer []byte) error {
+	if c.ended.Swap(true) {
+		return ErrEnded
+	}
+	l := c.l
+	l.renewer.remove(c)
+	defer l.ended()
+	stored, err := l.store.End(context.Background(), c.key, c.fp, c.token, s, answer, l.terms)
+	cs := l.counts
+	switch {
+	case errors.Is(err, ErrLost):
+		cs.lost.Add(1)
+		return err
+	case err != nil:
+		cs.storeErrors.Add(1)
+		l.logStoreError("end", err)
+		return err
+	}
+	switch stored {
+	case StateNone:
+		cs.released.Add(1)
+	case StateKept:
+		cs.kept.Add(1)
+	case StateNotKept:
+		cs.notKept.Add(1)
+	case StateUnknown:
+		cs.unknown.Add(1)
+	}
+	return nil
+}
+
+// Lost reports whether a renewal found the claim taken: its lease ran
+// out (the store was unreachable for longer than the lease, say) and
+// another request retook the key. Its end will then write nothing.
+func (c *Claim) Lost() bool { return c.lost.Load() }
+
+// Recorder returns a recorder of the answer as it streams to the client,
+// which ends the claim when the answer ends (see Recorder). One per
+// claim.
+func (c *Claim) Recorder() *Recorder { return &Recorder{c: c} }
+
+// Recorder keeps a copy of an answer as the engine streams it to the
+// client, and ends its claim with it: Head, then Body for each piece,
+// then Trailers if there are any, then End (Keep) or Abort. Feed it what
+// goes downstream, after the response filters, so that a replay is what
+// the first client got. It copies; it never blocks nor writes to the
+// store before End or Abort, so that keeping costs the client nothing.
+// Past the layer's max_response it stops copying (and frees what it
+// held): the answer then ends as not kept.
+//
+// A Recorder is used by one goroutine at a time.
+type Recorder struct {
+	c      *Claim
+	a      Answer
+	headed bool
+	size   int64
+	over   bool // past max_response
+}
+
+// Head records the response's status, reason phrase (HTTP/1.1's; nil
+// for other wires) and fields, less the hop-by-hop ones (Connection and
+// the fields it names, Keep-Alive, Proxy-Connection, Transfer-Encoding,
+// TE, Upgrade). Interim (1xx) responses are not recorded: do not pass
+// them. sizeHint, when > 0, is the body's length (Content-Length), to
+// hold it in one piece.
+func (r *Recorder) Head(status int, reason []byte, h *h1.Header, sizeHint int64) {
+	r.headed = true
+	r.a.Status = status
+	r.a.Reason = string(reason)
+	r.a.Header.Reset()
+	copyEndToEnd(&r.a.Header, h)
+	r.size = int64(r.a.size())
+	r.check()
+	if !r.over && sizeHint > 0 && r.size+sizeHint <= r.c.l.maxResp {
+		r.a.Body = make([]byte, 0, sizeHint)
+	}
+}
+
+// Body records a piece of the body; p is copied.
+func (r *Recorder) Body(p []byte) {
+	if r.over {
+		return
+	}
+	r.size += int64(len(p))
+	if r.check(); !r.over {
+		r.a.Body = append(r.a.Body, p...)
+	}
+}
+
+// Trailers records the trailer fields.
+func (r *Recorder) Trailers(h *h1.Header) {
+	if r.over {
+		return
+	}
+	copyEndToEnd(&r.a.Trailer, h)
+	r.size = int64(r.a.size())
+	r.check()
+}
+
+// check notes an answer past max_response, dropping what was held.
+func (r *Recorder) check() {
+	if r.size > r.c.l.maxResp {
+		r.over = true
+		r.a.Body = nil
+		r.a.Header.Reset()
+		r.a.Trailer.Reset()
+	}
+}
+
+// End ends the claim with the recorded answer, which ended whole (Keep).
+// Call it once the answer's last byte went downstream, or, when the
+// client went away, once the upstream's answer ended: the answer is the
+// one the retry will get.
+func (r *Recorder) End() error {
+	switch {
+	case !r.headed:
+		return r.c.Unknown()
+	case r.over:
+		if r.c.l.release.Has(r.a.Status) {
+			return r.c.Release()
+		}
+		return r.c.end(StateNotKept, nil)
+	}
+	return r.c.Keep(&r.a)
+}
+
+// Abort ends the claim of an answer that broke off before its end (the
+// upstream reset, or went silent): the request was processed, as far as
+// the upstream got, and its answer is lost. The outcome is unknown,
+// unless the status received is in the release set, which frees the key
+// as a whole answer of that status would.
+func (r *Recorder) Abort() error {
+	if r.headed && r.c.l.release.Has(r.a.Status) {
+		return r.c.Release()
+	}
+	return r.c.Unknown()
+}
