@@ -5,71 +5,35 @@ import (
 	"golang.org/x/net/http2/hpack"
 )
 
-// clientBlock is the response header block being read, decoded as its
-// frames come, bounded as the server side bounds request blocks.
-type clientBlock struct {
-	id     uint32
-	end    bool // END_STREAM on the HEADERS frame
-	fields []hpack.HeaderField
-	blockBounds
-	check respCheck
-}
-
+// onHeaders begins a response header block, or its trailers (endpoint).
 func (cc *ClientConn) onHeaders(f *http2.HeadersFrame) error {
 	id := f.StreamID
 	cc.mu.Lock()
-	idle := cc.isIdle(id)
-	cs := cc.streams[id]
-	trailers := cs != nil && cs.final
+	idle := cc.idle(id)
+	p := cc.streams[id]
+	trailers := p != nil && p.base().gotHead
 	cc.mu.Unlock()
 	if idle {
 		return connErr{http2.ErrCodeProtocol, "HEADERS on a stream the client did not open"} // §5.1, §8.4
 	}
-	b := &cc.blk
-	*b = clientBlock{id: id, end: f.StreamEnded(), fields: b.fields[:0]}
-	b.check.reset(trailers)
-	cc.dec.SetEmitEnabled(true)
-	return cc.feed(f.HeaderBlockFragment(), f.HeadersEnded())
+	cc.resp.reset(trailers)
+	return cc.startBlock(f, nil)
 }
 
-// feed decodes one fragment of the block, within the same bounds as the
-// server's (CVE-2024-27316, CVE-2023-45288): wire bytes and frame count of
-// the block, and its decoded size.
-func (cc *ClientConn) feed(frag []byte, ended bool) error {
-	b := &cc.blk
-	if done, err := b.feed(cc.dec, frag, ended, cc.s.MaxHeaderList, cc.lim.maxBlockFrames); !done {
-		return err
-	}
-	err := cc.endBlock()
-	b.id = 0
-	if cap(b.fields) > 64 {
-		b.fields = nil
-	}
-	return err
-}
-
-// onField is the decoder's emit function.
-func (cc *ClientConn) onField(f hpack.HeaderField) {
-	b := &cc.blk
-	if !b.admit(f, cc.s.MaxHeaderList, cc.dec) {
-		clear(b.fields)
-		b.fields = b.fields[:0]
-		return
-	}
-	b.check.field(f)
-	if b.check.bad == "" {
-		b.fields = append(b.fields, f)
-	}
+// field checks a response's field (endpoint).
+func (cc *ClientConn) field(f hpack.HeaderField) bool {
+	cc.resp.field(f)
+	return cc.resp.bad == ""
 }
 
 // endBlock acts on a whole, decoded block: an informational or final
-// response header block, or trailers.
+// response header block, or trailers (endpoint).
 func (cc *ClientConn) endBlock() error {
 	b := &cc.blk
 	id := b.id
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
-	cs := cc.streams[id]
+	cs, _ := cc.streams[id].(*ClientStream)
 	if cs == nil {
 		// Closed (we reset it, or it failed): decoded for the HPACK state
 		// only. Charged, since answering costs nothing to the server.
@@ -79,45 +43,46 @@ func (cc *ClientConn) endBlock() error {
 		return nil
 	}
 	if cs.remoteEnded {
-		return clientStreamErr{id, http2.ErrCodeStreamClosed, "HEADERS after END_STREAM"} // §5.1
+		return streamErr{id, http2.ErrCodeStreamClosed, "HEADERS after END_STREAM"} // §5.1
 	}
 	if b.over {
-		return clientStreamErr{id, http2.ErrCodeProtocol, "response header list too large"}
+		return streamErr{id, http2.ErrCodeProtocol, "response header list too large"}
 	}
-	if bad := b.check.finish(); bad != "" {
-		return clientStreamErr{id, http2.ErrCodeProtocol, "malformed response: " + bad} // §8.1.1
+	if bad := cc.resp.finish(); bad != "" {
+		return streamErr{id, http2.ErrCodeProtocol, "malformed response: " + bad} // §8.1.1
 	}
 	fields := b.fields
 	b.fields = nil
-	if cs.final { // trailers (§8.1)
+	if cs.gotHead { // trailers (§8.1)
 		if !b.end {
-			return clientStreamErr{id, http2.ErrCodeProtocol, "trailers without END_STREAM"}
+			return streamErr{id, http2.ErrCodeProtocol, "trailers without END_STREAM"}
 		}
 		cs.trailers = fields
-		return cc.remoteEnd(cs)
+		return cc.remoteEnd(&cs.stream)
 	}
-	status := b.check.status
+	status := cc.resp.status
 	if status[0] == '1' {
 		// §8.1: informational blocks precede the final one and cannot end
 		// the stream.
 		if b.end {
-			return clientStreamErr{id, http2.ErrCodeProtocol, "informational response with END_STREAM"}
+			return streamErr{id, http2.ErrCodeProtocol, "informational response with END_STREAM"}
 		}
 		cs.interim++
+		cs.answered = true
 		if cs.interim > maxInterim {
-			return clientStreamErr{id, http2.ErrCodeProtocol, "too many informational responses"}
+			return streamErr{id, http2.ErrCodeProtocol, "too many informational responses"}
 		}
 		cs.blocks = append(cs.blocks, fields)
 		poke(cs.rwake)
 		return nil
 	}
-	cs.final = true
-	cs.length = b.check.length
+	cs.gotHead, cs.answered = true, true
+	cs.length = cc.resp.length
 	cs.noContent = cs.head || status == "204" || status == "304"
 	cs.blocks = append(cs.blocks, fields)
 	poke(cs.rwake)
 	if b.end {
-		return cc.remoteEnd(cs)
+		return cc.remoteEnd(&cs.stream)
 	}
 	return nil
 }
