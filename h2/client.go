@@ -78,7 +78,7 @@ type ClientConn struct {
 	core
 	done chan struct{}
 
-	resp respCheck // the response header block being read; owned by the reader
+	resp fieldCheck // the response header block being read; owned by the reader
 
 	// Guarded by core.mu.
 	nextID     uint32
@@ -133,13 +133,8 @@ func (cc *ClientConn) OpenStream(fields []hpack.HeaderField, end bool) (*ClientS
 // its body and one for its end.
 func (cc *ClientConn) OpenStreamBody(fields []hpack.HeaderField, body []byte, end bool) (*ClientStream, int, error) {
 	var fc fieldCheck
-	fc.reset(false)
-	var size uint64
-	for _, f := range fields {
-		fc.field(f)
-		size += uint64(f.Size())
-	}
-	if bad := fc.finish(); bad != "" {
+	size, bad := fc.check(fields, false)
+	if bad != "" {
 		return nil, 0, &notSentError{errors.Join(ErrInvalidRequest, errors.New("h2: request fields: "+bad))}
 	}
 	wb, err := cc.lockWrite()

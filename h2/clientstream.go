@@ -144,13 +144,8 @@ func (cs *ClientStream) CloseSend() error { return cs.cc.closeSend(&cs.stream, f
 // anything is sent.
 func (cs *ClientStream) WriteTrailers(fields []hpack.HeaderField) error {
 	var fc fieldCheck
-	fc.reset(true)
-	var size uint64
-	for _, f := range fields {
-		fc.field(f)
-		size += uint64(f.Size())
-	}
-	if bad := fc.finish(); bad != "" {
+	size, bad := fc.check(fields, true)
+	if bad != "" {
 		return errors.Join(ErrInvalidRequest, errors.New("h2: trailer fields: "+bad))
 	}
 	return cs.cc.writeTrailers(&cs.stream, fields, size)

@@ -120,7 +120,7 @@ func (c *Conn) onHeaders(f *http2.HeadersFrame) error {
 	trailers := c.streams[id] != nil
 	c.mu.Unlock()
 	c.req = reqBlock{selfDep: f.HasPriority() && f.Priority.StreamDep == id}
-	c.req.check.reset(trailers)
+	c.req.check.reset(trailers, false)
 	var fields []hpack.HeaderField
 	if !trailers {
 		c.req.st = new(Stream)
