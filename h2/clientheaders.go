@@ -35,8 +35,14 @@ func (cc *ClientConn) endBlock() error {
 	defer cc.mu.Unlock()
 	cs, _ := cc.streams[id].(*ClientStream)
 	if cs == nil {
-		// Closed (we reset it, or it failed): decoded for the HPACK state
-		// only. Charged, since answering costs nothing to the server.
+		// Closed: decoded for the HPACK state only.
+		if cc.closedBy(id) == closedNormally {
+			// §5.1: the stream ended both ways, or the server reset it.
+			return connErr{http2.ErrCodeStreamClosed, "HEADERS on a closed stream"}
+		}
+		// We reset it (or it failed), or it is no longer remembered:
+		// frames in flight. Charged, since answering costs the server
+		// nothing.
 		if !cc.glitches.take(1) {
 			return connErr{http2.ErrCodeEnhanceYourCalm, "too many control frames"}
 		}

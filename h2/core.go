@@ -454,10 +454,16 @@ func (c *core) onData(f *http2.DataFrame) error {
 	p := c.streams[id]
 	if p == nil {
 		c.returnConn(n)
-		if c.client || c.closedBy(id) == closedByUs {
-			// §5.1: frames in flight when we reset it, or (a client's)
-			// after a stream error. Counted, given back, dropped.
-			return nil
+		switch c.closedBy(id) {
+		case closedByUs:
+			return nil // §5.1: frames in flight when we reset it
+		case closedUnknown:
+			if c.client {
+				// A client resets streams by the hundred (every request
+				// given up on): one it no longer remembers is likelier
+				// one it reset than one that ended.
+				return nil
+			}
 		}
 		return streamErr{id, http2.ErrCodeStreamClosed, "DATA on a closed stream"} // §6.1
 	}
