@@ -119,14 +119,14 @@ type Conn struct {
 	h  Handler
 	wg sync.WaitGroup // stream handlers
 
-	// Settings, read-only.
-	maxStreams  uint32
+	// Settings, read-only; maxStreams beside maxID, where it packs.
 	idleTimeout time.Duration
 	parkAfter   time.Duration
 	pingTimeout time.Duration
 
 	req reqBlock // owned by the goroutine in Serve
 
+	maxStreams uint32
 	// Guarded by core.mu.
 	maxID         uint32 // highest client stream id seen: lower unknown ids are closed
 	handlers      int    // handler goroutines running

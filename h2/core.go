@@ -641,18 +641,25 @@ func (c *core) connFail(e connErr) (err *ConnError, sent bool) {
 }
 
 // budget is a token bucket: take fails once the bucket is empty, and it
-// refills at rate per second up to burst.
+// refills at rate per second up to burst. It is kept small (a connection
+// holds three): its clock is nanoseconds of the monotonic clock.
 type budget struct {
-	tokens, burst, rate float64
-	last                time.Time
+	tokens      float64
+	last        int64 // when tokens was brought up to date (budgetClock); 0: never
+	burst, rate float32
 }
 
-func newBudget(burst, rate float64) budget { return budget{tokens: burst, burst: burst, rate: rate} }
+func newBudget(burst, rate float64) budget {
+	return budget{tokens: burst, burst: float32(burst), rate: float32(rate)}
+}
+
+// budgetClock is what budgets count time from.
+var budgetClock = time.Now()
 
 func (b *budget) take(n float64) bool {
-	now := time.Now()
-	if !b.last.IsZero() {
-		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	now := int64(time.Since(budgetClock))
+	if b.last != 0 {
+		b.tokens = min(float64(b.burst), b.tokens+float64(now-b.last)/1e9*float64(b.rate))
 	}
 	b.last = now
 	if b.tokens < n {
@@ -662,4 +669,4 @@ func (b *budget) take(n float64) bool {
 	return true
 }
 
-func (b *budget) give(n float64) { b.tokens = min(b.burst, b.tokens+n) }
+func (b *budget) give(n float64) { b.tokens = min(float64(b.burst), b.tokens+n) }
