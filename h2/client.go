@@ -6,8 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -54,55 +52,19 @@ const (
 	// more streams than this on one connection only add head-of-line
 	// blocking; the pool opens another.
 	unlimitedStreams = 1000
-	maxStreamID      = 1<<31 - 1
 	maxInterim       = 16  // 1xx blocks on one stream
 	maxGoAwayDebug   = 256 // bytes of GOAWAY debug data kept
 )
 
-func (s *ClientSettings) withDefaults() ClientSettings {
+// config is what ClientSettings has of the settings both ends have. A
+// stream window is at least 65535 because the server may use that default
+// until it has our SETTINGS.
+func (s *ClientSettings) config() config {
 	var d ClientSettings
 	if s != nil {
 		d = *s
 	}
-	if d.InitialWindow == 0 {
-		d.InitialWindow = 1 << 20
-	}
-	d.InitialWindow = min(max(d.InitialWindow, defaultWindow), maxWindow)
-	if d.ConnWindow == 0 {
-		d.ConnWindow = uint32(max(min(2*uint64(d.InitialWindow), maxWindow), 1<<20))
-	}
-	d.ConnWindow = max(min(d.ConnWindow, maxWindow), defaultWindow)
-	if d.MaxHeaderList == 0 {
-		d.MaxHeaderList = 64 << 10
-	}
-	if d.MaxFrameSize == 0 {
-		d.MaxFrameSize = defaultMaxFrame
-	}
-	d.MaxFrameSize = min(max(d.MaxFrameSize, defaultMaxFrame), 1<<24-1)
-	if d.WriteTimeout <= 0 {
-		d.WriteTimeout = 30 * time.Second
-	}
-	if d.ErrorLog == nil {
-		d.ErrorLog = slog.New(slog.DiscardHandler)
-	}
-	return d
-}
-
-// clientLimits bound what a misbehaving server can make the client do; the
-// server side's limits where they apply. Not settings: a test may lower them.
-type clientLimits struct {
-	glitchBurst, glitchRate float64 // frames that ask work and carry none
-	glitchPerWork           float64 // given back per stream opened or DATA frame sent
-	maxQueued               int     // answers queued while the server does not read
-	maxBlockFrames          int     // frames in one header block
-}
-
-func defaultClientLimits(s *ClientSettings) clientLimits {
-	return clientLimits{
-		glitchBurst: 5000, glitchRate: 500, glitchPerWork: 4,
-		maxQueued:      8192,
-		maxBlockFrames: int(2*uint64(s.MaxHeaderList)/1024) + 2,
-	}
+	return config{d.InitialWindow, d.ConnWindow, d.MaxHeaderList, d.MaxFrameSize, d.WriteTimeout, d.ErrorLog}.defaults(defaultWindow)
 }
 
 // ClientConn is the client side of one HTTP/2 connection to an upstream.
@@ -113,50 +75,19 @@ func defaultClientLimits(s *ClientSettings) clientLimits {
 // (acknowledgements, WINDOW_UPDATE, RST_STREAM) is queued for the next
 // writer, so the reader never waits for the server to read.
 type ClientConn struct {
-	nc   net.Conn
-	s    ClientSettings
-	lim  clientLimits
-	log  *slog.Logger
+	core
 	done chan struct{}
 
-	// Owned by the reading goroutine.
-	rd  connReader
-	fr  *http2.Framer
-	dec *hpack.Decoder
-	blk clientBlock
+	resp fieldCheck // the response header block being read; owned by the reader
 
-	// The lock over what follows, the frames owed to the server and the
-	// glitch budget (ctrl.go).
-	ctrlQueue
-
-	streams       map[uint32]*ClientStream // open and half-closed (§5.1)
-	nextID        uint32
-	maxStreams    uint32 // server's SETTINGS_MAX_CONCURRENT_STREAMS
-	sawSettings   bool
-	peerMaxList   uint32 // server's SETTINGS_MAX_HEADER_LIST_SIZE, 0: none
-	peerTable     uint32 // server's SETTINGS_HEADER_TABLE_SIZE, for the encoder
-	peerTableSet  bool
-	sendWin       int64        // connection send window
-	goAway        *GoAwayError // the server's GOAWAY, lowest last stream id seen
-	shutdown      bool         // Shutdown called
-	finishing     bool         // graceful close under way
-	closed        bool
-	userClosed    bool
-	err           error // why the connection closed
-	writeFailed   error
-	idleSince     time.Time
-	pingSeq       uint64
-	pings         map[[8]byte]chan struct{}
-	goAwayCode    http2.ErrCode // what our GOAWAY carries
-	goAwayDebug   string
-	goAwayPending bool
-
-	// Write side; see clientwrite.go.
-	waiting atomic.Int32
-	wmu     sync.Mutex
-	wb      *writeBuf
-	henc    headerEncoder // the write lock guards it
-	werr    error
+	// Guarded by core.mu.
+	nextID     uint32
+	peerGoAway *GoAwayError // the server's GOAWAY, lowest last stream id seen
+	finishing  bool         // graceful close under way
+	err        error        // why the connection closed
+	idleSince  time.Time
+	pingSeq    uint64
+	pings      map[[8]byte]chan struct{}
 }
 
 // NewClientConn starts HTTP/2 on nc, already dialed, TLS done if any, with
@@ -167,21 +98,9 @@ type ClientConn struct {
 // concurrent streams until the server says otherwise, 65535-byte windows).
 // The ClientConn owns nc from then on.
 func NewClientConn(nc net.Conn, s *ClientSettings) *ClientConn {
-	cc := &ClientConn{nc: nc, s: s.withDefaults(), done: make(chan struct{})}
-	cc.lim = defaultClientLimits(&cc.s)
-	cc.log = cc.s.ErrorLog
-	cc.rd = newConnReader(cc, nc, nil)
-	cc.nextID = 1
-	cc.maxStreams = initialMaxStreams
-	cc.send = newSender()
-	cc.recv = newReceiver(cc.s.ConnWindow, cc.s.InitialWindow)
-	cc.idleSince = time.Now()
-	cc.glitches = newBudget(cc.lim.glitchBurst, cc.lim.glitchRate)
-	// The preface (§3.4) is queued first, so every writer writes it first.
-	cc.queue = append(cc.queue, ctrl{kind: cSettings})
-	if cc.s.ConnWindow > defaultWindow {
-		cc.queue = append(cc.queue, ctrl{kind: cWindow, val: cc.s.ConnWindow - defaultWindow})
-	}
+	cc := &ClientConn{done: make(chan struct{}), nextID: 1, idleSince: time.Now()}
+	cc.init(cc, true, nc, nil, s.config(), 0)
+	cc.peerStreams = initialMaxStreams
 	cc.kick()
 	go cc.readLoop()
 	return cc
@@ -214,13 +133,8 @@ func (cc *ClientConn) OpenStream(fields []hpack.HeaderField, end bool) (*ClientS
 // its body and one for its end.
 func (cc *ClientConn) OpenStreamBody(fields []hpack.HeaderField, body []byte, end bool) (*ClientStream, int, error) {
 	var fc fieldCheck
-	fc.reset(false)
-	var size uint64
-	for _, f := range fields {
-		fc.field(f)
-		size += uint64(f.Size())
-	}
-	if bad := fc.finish(); bad != "" {
+	size, bad := fc.check(fields, false)
+	if bad != "" {
 		return nil, 0, &notSentError{errors.Join(ErrInvalidRequest, errors.New("h2: request fields: "+bad))}
 	}
 	wb, err := cc.lockWrite()
@@ -231,9 +145,9 @@ func (cc *ClientConn) OpenStreamBody(fields []hpack.HeaderField, body []byte, en
 	switch {
 	case cc.closed:
 		err = ErrConnClosed
-	case cc.goAway != nil || cc.shutdown || cc.nextID > maxStreamID:
+	case cc.peerGoAway != nil || cc.shutdown || cc.nextID > maxStreamID:
 		err = ErrGoingAway
-	case len(cc.streams) >= int(cc.maxStreams):
+	case len(cc.streams) >= int(cc.peerStreams):
 		err = ErrNoCapacity
 	case cc.peerMaxList != 0 && size > uint64(cc.peerMaxList):
 		// §10.5.1: the server would refuse it; better not to send it.
@@ -244,36 +158,32 @@ func (cc *ClientConn) OpenStreamBody(fields []hpack.HeaderField, body []byte, en
 		cc.unlockWrite(false)
 		return nil, 0, &notSentError{err}
 	}
-	cs := &ClientStream{
-		cc: cc, inbound: inbound{id: cc.nextID}, head: fc.method == "HEAD",
-		done: make(chan struct{}),
-	}
-	cs.recvWin = int64(cc.s.InitialWindow)
-	cs.sendWin = cc.send.peerWindow
-	cs.length = -1
+	cs := &ClientStream{cc: cc, head: fc.method == "HEAD"}
+	cc.open(&cs.stream, cc.nextID)
+	cs.sentHead = true
 	cc.nextID += 2
 	if cc.streams == nil {
-		cc.streams = make(map[uint32]*ClientStream)
+		cc.streams = make(map[uint32]peer)
 	}
 	cc.streams[cs.id] = cs
-	cc.glitches.give(cc.lim.glitchPerWork)
+	cc.glitches.give(glitchPerWork)
 	cc.mu.Unlock()
 
 	err = cc.writeBlock(wb, cs.id, fields, end && len(body) == 0)
 	if err == nil && end && len(body) == 0 {
 		cc.mu.Lock()
-		cc.endLocal(cs)
+		cc.endLocal(&cs.stream)
 		cc.mu.Unlock()
 	}
 	sent := 0
 	for err == nil && sent < len(body) {
 		cc.mu.Lock()
-		n := cc.take(&cs.outbound, len(body)-sent)
+		n := cc.take(&cs.stream, len(body)-sent)
 		cc.mu.Unlock()
 		if n == 0 {
 			break
 		}
-		err = cc.writeData(wb, cs, body[sent:sent+n], end && sent+n == len(body), n)
+		err = cc.writeData(wb, &cs.stream, body[sent:sent+n], end && sent+n == len(body), n)
 		sent += n
 	}
 	if uerr := cc.unlockWrite(false); err == nil {
@@ -292,10 +202,10 @@ func (cc *ClientConn) OpenStreamBody(fields []hpack.HeaderField, body []byte, en
 func (cc *ClientConn) Available() int {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
-	if cc.closed || cc.goAway != nil || cc.shutdown || cc.nextID > maxStreamID {
+	if cc.closed || cc.peerGoAway != nil || cc.shutdown || cc.nextID > maxStreamID {
 		return 0
 	}
-	n := int(cc.maxStreams) - len(cc.streams)
+	n := int(cc.peerStreams) - len(cc.streams)
 	if left := int((maxStreamID-cc.nextID)/2) + 1; n > left {
 		n = left
 	}
@@ -331,8 +241,8 @@ func (cc *ClientConn) Err() error {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	switch {
-	case cc.goAway != nil:
-		ga := *cc.goAway
+	case cc.peerGoAway != nil:
+		ga := *cc.peerGoAway
 		return &ga
 	case cc.closed:
 		return cc.err
@@ -357,13 +267,12 @@ func (cc *ClientConn) Close() error {
 // Shutdown closes the connection gracefully: no new stream, GOAWAY with
 // NO_ERROR, and the close once no stream is open. It does not wait.
 func (cc *ClientConn) Shutdown() {
-	cc.mu.Lock()
-	if cc.shutdown || cc.closed {
-		cc.mu.Unlock()
+	if !cc.beginShutdown() {
 		return
 	}
-	cc.shutdown = true
-	cc.queueGoAwayLocked(http2.ErrCodeNo, "")
+	if !cc.goAway {
+		cc.goAwayLocked(http2.ErrCodeNo, "") // its last stream id is 0: push is refused
+	}
 	if len(cc.streams) == 0 {
 		cc.finishLocked()
 	}
@@ -408,17 +317,6 @@ func (cc *ClientConn) Ping(ctx context.Context) error {
 	}
 }
 
-// queueGoAwayLocked queues our GOAWAY once. Its last stream id is 0: the
-// server opens no stream (push is refused).
-func (cc *ClientConn) queueGoAwayLocked(code http2.ErrCode, debug string) {
-	if cc.goAwayPending {
-		return
-	}
-	cc.goAwayPending = true
-	cc.goAwayCode, cc.goAwayDebug = code, debug
-	cc.queue = append(cc.queue, ctrl{kind: cGoAway, val: uint32(code)})
-}
-
 // finishLocked starts the graceful close: flush what is queued, then close.
 func (cc *ClientConn) finishLocked() {
 	if cc.finishing || cc.closed {
@@ -426,9 +324,7 @@ func (cc *ClientConn) finishLocked() {
 	}
 	cc.finishing = true
 	go func() {
-		if _, err := cc.lockWrite(); err == nil {
-			cc.unlockWrite(true)
-		}
+		cc.flush()
 		cc.closeConn(ErrConnClosed)
 	}()
 }
@@ -456,17 +352,18 @@ func (cc *ClientConn) failStreams(cause error) bool {
 	} else {
 		cc.err = &closedError{cause}
 	}
-	for _, cs := range cc.streams {
-		cc.closeStream(cs, cc.lostErr(cs))
+	for _, p := range cc.streams {
+		st := p.base()
+		cc.closeStream(st, cc.lostErr(st))
 	}
 	return true
 }
 
-// lostErr is the error of cs when the connection ends before it did.
-func (cc *ClientConn) lostErr(cs *ClientStream) error {
-	if ga := cc.goAway; ga != nil {
+// lostErr is the error of st when the connection ends before it did.
+func (cc *ClientConn) lostErr(st *stream) error {
+	if ga := cc.peerGoAway; ga != nil {
 		// §6.8: at or below the last id, it may have been processed.
-		return &GoAwayError{StreamID: cs.id, LastStreamID: ga.LastStreamID, Code: ga.Code, Debug: ga.Debug}
+		return &GoAwayError{StreamID: st.id, LastStreamID: ga.LastStreamID, Code: ga.Code, Debug: ga.Debug}
 	}
 	return cc.err
 }
@@ -474,11 +371,7 @@ func (cc *ClientConn) lostErr(cs *ClientStream) error {
 // readLoop reads frames until the connection ends, then fails what is left.
 func (cc *ClientConn) readLoop() {
 	defer close(cc.done)
-	cc.dec = hpack.NewDecoder(4096, cc.onField)
-	cc.dec.SetMaxStringLength(int(cc.s.MaxHeaderList))
-	cc.fr = http2.NewFramer(nil, &cc.rd)
-	cc.fr.SetMaxReadFrameSize(cc.s.MaxFrameSize)
-	cc.fr.SetReuseFrames() // as the server's Framer (newReadFramer)
+	cc.startReading()
 	err := cc.readFrames()
 	cc.mu.Lock()
 	if cc.writeFailed != nil {
@@ -497,238 +390,64 @@ func (cc *ClientConn) readLoop() {
 
 func (cc *ClientConn) readFrames() error {
 	for {
-		err := cc.readFrame()
+		err := cc.next()
 		if err == nil {
 			continue
 		}
-		switch e := err.(type) {
-		case clientStreamErr:
-			if ce := cc.resetByEngine(e); ce != nil {
-				return cc.connFail(*ce)
-			}
-			continue
-		case streamErr:
-			if ce := cc.resetByEngine(clientStreamErr{e.id, e.code, ""}); ce != nil {
-				return cc.connFail(*ce)
-			}
-			continue
-		case connErr:
-			return cc.connFail(e)
+		if e, ok := err.(connErr); ok {
+			cc.log.Debug("h2: upstream connection error", "remote", cc.nc.RemoteAddr(), "code", e.code, "reason", e.reason)
+			ce, _ := cc.connFail(e)
+			return ce
 		}
 		return err
 	}
 }
 
-// clientStreamErr is a stream error found reading the server's frames, with
-// the reason the stream's ResetError will carry.
-type clientStreamErr struct {
-	id     uint32
-	code   http2.ErrCode
-	reason string
-}
-
-func (e clientStreamErr) Error() string { return e.reason }
-
-func (cc *ClientConn) readFrame() error {
-	fh, err := cc.fr.ReadFrameHeader()
-	if err != nil {
-		if cc.rd.err != nil {
-			return cc.rd.err
-		}
-		if err == http2.ErrFrameTooLarge {
-			return connErr{http2.ErrCodeFrameSize, "frame too large"} // §4.2
-		}
-		return frameError(cc.fr, err, fh)
-	}
-	f, err := cc.fr.ReadFrameForHeader(fh)
-	if err != nil {
-		if cc.rd.err != nil {
-			return cc.rd.err
-		}
-		return frameError(cc.fr, err, fh)
-	}
-	if !cc.sawSettings {
-		// §3.4: the server preface is a SETTINGS frame.
-		if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
-			return connErr{http2.ErrCodeProtocol, "first frame is not SETTINGS"}
-		}
-	}
-	return cc.process(f)
-}
-
-// connFail ends the connection on a connection error found here: GOAWAY
-// with the code, then close (§5.4.1).
-func (cc *ClientConn) connFail(e connErr) error {
-	err := &ConnError{Code: e.code, Reason: e.reason}
-	cc.log.Debug("h2: upstream connection error", "remote", cc.nc.RemoteAddr(), "code", e.code, "reason", e.reason)
-	cc.mu.Lock()
-	overflow := len(cc.queue) > cc.lim.maxQueued
-	cc.goAwayPending = false // this GOAWAY's code wins over a graceful one not yet sent
-	cc.queueGoAwayLocked(e.code, e.reason)
-	cc.mu.Unlock()
-	if !overflow {
-		if _, werr := cc.lockWrite(); werr == nil {
-			cc.unlockWrite(true)
-		}
-	}
-	return err
-}
-
-// isIdle reports whether id names a stream that never was: even ids (the
-// server may open none: push is refused) and ids not yet used (§5.1).
-func (cc *ClientConn) isIdle(id uint32) bool {
+// idle reports whether id names a stream that never was: even ids (the
+// server may open none: push is refused) and ids not yet used (§5.1)
+// (endpoint).
+func (cc *ClientConn) idle(id uint32) bool {
 	return id%2 == 0 || id >= cc.nextID
 }
 
-func (cc *ClientConn) answer(x ctrl) error { return cc.enqueue(x, cc.lim.maxQueued) }
-
-func (cc *ClientConn) process(f http2.Frame) error {
-	switch f := f.(type) {
-	case *http2.DataFrame:
-		return cc.onData(f)
-	case *http2.HeadersFrame:
-		return cc.onHeaders(f)
-	case *http2.ContinuationFrame:
-		return cc.feed(f.HeaderBlockFragment(), f.HeadersEnded())
-	case *http2.SettingsFrame:
-		return cc.onSettings(f)
-	case *http2.PingFrame:
-		return cc.onPing(f)
-	case *http2.WindowUpdateFrame:
-		return cc.onWindowUpdate(f)
-	case *http2.RSTStreamFrame:
-		return cc.onReset(f)
-	case *http2.GoAwayFrame:
-		return cc.onGoAway(f)
-	case *http2.PushPromiseFrame:
-		// §8.4: we sent SETTINGS_ENABLE_PUSH 0.
-		return connErr{http2.ErrCodeProtocol, "PUSH_PROMISE with push disabled"}
-	case *http2.PriorityFrame:
-		return cc.glitch(1) // §5.3.2: deprecated, ignored
-	}
-	return cc.glitch(1) // §4.1, §5.5: unknown frame types are ignored
-}
-
-func (cc *ClientConn) onSettings(f *http2.SettingsFrame) error {
-	if f.IsAck() {
-		return nil
-	}
-	if err := cc.glitch(1); err != nil {
-		return err
-	}
+// pingAck wakes the Ping waiting for it; an acknowledgement of nothing
+// is charged (endpoint).
+func (cc *ClientConn) pingAck(data [8]byte) error {
 	cc.mu.Lock()
-	first := !cc.sawSettings
-	cc.sawSettings = true
-	sawMax := false
-	err := f.ForeachSetting(func(s http2.Setting) error {
-		if err := s.Valid(); err != nil {
-			return err
-		}
-		switch s.ID {
-		case http2.SettingEnablePush:
-			if s.Val != 0 { // §6.5.2: a server MUST NOT set it to 1
-				return connErr{http2.ErrCodeProtocol, "SETTINGS_ENABLE_PUSH from a server"}
-			}
-		case http2.SettingMaxConcurrentStreams:
-			cc.maxStreams, sawMax = s.Val, true
-		case http2.SettingHeaderTableSize:
-			cc.peerTable, cc.peerTableSet = s.Val, true
-		case http2.SettingInitialWindowSize:
-			// §6.9.2: the change applies to every open stream's window,
-			// which may go negative, and must not pass 2^31-1.
-			delta := int64(s.Val) - cc.send.peerWindow
-			cc.send.peerWindow = int64(s.Val)
-			for _, cs := range cc.streams {
-				if !cc.resize(&cs.outbound, delta) {
-					return connErr{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a window"}
-				}
-			}
-		case http2.SettingMaxFrameSize:
-			cc.send.peerMaxFrame = s.Val
-		case http2.SettingMaxHeaderListSize:
-			cc.peerMaxList = s.Val
-		}
-		return nil
-	})
-	if first && !sawMax {
-		// §6.5.2: no limit; see unlimitedStreams.
-		cc.maxStreams = unlimitedStreams
-	}
+	ch := cc.pings[data]
+	delete(cc.pings, data)
 	cc.mu.Unlock()
-	var ce http2.ConnectionError
-	var ie connErr
-	switch {
-	case errors.As(err, &ie):
-		return ie
-	case errors.As(err, &ce):
-		return connErr{http2.ErrCode(ce), "invalid SETTINGS value"}
-	case err != nil:
-		return connErr{http2.ErrCodeProtocol, "invalid SETTINGS"}
-	}
-	return cc.answer(ctrl{kind: cSettingsAck})
-}
-
-func (cc *ClientConn) onPing(f *http2.PingFrame) error {
-	if f.IsAck() {
-		cc.mu.Lock()
-		ch := cc.pings[f.Data]
-		delete(cc.pings, f.Data)
-		cc.mu.Unlock()
-		if ch != nil {
-			close(ch)
-			return nil
-		}
-		return cc.glitch(1) // an acknowledgement of nothing
-	}
-	if err := cc.glitch(1); err != nil {
-		return err
-	}
-	return cc.answer(ctrl{kind: cPingAck, data: f.Data})
-}
-
-func (cc *ClientConn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
-	if err := cc.glitch(1); err != nil {
-		return err
-	}
-	cc.mu.Lock()
-	defer cc.mu.Unlock()
-	inc := int64(f.Increment)
-	if f.StreamID == 0 {
-		if !cc.creditConn(inc) { // §6.9.1
-			return connErr{http2.ErrCodeFlowControl, "connection window over 2^31-1"}
-		}
-		for _, cs := range cc.streams {
-			if cs.wantCredit {
-				poke(cs.wwake)
-			}
-		}
+	if ch != nil {
+		close(ch)
 		return nil
 	}
-	if cc.isIdle(f.StreamID) {
-		return connErr{http2.ErrCodeProtocol, "WINDOW_UPDATE on an idle stream"} // §5.1
-	}
-	cs := cc.streams[f.StreamID]
-	if cs == nil {
-		return nil // §5.1: may arrive after the stream closed
-	}
-	if !cc.credit(&cs.outbound, inc) {
-		return clientStreamErr{cs.id, http2.ErrCodeFlowControl, "stream window over 2^31-1"}
-	}
-	return nil
+	return cc.glitch(1)
 }
 
-func (cc *ClientConn) onReset(f *http2.RSTStreamFrame) error {
-	cc.mu.Lock()
-	defer cc.mu.Unlock()
-	if cc.isIdle(f.StreamID) {
-		return connErr{http2.ErrCodeProtocol, "RST_STREAM on an idle stream"} // §6.4
+// peerReset: a server's resets cost the client nothing to bound
+// (endpoint).
+func (cc *ClientConn) peerReset(*stream) error { return nil }
+
+// lastClosed notes the idle time, and ends a connection going away
+// (endpoint).
+func (cc *ClientConn) lastClosed() {
+	cc.idleSince = time.Now()
+	if cc.peerGoAway != nil || cc.shutdown {
+		cc.finishLocked()
 	}
-	if cs := cc.streams[f.StreamID]; cs != nil {
-		cc.closeStream(cs, &ResetError{StreamID: cs.id, Code: f.ErrCode, Remote: true, answered: cs.answered()})
-	}
-	return nil
 }
 
+// busy: a client's writers are its callers' goroutines, whose timing it
+// does not know; it flushes at once (endpoint).
+func (cc *ClientConn) busy() bool { return false }
+
+// timedOut: a client connection's reads time out only to end it
+// (endpoint).
+func (cc *ClientConn) timedOut(bool) onTimeout { return failRead }
+
+// onGoAway takes the server's GOAWAY: streams above its last stream id
+// fail, not processed; the connection ends once no stream is left
+// (endpoint).
 func (cc *ClientConn) onGoAway(f *http2.GoAwayFrame) error {
 	debug := f.DebugData()
 	if len(debug) > maxGoAwayDebug {
@@ -737,148 +456,25 @@ func (cc *ClientConn) onGoAway(f *http2.GoAwayFrame) error {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	last := f.LastStreamID
-	if cc.goAway != nil && cc.goAway.LastStreamID < last {
+	if cc.peerGoAway != nil && cc.peerGoAway.LastStreamID < last {
 		// §6.8: the id must not increase; the lower one stands, since
 		// streams above it may already have been retried elsewhere.
-		last = cc.goAway.LastStreamID
+		last = cc.peerGoAway.LastStreamID
 	}
-	cc.goAway = &GoAwayError{LastStreamID: last, Code: f.ErrCode, Debug: string(debug)}
+	cc.peerGoAway = &GoAwayError{LastStreamID: last, Code: f.ErrCode, Debug: string(debug)}
 	if f.ErrCode != http2.ErrCodeNo {
 		cc.log.Debug("h2: upstream GOAWAY", "remote", cc.nc.RemoteAddr(), "code", f.ErrCode, "debug", string(debug))
 	}
-	for id, cs := range cc.streams {
+	for id, p := range cc.streams {
 		if id > last {
 			// §6.8: never processed and never will be; no RST_STREAM
 			// needed, the server ignores the stream.
-			cc.closeStream(cs, &GoAwayError{StreamID: id, LastStreamID: last, Code: f.ErrCode, Debug: string(debug), answered: cs.answered()})
+			st := p.base()
+			cc.closeStream(st, &GoAwayError{StreamID: id, LastStreamID: last, Code: f.ErrCode, Debug: string(debug), answered: st.answered})
 		}
 	}
 	if len(cc.streams) == 0 {
 		cc.finishLocked()
 	}
 	return nil
-}
-
-func (cc *ClientConn) onData(f *http2.DataFrame) error {
-	id, n := f.StreamID, int64(f.Length)
-	data := f.Data()
-	if len(data) == 0 && !f.StreamEnded() {
-		if err := cc.glitch(1); err != nil {
-			return err
-		}
-	}
-	cc.mu.Lock()
-	defer cc.mu.Unlock()
-	// §6.9: every DATA counts against the connection window, whatever its
-	// stream's state, padding included.
-	if n > cc.recv.recvWin {
-		return connErr{http2.ErrCodeFlowControl, "connection window exceeded"}
-	}
-	cc.recv.recvWin -= n
-	if cc.isIdle(id) {
-		return connErr{http2.ErrCodeProtocol, "DATA on an idle stream"} // §5.1
-	}
-	cs := cc.streams[id]
-	if cs == nil {
-		// Closed: frames in flight when we reset it, or after a stream
-		// error. Counted, given back, dropped.
-		cc.returnConn(n)
-		return nil
-	}
-	if cs.remoteEnded {
-		cc.returnConn(n)
-		return clientStreamErr{id, http2.ErrCodeStreamClosed, "DATA after END_STREAM"} // §5.1
-	}
-	if n > cs.recvWin {
-		cc.returnConn(n)
-		return clientStreamErr{id, http2.ErrCodeFlowControl, "stream window exceeded"} // §6.9.1
-	}
-	cs.recvWin -= n
-	if pad := n - int64(len(data)); pad > 0 {
-		cc.consumed(&cs.inbound, pad)
-	}
-	if !cs.final {
-		cc.returnConn(int64(len(data)))
-		return clientStreamErr{id, http2.ErrCodeProtocol, "DATA before the final response header block"} // §8.1
-	}
-	cs.received += int64(len(data))
-	switch {
-	case cs.noContent && len(data) > 0:
-		// RFC 9110 §6.4.1: HEAD, 204 and 304 responses have no content.
-		cc.returnConn(int64(len(data)))
-		return clientStreamErr{id, http2.ErrCodeProtocol, "content in a response that has none"}
-	case cs.length >= 0 && cs.received > cs.length:
-		cc.returnConn(int64(len(data)))
-		return clientStreamErr{id, http2.ErrCodeProtocol, "DATA beyond content-length"} // §8.1.1
-	}
-	if len(data) > 0 {
-		cs.buf = append(cs.buf, data...)
-		poke(cs.rwake)
-	}
-	if f.StreamEnded() {
-		return cc.remoteEnd(cs)
-	}
-	return nil
-}
-
-// remoteEnd moves cs to half-closed (remote), or closed.
-func (cc *ClientConn) remoteEnd(cs *ClientStream) error {
-	if !cs.noContent && cs.length >= 0 && cs.received != cs.length {
-		return clientStreamErr{cs.id, http2.ErrCodeProtocol, "DATA shorter than content-length"} // §8.1.1
-	}
-	cs.remoteEnded = true
-	poke(cs.rwake)
-	if cs.ended {
-		cc.closeStream(cs, nil)
-	}
-	return nil
-}
-
-// resetByEngine answers a stream error with RST_STREAM (§5.4.2); the
-// stream's methods then fail with a *ResetError carrying the reason.
-func (cc *ClientConn) resetByEngine(e clientStreamErr) *connErr {
-	cc.mu.Lock()
-	defer cc.mu.Unlock()
-	if cc.isIdle(e.id) {
-		return &connErr{e.code, "stream error on an idle stream"} // §5.1: no RST_STREAM on idle
-	}
-	if cs := cc.streams[e.id]; cs != nil {
-		cc.closeStream(cs, &ResetError{StreamID: e.id, Code: e.code, Reason: e.reason})
-	}
-	cc.queue = append(cc.queue, ctrl{kind: cRST, id: e.id, val: uint32(e.code)})
-	if len(cc.queue) > cc.lim.maxQueued {
-		return &connErr{http2.ErrCodeEnhanceYourCalm, "too many queued frames"}
-	}
-	return nil
-}
-
-// closeStream moves cs to closed for err: nil when both sides ended, the
-// reason otherwise. A response that had ended stays readable; otherwise
-// what was buffered is dropped. Either way the bytes buffered go back to
-// the connection's window now, so that a stream nobody reads to its end
-// cannot shrink it for the others. cc.mu is held.
-func (cc *ClientConn) closeStream(cs *ClientStream, err error) {
-	if cs.closed {
-		return
-	}
-	// A response that ended before the reset is read whole.
-	cc.closeInbound(&cs.inbound, err, cs.remoteEnded)
-	delete(cc.streams, cs.id)
-	close(cs.done)
-	poke(cs.wwake)
-	if len(cc.streams) == 0 {
-		cc.idleSince = time.Now()
-		if cc.goAway != nil || cc.shutdown {
-			cc.finishLocked()
-		}
-	}
-}
-
-// endLocal notes END_STREAM sent: half-closed (local), or closed. cc.mu is
-// held.
-func (cc *ClientConn) endLocal(cs *ClientStream) {
-	cs.ended = true
-	if cs.remoteEnded {
-		cc.closeStream(cs, nil)
-	}
 }

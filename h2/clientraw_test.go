@@ -715,3 +715,62 @@ func TestClientOpenStreamBody(t *testing.T) {
 		})
 	}
 }
+
+// TestClientClosedStreams: the client remembers the streams it closed, as
+// the server does, for late frames on them (RFC 9113 §5.1). On a stream
+// that ended both ways a late DATA is answered RST_STREAM(STREAM_CLOSED),
+// and a late HEADERS is a connection error STREAM_CLOSED; on a stream the
+// client reset, what the server had in flight is dropped without an
+// answer. Until the HEADERS, the connection serves on.
+func TestClientClosedStreams(t *testing.T) {
+	cc, rc := rawUpstream(t, nil, true)
+	done := open(t, cc, true)
+	rc.wantHeaders(1)
+	rc.respond(1, "done")
+	if r, err := readResponse(done); err != nil || string(r.body) != "done" {
+		t.Fatalf("stream 1: %v", err)
+	}
+	<-done.Done()
+	reset := open(t, cc, false)
+	rc.wantHeaders(3)
+	reset.Reset(http2.ErrCodeCancel)
+	rc.wantRST(3, http2.ErrCodeCancel)
+
+	rc.headers(3, false, ":status", "200") // in flight when the RST_STREAM came
+	rc.fr.WriteData(3, true, []byte("late"))
+	rc.fr.WriteData(1, true, []byte("late"))
+	rc.fr.WritePing(false, [8]byte{'l', 'a', 't', 'e'})
+	type rst struct {
+		id   uint32
+		code http2.ErrCode
+	}
+	var rsts []rst
+	rc.until("PING ack", func(f http2.Frame) bool {
+		switch f := f.(type) {
+		case *http2.RSTStreamFrame:
+			rsts = append(rsts, rst{f.StreamID, f.ErrCode})
+		case *http2.GoAwayFrame:
+			t.Fatalf("GOAWAY %v (%q)", f.ErrCode, f.DebugData())
+		case *http2.PingFrame:
+			return f.IsAck()
+		}
+		return false
+	})
+	if len(rsts) != 1 || rsts[0] != (rst{1, http2.ErrCodeStreamClosed}) {
+		t.Fatalf("RST_STREAMs %v, want one for stream 1, STREAM_CLOSED", rsts)
+	}
+	next := open(t, cc, true)
+	rc.wantHeaders(5)
+	rc.respond(5, "next")
+	if r, err := readResponse(next); err != nil || string(r.body) != "next" {
+		t.Fatalf("stream 5: %v", err)
+	}
+
+	rc.headers(1, true, ":status", "200")
+	rc.wantGoAway(http2.ErrCodeStreamClosed)
+	<-cc.Done()
+	var ce *ConnError
+	if err := cc.Err(); !errors.As(err, &ce) || ce.Code != http2.ErrCodeStreamClosed {
+		t.Fatalf("Err() = %v, want a connection error STREAM_CLOSED", err)
+	}
+}

@@ -16,27 +16,17 @@ import (
 // whether the request may be sent again on another connection.
 type ClientStream struct {
 	cc *ClientConn
-	inbound
-	done chan struct{}
-	outbound
+	stream
 
-	// Guarded by cc.mu, as inbound and outbound are.
+	// Guarded by cc.mu, as stream is.
 	blocks    [][]hpack.HeaderField // response header blocks not yet returned by ReadHeader
-	interim   int                   // informational blocks received
-	length    int64                 // the response's content-length, -1 when absent
-	trailers  []hpack.HeaderField
-	final     bool // final header block received
-	finalRead bool // and returned by ReadHeader
-	noContent bool // HEAD, 204, 304: no DATA payload allowed
-	ended     bool // END_STREAM sent: half-closed (local)
+	interim   uint8                 // informational blocks received
+	finalRead bool                  // the final block returned by ReadHeader
 
 	head bool // a HEAD request: the response has no content
 }
 
 var errHeadersRead = errors.New("h2: final response header block already read")
-
-// answered reports whether a response header block arrived. cc.mu is held.
-func (cs *ClientStream) answered() bool { return cs.final || cs.interim > 0 }
 
 // ID returns the stream identifier.
 func (cs *ClientStream) ID() uint32 { return cs.id }
@@ -53,7 +43,7 @@ func (cs *ClientStream) Empty() bool {
 
 // Done returns a channel closed when the stream has ended either way: both
 // sides ended, reset by either side, or the connection gone.
-func (cs *ClientStream) Done() <-chan struct{} { return cs.done }
+func (cs *ClientStream) Done() <-chan struct{} { return cs.cc.doneOf(&cs.stream) }
 
 // ReadHeader returns the next response header block, waiting for it until
 // the read deadline: informational (1xx) blocks first, each returned by its
@@ -71,7 +61,7 @@ func (cs *ClientStream) ReadHeader() ([]hpack.HeaderField, error) {
 			h := cs.blocks[0]
 			cs.blocks[0] = nil
 			cs.blocks = cs.blocks[1:]
-			if len(cs.blocks) == 0 && cs.final {
+			if len(cs.blocks) == 0 && cs.gotHead {
 				cs.finalRead = true
 			}
 			return h, nil
@@ -82,14 +72,9 @@ func (cs *ClientStream) ReadHeader() ([]hpack.HeaderField, error) {
 		if cs.err != nil {
 			return nil, cs.err
 		}
-		dl := cs.rdl
-		if !dl.IsZero() && !time.Now().Before(dl) {
-			return nil, &deadlineError{"read", cs.id}
+		if err := cc.waitRead(&cs.stream); err != nil {
+			return nil, err
 		}
-		ch := wake(&cs.rwake)
-		cc.mu.Unlock()
-		wait(ch, dl)
-		cc.mu.Lock()
 	}
 }
 
@@ -102,7 +87,7 @@ func (cs *ClientStream) ReadHeader() ([]hpack.HeaderField, error) {
 // reader that stops stalls only its stream. The DATA total is checked
 // against the response's content-length (§8.1.1), which resets the stream
 // with PROTOCOL_ERROR when they differ.
-func (cs *ClientStream) Read(p []byte) (int, error) { return cs.cc.read(&cs.inbound, p, cs.cc) }
+func (cs *ClientStream) Read(p []byte) (int, error) { return cs.cc.read(&cs.stream, p) }
 
 // Arrived reports how many response body bytes have arrived and not been
 // read, and whether the body ended with them (END_STREAM came): Read then
@@ -118,19 +103,14 @@ func (cs *ClientStream) Arrived() (n int, ended bool) {
 // Trailers returns the response's trailer fields, checked as the header
 // block's (and without pseudo-header fields). It is valid once Read has
 // returned io.EOF.
-func (cs *ClientStream) Trailers() []hpack.HeaderField {
-	cs.cc.mu.Lock()
-	defer cs.cc.mu.Unlock()
-	return cs.trailers
-}
+func (cs *ClientStream) Trailers() []hpack.HeaderField { return cs.cc.trailersOf(&cs.stream) }
 
 // SetReadDeadline sets the time after which ReadHeader and Read waiting
 // for the server return an error for which errors.Is(err,
 // os.ErrDeadlineExceeded) is true. The zero time means none. It applies to
 // calls already waiting. The stream is not reset: call Reset to give up.
 func (cs *ClientStream) SetReadDeadline(t time.Time) error {
-	cs.cc.setReadDeadline(&cs.inbound, t)
-	return nil
+	return cs.cc.setDeadline(&cs.rdl, &cs.rwake, t)
 }
 
 // SetWriteDeadline sets the time after which a write waiting for
@@ -139,21 +119,7 @@ func (cs *ClientStream) SetReadDeadline(t time.Time) error {
 // ClientSettings.WriteTimeout instead: cutting it would break the
 // connection for every stream.
 func (cs *ClientStream) SetWriteDeadline(t time.Time) error {
-	cs.cc.setWriteDeadline(&cs.outbound, t)
-	return nil
-}
-
-// writeErr says why cs cannot be written, if it cannot. cc.mu is held.
-func (cs *ClientStream) writeErr() error {
-	switch {
-	case cs.err != nil:
-		return cs.err
-	case cs.ended:
-		return ErrStreamDone
-	case cs.closed:
-		return ErrStreamDone
-	}
-	return nil
+	return cs.cc.setDeadline(&cs.wdl, &cs.wwake, t)
 }
 
 // Write sends p as request DATA (without END_STREAM), in frames within the
@@ -175,58 +141,12 @@ func (cs *ClientStream) WriteLast(p []byte) (int, error) {
 
 // write sends p as DATA, END_STREAM on the last frame when last is set.
 func (cs *ClientStream) write(p []byte, last bool) (int, error) {
-	written := 0
-	for len(p) > 0 {
-		n, err := cs.reserve(len(p))
-		if err != nil {
-			return written, err
-		}
-		cc := cs.cc
-		wb, err := cc.lockWrite()
-		if err != nil {
-			cs.unreserve(n)
-			return written, err
-		}
-		err = cc.writeData(wb, cs, p[:n], last && n == len(p), n)
-		if uerr := cc.unlockWrite(false); err == nil {
-			err = uerr
-		}
-		if err != nil {
-			return written, err
-		}
-		written += n
-		p = p[n:]
-	}
-	return written, nil
+	return cs.cc.write(&cs.stream, p, last, false)
 }
 
 // CloseSend ends the request with an empty DATA frame with END_STREAM
 // (allowed with any window, §6.9.1), unless it already ended.
-func (cs *ClientStream) CloseSend() error {
-	cc := cs.cc
-	cc.mu.Lock()
-	done := cs.ended
-	cc.mu.Unlock()
-	if done {
-		return nil
-	}
-	wb, err := cc.lockWrite()
-	if err != nil {
-		return err
-	}
-	cc.mu.Lock()
-	err = cs.writeErr()
-	cc.mu.Unlock()
-	if err == ErrStreamDone {
-		err = nil
-	} else if err == nil {
-		err = cc.writeData(wb, cs, nil, true, 0)
-	}
-	if uerr := cc.unlockWrite(false); err == nil {
-		err = uerr
-	}
-	return err
-}
+func (cs *ClientStream) CloseSend() error { return cs.cc.closeSend(&cs.stream, false) }
 
 // WriteTrailers ends the request with trailer fields (no pseudo-header
 // field, lowercase names, no connection-specific field) in a header block
@@ -235,38 +155,11 @@ func (cs *ClientStream) CloseSend() error {
 // anything is sent.
 func (cs *ClientStream) WriteTrailers(fields []hpack.HeaderField) error {
 	var fc fieldCheck
-	fc.reset(true)
-	var size uint64
-	for _, f := range fields {
-		fc.field(f)
-		size += uint64(f.Size())
-	}
-	if bad := fc.finish(); bad != "" {
+	size, bad := fc.check(fields, true)
+	if bad != "" {
 		return errors.Join(ErrInvalidRequest, errors.New("h2: trailer fields: "+bad))
 	}
-	cc := cs.cc
-	wb, err := cc.lockWrite()
-	if err != nil {
-		return err
-	}
-	cc.mu.Lock()
-	err = cs.writeErr()
-	if err == nil && cc.peerMaxList != 0 && size > uint64(cc.peerMaxList) {
-		err = errors.Join(ErrInvalidRequest, errors.New("h2: trailers over the server's header list limit"))
-	}
-	cc.mu.Unlock()
-	if err == nil {
-		err = cc.writeBlock(wb, cs.id, fields, true)
-		if err == nil {
-			cc.mu.Lock()
-			cc.endLocal(cs)
-			cc.mu.Unlock()
-		}
-	}
-	if uerr := cc.unlockWrite(false); err == nil {
-		err = uerr
-	}
-	return err
+	return cs.cc.writeTrailers(&cs.stream, fields, size)
 }
 
 // Reset sends RST_STREAM with code (CANCEL when the client went away),
@@ -274,44 +167,11 @@ func (cs *ClientStream) WriteTrailers(fields []hpack.HeaderField) error {
 // *ResetError. On a closed stream it only drops what was left unread.
 func (cs *ClientStream) Reset(code http2.ErrCode) {
 	cc := cs.cc
+	sent := cc.reset(&cs.stream, code)
 	cc.mu.Lock()
-	if cs.closed {
-		cs.drop()
-		cs.blocks = nil
-		cc.mu.Unlock()
-		return
-	}
-	cc.queue = append(cc.queue, ctrl{kind: cRST, id: cs.id, val: uint32(code)})
-	cc.closeStream(cs, &ResetError{StreamID: cs.id, Code: code})
 	cs.drop()
-	cc.mu.Unlock()
-	cc.kick()
-}
-
-// reserve takes up to want bytes of send credit, no more than a frame, from
-// the stream's and the connection's windows, waiting for it until the
-// write deadline.
-func (cs *ClientStream) reserve(want int) (int, error) {
-	cc := cs.cc
-	cc.mu.Lock()
-	defer cc.mu.Unlock()
-	for {
-		if err := cs.writeErr(); err != nil {
-			return 0, err
-		}
-		if n := cc.take(&cs.outbound, want); n > 0 {
-			return n, nil
-		}
-		if err := cc.waitCredit(&cs.outbound, cs.id); err != nil {
-			return 0, err
-		}
+	if !sent {
+		cs.blocks = nil
 	}
-}
-
-// unreserve gives back credit taken for a frame not written.
-func (cs *ClientStream) unreserve(n int) {
-	cs.cc.mu.Lock()
-	cs.sendWin += int64(n)
-	cs.cc.send.sendWin += int64(n)
-	cs.cc.mu.Unlock()
+	cc.mu.Unlock()
 }

@@ -6,8 +6,8 @@ import (
 	"golang.org/x/net/http2"
 )
 
-// ctrlQueue is what both ends of a connection keep alike under the
-// connection's lock: the frames owed to the peer (acknowledgements,
+// ctrlQueue is the connection's lock and the part of what it guards that
+// is about frames: the frames owed to the peer (acknowledgements,
 // WINDOW_UPDATE, RST_STREAM, GOAWAY), queued for the next writer so that
 // the reading goroutine never waits for the peer to read, the budget of
 // frames that ask work and carry none, and the flow-control windows both
@@ -34,12 +34,12 @@ func (q *ctrlQueue) glitch(n float64) error {
 	return nil
 }
 
-// enqueue queues x, a frame the peer asked for; it fails when the peer has
-// left more than max unread (CVE-2019-9512, CVE-2019-9515).
-func (q *ctrlQueue) enqueue(x ctrl, max int) error {
+// answer queues x, a frame the peer asked for; it fails when the peer has
+// left more than maxQueued unread (CVE-2019-9512, CVE-2019-9515).
+func (q *ctrlQueue) answer(x ctrl) error {
 	q.mu.Lock()
 	q.queue = append(q.queue, x)
-	over := len(q.queue) > max
+	over := len(q.queue) > maxQueued
 	q.mu.Unlock()
 	if over {
 		return connErr{http2.ErrCodeEnhanceYourCalm, "too many queued frames"}
@@ -47,41 +47,34 @@ func (q *ctrlQueue) enqueue(x ctrl, max int) error {
 	return nil
 }
 
-// writeSide is a connection's writing: lockWrite takes the write lock and
-// writes the queued frames, unlockWrite flushes and releases it.
-type writeSide interface {
-	lockWrite() (*writeBuf, error)
-	unlockWrite(force bool) error
-}
-
-// startFlush makes sure the queued frames get written by w: if no flusher
-// runs, one is started. The read loop calls it (through kick) before it
-// waits for input, so that its answers to a burst of frames leave
-// together, and never writes itself.
-func (q *ctrlQueue) startFlush(w writeSide) {
-	q.mu.Lock()
-	if q.flushing || len(q.queue) == 0 {
-		q.mu.Unlock()
+// kick makes sure the queued frames get written: if no flusher runs, one
+// is started. The read loop calls it (connReader) before it waits for
+// input, so that its answers to a burst of frames leave together, and
+// never writes itself.
+func (c *core) kick() {
+	c.mu.Lock()
+	if c.flushing || len(c.queue) == 0 {
+		c.mu.Unlock()
 		return
 	}
-	q.flushing = true
-	q.mu.Unlock()
-	go q.flush(w)
+	c.flushing = true
+	c.mu.Unlock()
+	go c.flushQueue()
 }
 
-func (q *ctrlQueue) flush(w writeSide) {
+func (c *core) flushQueue() {
 	for {
-		_, err := w.lockWrite()
+		_, err := c.lockWrite()
 		if err == nil {
-			err = w.unlockWrite(false)
+			err = c.unlockWrite(false)
 		}
-		q.mu.Lock()
-		if err != nil || len(q.queue) == 0 {
-			q.flushing = false
-			q.mu.Unlock()
+		c.mu.Lock()
+		if err != nil || len(c.queue) == 0 {
+			c.flushing = false
+			c.mu.Unlock()
 			return
 		}
-		q.mu.Unlock()
+		c.mu.Unlock()
 	}
 }
 
@@ -107,20 +100,4 @@ func (q *ctrlQueue) doneQueue(x []ctrl) {
 		q.queue = x[:0]
 	}
 	q.mu.Unlock()
-}
-
-// writeCtrl writes x to fr if it is a frame both ends write alike, and
-// reports whether it was.
-func writeCtrl(fr *http2.Framer, x *ctrl) (bool, error) {
-	switch x.kind {
-	case cSettingsAck:
-		return true, fr.WriteSettingsAck()
-	case cPing, cPingAck:
-		return true, fr.WritePing(x.kind == cPingAck, x.data)
-	case cRST:
-		return true, fr.WriteRSTStream(x.id, http2.ErrCode(x.val))
-	case cWindow:
-		return true, fr.WriteWindowUpdate(x.id, x.val)
-	}
-	return false, nil
 }

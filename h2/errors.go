@@ -78,8 +78,11 @@ type connErr struct {
 func (e connErr) Error() string { return fmt.Sprintf("connection error %v: %s", e.code, e.reason) }
 
 type streamErr struct {
-	id   uint32
-	code http2.ErrCode
+	id     uint32
+	code   http2.ErrCode
+	reason string // what the stream's ResetError will say
 }
 
-func (e streamErr) Error() string { return fmt.Sprintf("stream %d error %v", e.id, e.code) }
+func (e streamErr) Error() string {
+	return fmt.Sprintf("stream %d error %v: %s", e.id, e.code, e.reason)
+}

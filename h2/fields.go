@@ -5,20 +5,23 @@ import (
 )
 
 // fieldCheck checks one header block field by field as the HPACK decoder
-// emits it, then as a whole (finish), against RFC 9113 §8.2 and §8.3.1. A
-// proxy that forwards what it could read differently from the next hop is a
-// smuggling bug, so the checks are strict: the first violation is kept in
-// bad and the block is malformed.
+// emits it, then as a whole (finish), against RFC 9113 §8.2 and §8.3: a
+// request's (§8.3.1), or a response's (§8.3.2). A proxy that forwards what
+// it could read differently from the next hop is a smuggling bug, so the
+// checks are strict: the first violation is kept in bad and the block is
+// malformed.
 type fieldCheck struct {
 	trailers   bool // a trailer section: no pseudo-header field at all (§8.1)
+	response   bool // a response's block: :status, and no TE
 	sawRegular bool
-	pseudo     uint8 // pseudo fields seen, one bit each
+	hasHost    bool
+	pseudo     uint8 // a request's pseudo fields seen, one bit each
 	method     string
 	scheme     string
 	path       string
 	authority  string
 	host       string
-	hasHost    bool
+	status     string
 	length     int64 // content-length, -1 when absent
 	bad        string
 }
@@ -30,8 +33,19 @@ const (
 	pAuthority
 )
 
-func (fc *fieldCheck) reset(trailers bool) {
-	*fc = fieldCheck{trailers: trailers, length: -1}
+func (fc *fieldCheck) reset(trailers, response bool) {
+	*fc = fieldCheck{trailers: trailers, response: response, length: -1}
+}
+
+// check checks a request's fields, or its trailers, as a whole, and
+// returns their header list size (§6.5.2) and the first violation.
+func (fc *fieldCheck) check(fields []hpack.HeaderField, trailers bool) (size uint64, bad string) {
+	fc.reset(trailers, false)
+	for _, f := range fields {
+		fc.field(f)
+		size += uint64(f.Size())
+	}
+	return size, fc.finish()
 }
 
 // field checks one field; it records the first violation only.
@@ -49,18 +63,23 @@ func (fc *fieldCheck) field(f hpack.HeaderField) {
 	}
 	fc.sawRegular = true
 	if !validName(f.Name) {
-		fc.bad = "invalid field name"
+		fc.bad = "invalid field name" // §8.2.1: uppercase included
 		return
 	}
 	switch f.Name {
 	// §8.2.2: connection-specific fields make a message malformed.
 	case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
 		fc.bad = "connection-specific field " + f.Name
-	case "te":
-		if f.Value != "trailers" {
+	case "te": // in requests only, and only "trailers"
+		if fc.response {
+			fc.bad = "connection-specific field te"
+		} else if f.Value != "trailers" {
 			fc.bad = "te other than trailers"
 		}
 	case "host":
+		if fc.response {
+			return
+		}
 		if fc.hasHost {
 			fc.bad = "duplicate host"
 		}
@@ -80,11 +99,24 @@ func (fc *fieldCheck) field(f hpack.HeaderField) {
 
 func (fc *fieldCheck) pseudoField(f hpack.HeaderField) {
 	if fc.trailers {
-		fc.bad = "pseudo-header field in trailers"
+		fc.bad = "pseudo-header field in trailers" // §8.1
 		return
 	}
 	if fc.sawRegular {
-		fc.bad = "pseudo-header field after a regular one"
+		fc.bad = "pseudo-header field after a regular one" // §8.3
+		return
+	}
+	if fc.response {
+		switch {
+		case f.Name != ":status":
+			fc.bad = "unexpected pseudo-header field " + f.Name // §8.3.2
+		case fc.status != "":
+			fc.bad = "duplicate :status"
+		case f.Value == "":
+			fc.bad = "empty :status"
+		default:
+			fc.status = f.Value
+		}
 		return
 	}
 	var bit uint8
@@ -113,6 +145,16 @@ func (fc *fieldCheck) pseudoField(f hpack.HeaderField) {
 func (fc *fieldCheck) finish() string {
 	if fc.bad != "" || fc.trailers {
 		return fc.bad
+	}
+	if fc.response {
+		s := fc.status
+		if len(s) != 3 || s[0] < '1' || s[0] > '5' || s[1] < '0' || s[1] > '9' || s[2] < '0' || s[2] > '9' {
+			return "missing or invalid :status"
+		}
+		if s == "101" {
+			return "101 does not exist in HTTP/2" // §8.6
+		}
+		return ""
 	}
 	if fc.pseudo&pMethod == 0 || fc.method == "" || !validToken(fc.method) {
 		return "missing or invalid :method"

@@ -7,17 +7,15 @@ import (
 	"golang.org/x/net/http2/hpack"
 )
 
-// headerBlock is the header block being read: a HEADERS frame and the
-// CONTINUATION frames after it, decoded as they come so that nothing but the
-// decoded fields, within MaxHeaderList, is held.
+// headerBlock is the header block being read, either end's: a HEADERS
+// frame and the CONTINUATION frames after it, decoded as they come so that
+// nothing but the decoded fields, within the header list limit, is held.
+// What the fields must be is the end's to check (endpoint.field).
 type headerBlock struct {
-	id      uint32 // 0 between blocks
-	end     bool   // END_STREAM on the HEADERS frame
-	selfDep bool   // a priority that depends on its own stream (§5.3.1)
-	fields  []hpack.HeaderField
+	id     uint32 // 0 between blocks
+	end    bool   // END_STREAM on the HEADERS frame
+	fields []hpack.HeaderField
 	blockBounds
-	check fieldCheck
-	st    *Stream // the stream the block opens, if it is a request's: its fields go in st.hdr
 }
 
 // blockBounds bounds a header block being read, either end's, whatever
@@ -67,6 +65,52 @@ func (b *blockBounds) admit(f hpack.HeaderField, maxList uint32, dec *hpack.Deco
 	return false
 }
 
+// startBlock begins reading the header block of f, its fields decoded
+// into fields (which may hold room for them).
+func (c *core) startBlock(f *http2.HeadersFrame, fields []hpack.HeaderField) error {
+	c.blk = headerBlock{id: f.StreamID, end: f.StreamEnded(), fields: fields}
+	c.dec.SetEmitEnabled(true)
+	return c.feed(f.HeaderBlockFragment(), f.HeadersEnded())
+}
+
+// feed decodes one fragment of the block. The block is bounded whatever its
+// frames (CVE-2024-27316, CVE-2023-45288): its wire bytes by twice the
+// header list limit, its frame count too, so that neither large nor endless
+// empty CONTINUATION frames are read past the bound; its decoded size by the
+// limit (an HPACK bomb is a small block that decodes to a huge list). The
+// end acts on the block once whole.
+func (c *core) feed(frag []byte, ended bool) error {
+	b := &c.blk
+	if done, err := b.feed(c.dec, frag, ended, c.maxHeaderList, c.maxBlockFrames()); !done {
+		return err
+	}
+	err := c.end.endBlock()
+	b.id, b.fields = 0, nil
+	return err
+}
+
+// onField is the decoder's emit function.
+func (c *core) onField(f hpack.HeaderField) {
+	b := &c.blk
+	if !b.admit(f, c.maxHeaderList, c.dec) {
+		clear(b.fields)
+		b.fields = b.fields[:0]
+		return
+	}
+	if c.end.field(f) {
+		b.fields = append(b.fields, f)
+	}
+}
+
+// reqBlock is what a server keeps of a request header block being read,
+// beside the core's headerBlock.
+type reqBlock struct {
+	check   fieldCheck
+	st      *Stream // the stream the block opens, if a request's: its fields go in st.hdr
+	selfDep bool    // a priority that depends on its own stream (§5.3.1)
+}
+
+// onHeaders begins a request's header block, or its trailers (endpoint).
 func (c *Conn) onHeaders(f *http2.HeadersFrame) error {
 	id := f.StreamID
 	if id%2 == 0 {
@@ -75,60 +119,49 @@ func (c *Conn) onHeaders(f *http2.HeadersFrame) error {
 	c.mu.Lock()
 	trailers := c.streams[id] != nil
 	c.mu.Unlock()
-	b := &c.blk
-	*b = headerBlock{id: id, end: f.StreamEnded()}
+	c.req = reqBlock{selfDep: f.HasPriority() && f.Priority.StreamDep == id}
+	c.req.check.reset(trailers, false)
+	var fields []hpack.HeaderField
 	if !trailers {
-		b.st = new(Stream)
-		b.fields = b.st.hdr[:0]
+		c.req.st = new(Stream)
+		fields = c.req.st.hdr[:0]
 	}
-	b.selfDep = f.HasPriority() && f.Priority.StreamDep == id
-	b.check.reset(trailers)
-	c.dec.SetEmitEnabled(true)
-	return c.feed(f.HeaderBlockFragment(), f.HeadersEnded())
+	return c.startBlock(f, fields)
 }
 
-// feed decodes one fragment of the block. The block is bounded whatever its
-// frames (CVE-2024-27316, CVE-2023-45288): its wire bytes by twice
-// MaxHeaderList, its frame count too, so that neither large nor endless empty
-// CONTINUATION frames are read past the bound; its decoded size by
-// MaxHeaderList (an HPACK bomb is a small block that decodes to a huge list).
-func (c *Conn) feed(frag []byte, ended bool) error {
-	b := &c.blk
-	if done, err := b.feed(c.dec, frag, ended, c.s.MaxHeaderList, c.lim.maxBlockFrames); !done {
-		return err
-	}
-	err := c.endBlock()
-	b.id, b.fields, b.st = 0, nil, nil
-	return err
-}
-
-// onField is the decoder's emit function.
-func (c *Conn) onField(f hpack.HeaderField) {
-	b := &c.blk
-	if !b.admit(f, c.s.MaxHeaderList, c.dec) {
-		clear(b.fields)
-		b.fields = b.fields[:0]
-		return
-	}
-	b.check.field(f)
-	if b.check.bad == "" {
-		b.fields = append(b.fields, f)
-	}
+// field checks a request's field (endpoint).
+func (c *Conn) field(f hpack.HeaderField) bool {
+	c.req.check.field(f)
+	return c.req.check.bad == ""
 }
 
 // endBlock acts on a whole, decoded block: a new stream, trailers, or a
 // block to drop.
 func (c *Conn) endBlock() error {
-	b := &c.blk
+	err := c.endRequestBlock()
+	c.req.st = nil
+	return err
+}
+
+func (c *Conn) endRequestBlock() error {
+	b, r := &c.blk, &c.req
 	id := b.id
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if st := c.streams[id]; st != nil { // trailers (§8.1)
+	if p := c.streams[id]; p != nil { // trailers (§8.1)
+		st := p.base()
 		switch {
 		case st.remoteEnded:
-			return streamErr{id, http2.ErrCodeStreamClosed} // §5.1: half-closed (remote)
-		case !b.end, b.over, b.selfDep, b.check.finish() != "":
-			return streamErr{id, http2.ErrCodeProtocol}
+			return streamErr{id, http2.ErrCodeStreamClosed, "HEADERS after END_STREAM"} // §5.1: half-closed (remote)
+		case !b.end:
+			return streamErr{id, http2.ErrCodeProtocol, "trailers without END_STREAM"}
+		case b.over:
+			return streamErr{id, http2.ErrCodeProtocol, "trailers over the header list limit"}
+		case r.selfDep:
+			return streamErr{id, http2.ErrCodeProtocol, "stream depends on itself"}
+		}
+		if bad := r.check.finish(); bad != "" {
+			return streamErr{id, http2.ErrCodeProtocol, "malformed trailers: " + bad}
 		}
 		st.trailers = b.fields
 		b.fields = nil
@@ -147,8 +180,8 @@ func (c *Conn) endBlock() error {
 	if c.goAway {
 		return nil // §6.8: beyond the last stream id announced
 	}
-	if b.selfDep {
-		return streamErr{id, http2.ErrCodeProtocol} // §5.3.1
+	if r.selfDep {
+		return streamErr{id, http2.ErrCodeProtocol, "stream depends on itself"} // §5.3.1
 	}
 	if b.over {
 		// §10.5.1: a header section too large may be answered 431.
@@ -159,33 +192,31 @@ func (c *Conn) endBlock() error {
 		c.remember(id, closedByUs)
 		return nil
 	}
-	if bad := b.check.finish(); bad != "" {
+	if bad := r.check.finish(); bad != "" {
 		c.log.Debug("h2: malformed request", "stream", id, "reason", bad)
-		return streamErr{id, http2.ErrCodeProtocol} // §8.1.1
+		return streamErr{id, http2.ErrCodeProtocol, "malformed request: " + bad} // §8.1.1
 	}
-	if len(c.streams) >= int(c.s.MaxConcurrentStreams) || c.handlers >= int(c.s.MaxConcurrentStreams) {
+	if len(c.streams) >= int(c.maxStreams) || c.handlers >= int(c.maxStreams) {
 		// §5.1.2. Before our SETTINGS are acknowledged the client may not
 		// know the limit: refusals count only after.
 		if c.settingsAcked && !c.refusals.take(1) {
 			return connErr{http2.ErrCodeEnhanceYourCalm, "too many streams refused"}
 		}
-		return streamErr{id, http2.ErrCodeRefusedStream}
+		return streamErr{id, http2.ErrCodeRefusedStream, "over SETTINGS_MAX_CONCURRENT_STREAMS"}
 	}
-	st := b.st
-	st.init(c, id, b.fields, b.check.length)
-	st.recvWin = int64(c.s.InitialWindow)
-	st.sendWin = c.send.peerWindow
-	if len(c.streams) == 0 && !c.ending && (c.s.IdleTimeout > 0 || c.s.ParkAfter > 0) {
+	st := r.st
+	st.init(c, id, b.fields, r.check.length)
+	if len(c.streams) == 0 && !c.ending && (c.idleTimeout > 0 || c.parkAfter > 0) {
 		c.idleBy, c.parkBy = time.Time{}, time.Time{}
 		c.nc.SetReadDeadline(time.Time{})
 	}
 	if c.streams == nil {
-		c.streams = make(map[uint32]*Stream)
+		c.streams = make(map[uint32]peer)
 	}
 	c.streams[id] = st
 	c.handlers++
 	c.lastID = id
-	c.glitches.give(c.lim.glitchPerWork)
+	c.glitches.give(glitchPerWork)
 	if b.end {
 		st.remoteEnded, st.noBody = true, true
 	}

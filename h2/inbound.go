@@ -5,42 +5,19 @@ import (
 	"time"
 )
 
-// inbound is the receiving half of a stream, a Stream's request body or a
-// ClientStream's response body, guarded by its connection's lock: the DATA
-// payloads received and not yet read, the stream's receive window, and
-// the reader waiting for more.
-//
-// Each byte received goes back to the peer's windows once: as it is read
-// (receiver.consumed), or when its stream closes (receiver.close), after
-// which reading what is left, where it is kept, gives nothing back again.
-type inbound struct {
-	buf      []byte // received, not yet read
-	off      int
-	received int64
-	recvWin  int64 // what the peer may still send on this stream
-	unacked  int64 // read, not yet given back
-	err      error // why it closed, when not normally
-	rdl      time.Time
-	// rwake is poked when what a blocked Read waits for may have
-	// changed; made by the first Read that blocks (most streams never
-	// do), so a poke before that finds nil and does nothing.
-	rwake chan struct{}
-	// Last, packed together: a Stream is allocated per stream, and its
-	// size class is what counts.
-	id          uint32
-	remoteEnded bool // END_STREAM received: half-closed (remote)
-	closed      bool
-}
+// The receiving half of a stream (stream's first fields), and the
+// connection's side of it: the DATA received and not read, the receive
+// windows, and the credit given back in batches.
 
 // buffered is how many bytes received are not yet read.
-func (in *inbound) buffered() int { return len(in.buf) - in.off }
+func (st *stream) buffered() int { return len(st.buf) - st.off }
 
 // drop lets go of what was received and not read.
-func (in *inbound) drop() { in.buf, in.off = nil, 0 }
+func (st *stream) drop() { st.buf, st.off = nil, 0 }
 
-// receiver is a connection's side of its streams' inbound halves, kept by
-// both ends under the connection's lock beside the frames owed (ctrlQueue):
-// the connection's receive window and the credit given back in batches, a
+// receiver is a connection's side of its streams' receiving halves, kept
+// under the connection's lock beside the frames owed (ctrlQueue): the
+// connection's receive window and the credit given back in batches, a
 // WINDOW_UPDATE once half a window is consumed.
 type receiver struct {
 	recvWin     int64 // what the peer may still send on the connection
@@ -65,66 +42,68 @@ func (q *ctrlQueue) returnConn(n int64) {
 	}
 }
 
-// consumed gives back n bytes of in read or dropped: the connection's
+// consumed gives back n bytes of st read or dropped: the connection's
 // window, and the stream's while the peer may still send on it. A closed
 // stream's bytes went back when it closed. The lock is held.
-func (q *ctrlQueue) consumed(in *inbound, n int64) {
-	if in.closed {
+func (q *ctrlQueue) consumed(st *stream, n int64) {
+	if st.closed {
 		return
 	}
 	q.returnConn(n)
-	if in.remoteEnded {
+	if st.remoteEnded {
 		return
 	}
-	in.unacked += n
-	if in.unacked >= q.recv.streamBatch {
-		q.queue = append(q.queue, ctrl{kind: cWindow, id: in.id, val: uint32(in.unacked)})
-		in.recvWin += in.unacked
-		in.unacked = 0
+	st.unacked += n
+	if st.unacked >= q.recv.streamBatch {
+		q.queue = append(q.queue, ctrl{kind: cWindow, id: st.id, val: uint32(st.unacked)})
+		st.recvWin += st.unacked
+		st.unacked = 0
 	}
 }
 
-// closeInbound closes in for err (nil: both sides ended): what it holds
-// unread goes back to the connection's window, and is dropped unless keep
-// (the stream ended normally, or the peer's side of it did: a response
-// complete before the reset is read whole). The lock is held.
-func (q *ctrlQueue) closeInbound(in *inbound, err error, keep bool) {
-	if n := int64(in.buffered()); n > 0 {
+// closeInbound closes st's receiving half for err (nil: both sides
+// ended): what it holds unread goes back to the connection's window, and
+// is dropped unless keep (the stream ended normally, or the peer's side of
+// it did: a response complete before the reset is read whole). The lock
+// is held.
+func (q *ctrlQueue) closeInbound(st *stream, err error, keep bool) {
+	if n := int64(st.buffered()); n > 0 {
 		q.returnConn(n)
 	}
-	in.closed, in.err = true, err
+	st.closed, st.err = true, err
 	if err != nil && !keep {
-		in.drop()
+		st.drop()
 	}
-	poke(in.rwake)
+	poke(st.rwake)
 }
 
 // read is a stream's Read: what was received, else io.EOF after
 // END_STREAM, the stream's error once it closed, or a wait for more until
-// the read deadline. The credit read goes back through w.
-func (q *ctrlQueue) read(in *inbound, p []byte, w writeSide) (int, error) {
+// the read deadline. The credit read goes back at once.
+func (c *core) read(st *stream, p []byte) (int, error) {
+	q := &c.ctrlQueue
 	q.mu.Lock()
 	for {
-		if in.off < len(in.buf) {
-			n := copy(p, in.buf[in.off:])
-			in.off += n
-			if in.off == len(in.buf) {
-				in.buf, in.off = in.buf[:0], 0
-				if cap(in.buf) > 64<<10 {
-					in.buf = nil
+		if st.off < len(st.buf) {
+			n := copy(p, st.buf[st.off:])
+			st.off += n
+			if st.off == len(st.buf) {
+				st.buf, st.off = st.buf[:0], 0
+				if cap(st.buf) > 64<<10 {
+					st.buf = nil
 				}
 			}
-			q.consumed(in, int64(n))
+			q.consumed(st, int64(n))
 			q.mu.Unlock()
-			q.startFlush(w)
+			c.kick()
 			return n, nil
 		}
-		if in.remoteEnded {
+		if st.remoteEnded {
 			q.mu.Unlock()
 			return 0, io.EOF
 		}
-		if in.err != nil {
-			err := in.err
+		if st.err != nil {
+			err := st.err
 			q.mu.Unlock()
 			return 0, err
 		}
@@ -132,23 +111,41 @@ func (q *ctrlQueue) read(in *inbound, p []byte, w writeSide) (int, error) {
 			q.mu.Unlock()
 			return 0, nil
 		}
-		dl := in.rdl
-		if !dl.IsZero() && !time.Now().Before(dl) {
+		if err := q.waitRead(st); err != nil {
 			q.mu.Unlock()
-			return 0, &deadlineError{"read", in.id}
+			return 0, err
 		}
-		ch := wake(&in.rwake)
-		q.mu.Unlock()
-		wait(ch, dl)
-		q.mu.Lock()
 	}
 }
 
-// setReadDeadline sets in's read deadline, for the reads already waiting
-// too.
-func (q *ctrlQueue) setReadDeadline(in *inbound, t time.Time) {
-	q.mu.Lock()
-	in.rdl = t
-	poke(in.rwake)
+// waitRead waits, the lock released meanwhile, until what st's reader
+// waits for may have changed, or the read deadline passes (an error). The
+// lock is held.
+func (q *ctrlQueue) waitRead(st *stream) error {
+	return q.await(&st.rwake, st.rdl, "read", st.id)
+}
+
+// await waits, the lock released meanwhile, until *ch (made if need be) is
+// poked or the deadline dl (if any) passes; past it, it returns a deadline
+// error for op on stream id at once. The lock is held.
+func (q *ctrlQueue) await(ch *chan struct{}, dl time.Time, op string, id uint32) error {
+	if !dl.IsZero() && !time.Now().Before(dl) {
+		return &deadlineError{op, id}
+	}
+	w := wake(ch)
 	q.mu.Unlock()
+	wait(w, dl)
+	q.mu.Lock()
+	return nil
+}
+
+// setDeadline sets *dl, a stream's read or write deadline, to t, and
+// wakes the reader or writer waiting on *ch, which then waits for the new
+// one. It returns nil, as a stream's SetReadDeadline does.
+func (q *ctrlQueue) setDeadline(dl *time.Time, ch *chan struct{}, t time.Time) error {
+	q.mu.Lock()
+	*dl = t
+	poke(*ch)
+	q.mu.Unlock()
+	return nil
 }

@@ -3,7 +3,9 @@ package h2
 import (
 	"bytes"
 	"net"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -12,7 +14,9 @@ import (
 // parkServer serves the connections it accepts with ParkAfter set, as
 // sluice's proxy does: each Serve that returns ErrIdle is reported on
 // parked, and Serve is called again, on a new goroutine, once the test
-// sends on resume. Serve's other results go to ended.
+// sends on resume. Serve's other results go to ended. At the test's end
+// the connection is closed and a parked one resumed, as the proxy's
+// parker does, so that Serve returns.
 type parkServer struct {
 	conns  chan *Conn
 	parked chan *Conn
@@ -26,31 +30,49 @@ func newParkServer(t *testing.T, s Settings) (*parkServer, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
 	ps := &parkServer{conns: make(chan *Conn, 1), parked: make(chan *Conn, 10),
 		resume: make(chan struct{}), ended: make(chan error, 1)}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		close(stop)
+		wg.Wait()
+	})
+	wg.Add(1)
 	go func() {
+		defer wg.Done()
 		nc, err := ln.Accept()
 		if err != nil {
 			return
 		}
 		c := NewConn(nc, nil, &s, ok)
-		t.Cleanup(c.Close)
 		ps.conns <- c
 		var serve func()
 		serve = func() {
 			err := c.Serve()
 			if err != ErrIdle {
-				ps.ended <- err
+				select {
+				case ps.ended <- err:
+				default: // the test did not wait for it
+				}
 				return
 			}
 			ps.parked <- c
+			wg.Add(1)
 			go func() {
-				<-ps.resume
+				defer wg.Done()
+				select {
+				case <-ps.resume:
+				case <-stop:
+					c.Close()
+				}
 				serve()
 			}()
 		}
 		serve()
+		<-stop
+		c.Close()
 	}()
 	return ps, ln.Addr().String()
 }
@@ -81,6 +103,25 @@ func (ps *parkServer) wantEnded(t *testing.T) {
 	case <-time.After(failsafe):
 		t.Fatal("Serve did not return")
 	}
+}
+
+// resumeParks resumes the parked connection and reports whether it
+// parked again; false when Serve returned nil.
+func (ps *parkServer) resumeParks(t *testing.T) bool {
+	t.Helper()
+	ps.resume <- struct{}{}
+	select {
+	case <-ps.parked:
+		return true
+	case err := <-ps.ended:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+		return false
+	case <-time.After(failsafe):
+		t.Fatal("Serve neither parked nor returned")
+	}
+	return false
 }
 
 // TestPark checks the life of an idle connection whose Serve returned
@@ -125,12 +166,17 @@ func TestPark(t *testing.T) {
 		if by.IsZero() || time.Until(by) > s.IdleTimeout {
 			t.Fatalf("IdleDeadline %v, want within %v", by, s.IdleTimeout)
 		}
-		time.Sleep(time.Until(by))
-		ps.resume <- struct{}{}
+		// As a parker that wakes at every deadline: Serve parks again
+		// until the idle timeout comes before ParkAfter, then ends the
+		// connection (TestParkDeadlines resumes it past the deadline).
+		for ps.resumeParks(t) {
+		}
+		if now := time.Now(); now.Before(by) {
+			t.Fatalf("ended %v before the idle deadline", by.Sub(now))
+		}
 		if ga := rc.wantGoAway(http2.ErrCodeNo); ga.LastStreamID != 1 {
 			t.Fatalf("GOAWAY's last stream %d, want 1", ga.LastStreamID)
 		}
-		ps.wantEnded(t)
 	})
 	t.Run("shutdown", func(t *testing.T) {
 		ps, addr := newParkServer(t, settings)
@@ -160,25 +206,92 @@ func TestPark(t *testing.T) {
 		ps.wantEnded(t)
 		rc.wantClosed()
 	})
+}
+
+// TestParkDeadlines checks the time-driven part of parking with time
+// faked (testing/synctest), over net.Pipe: a connection resumed once its
+// idle deadline has passed ends with GOAWAY(NO_ERROR) at once, and a frame
+// begun before the park deadline keeps Serve reading past it. No stream
+// is opened: a handler would run on a worker shared with other tests,
+// outside the bubble.
+func TestParkDeadlines(t *testing.T) {
+	const parkAfter = 20 * time.Millisecond
+	// start serves the server end of a pipe as newParkServer does, and
+	// returns the raw client, its handshake done and every frame the server
+	// owes read.
+	start := func(t *testing.T, settings Settings) (rc *rawClient, parked chan *Conn, resume chan struct{}, ended chan error) {
+		cn, sn := net.Pipe()
+		c := NewConn(sn, nil, &settings, ok)
+		parked, resume, ended = make(chan *Conn, 1), make(chan struct{}), make(chan error, 1)
+		stop := make(chan struct{})
+		go func() {
+			for {
+				if err := c.Serve(); err != ErrIdle {
+					ended <- err
+					return
+				}
+				parked <- c
+				select {
+				case <-resume:
+				case <-stop:
+					c.Close()
+				}
+			}
+		}()
+		t.Cleanup(func() {
+			close(stop)
+			c.Close()
+			cn.Close()
+		})
+		rc = newRawClient(t, cn)
+		rc.start()
+		if sf, ok := rc.read().(*http2.SettingsFrame); !ok || sf.IsAck() {
+			t.Fatal("first frame not SETTINGS")
+		}
+		rc.fr.WriteSettingsAck()
+		rc.until("SETTINGS ack", func(f http2.Frame) bool { sf, ok := f.(*http2.SettingsFrame); return ok && sf.IsAck() })
+		return rc, parked, resume, ended
+	}
+	t.Run("resumed past the idle deadline", func(t *testing.T) {
+		settings := Settings{ParkAfter: parkAfter, IdleTimeout: 5 * parkAfter}
+		synctest.Test(t, func(t *testing.T) {
+			rc, parked, resume, ended := start(t, settings)
+			c := <-parked
+			by := c.IdleDeadline()
+			if want := time.Now().Add(settings.IdleTimeout - parkAfter); !by.Equal(want) {
+				t.Fatalf("IdleDeadline %v, want %v", by, want)
+			}
+			time.Sleep(time.Until(by))
+			resume <- struct{}{}
+			if ga := rc.wantGoAway(http2.ErrCodeNo); ga.LastStreamID != 0 {
+				t.Fatalf("GOAWAY's last stream %d, want 0", ga.LastStreamID)
+			}
+			if err := <-ended; err != nil {
+				t.Fatalf("Serve: %v", err)
+			}
+		})
+	})
 	t.Run("frame begun", func(t *testing.T) {
-		ps, addr := newParkServer(t, settings)
-		rc := handshake(t, addr)
-		ps.waitParked(t)
-		var frame bytes.Buffer
-		fr := http2.NewFramer(&frame, nil)
-		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: rc.block(getReq...), EndStream: true, EndHeaders: true})
-		b := frame.Bytes()
-		rc.nc.Write(b[:4])
-		ps.resume <- struct{}{} // as a parker would: bytes came
-		time.Sleep(5 * parkAfter)
-		rc.nc.Write(b[4:])
-		if s, _ := rc.wantResponse(1); s != "200" {
-			t.Fatalf("status %q", s)
-		}
-		select {
-		case <-ps.parked:
-			t.Fatal("parked in the middle of a frame")
-		default:
-		}
+		synctest.Test(t, func(t *testing.T) {
+			rc, parked, resume, ended := start(t, Settings{ParkAfter: parkAfter, IdleTimeout: time.Minute})
+			<-parked
+			var frame bytes.Buffer
+			http2.NewFramer(&frame, nil).WritePing(false, [8]byte{'b', 'e', 'g', 'u', 'n'})
+			b := frame.Bytes()
+			resume <- struct{}{} // as a parker would once bytes came
+			rc.nc.Write(b[:4])
+			// Past ParkAfter three times over, and between two of the
+			// read deadlines it sets, so that the frame ends before the next.
+			time.Sleep(3*parkAfter + parkAfter/2)
+			rc.nc.Write(b[4:])
+			rc.until("PING ack", func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && p.IsAck() })
+			select {
+			case <-parked:
+				t.Fatal("parked in the middle of a frame")
+			case err := <-ended:
+				t.Fatalf("Serve returned %v", err)
+			default:
+			}
+		})
 	})
 }

@@ -36,18 +36,30 @@ func dialRaw(t *testing.T, addr string, settings ...http2.Setting) *rawClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
+	rc := newRawClient(t, nc)
+	rc.start(settings...)
+	return rc
+}
+
+// newRawClient drives nc; it writes nothing.
+func newRawClient(t *testing.T, nc net.Conn) *rawClient {
 	rc := &rawClient{t: t, nc: nc, fr: http2.NewFramer(nc, nc)}
 	rc.fr.AllowIllegalWrites = true
 	rc.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	rc.fr.MaxHeaderListSize = 1 << 20
 	rc.enc = hpack.NewEncoder(&rc.ebuf)
-	if _, err := io.WriteString(nc, http2.ClientPreface); err != nil {
-		t.Fatal(err)
+	return rc
+}
+
+// start sends the client preface and SETTINGS with settings.
+func (rc *rawClient) start(settings ...http2.Setting) {
+	rc.t.Helper()
+	if _, err := io.WriteString(rc.nc, http2.ClientPreface); err != nil {
+		rc.t.Fatal(err)
 	}
 	if err := rc.fr.WriteSettings(settings...); err != nil {
-		t.Fatal(err)
+		rc.t.Fatal(err)
 	}
-	return rc
 }
 
 // handshake dials and reads the server's SETTINGS and first WINDOW_UPDATE,

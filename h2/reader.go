@@ -21,7 +21,7 @@ import (
 //     the large borrowing. Either goes back once read.
 type connReader struct {
 	nc     net.Conn
-	o      readOwner
+	c      *core // what it reads for
 	prefix []byte
 	direct bool    // nc buffers what it reads (TLS)
 	buf    []byte  // *held while it is borrowed
@@ -30,7 +30,7 @@ type connReader struct {
 	r, w   int   // what buf holds unread
 	full   bool  // the last read filled its buffer
 	taken  int   // bytes given out since the frame began (begin)
-	parked bool  // the last read timed out for the owner to park (see readOwner)
+	parked bool  // the last read timed out for the connection to park (parkRead)
 	err    error // the first error reading the connection, kept
 }
 
@@ -44,29 +44,19 @@ var (
 	readBufs  = sync.Pool{New: func() any { b := make([]byte, readBufSize); return &b }}
 )
 
-// readOwner is the connection a connReader reads for.
-type readOwner interface {
-	// kick starts the writing of what the connection owes the peer,
-	// without waiting for it; the reader calls it before each wait for
-	// input.
-	kick()
-	// timedOut is asked when a read from the connection timed out; begun
-	// tells whether bytes of the frame being read have come.
-	timedOut(begun bool) onTimeout
-}
-
-// What a read that timed out is to do.
+// What a read that timed out is to do, as the connection's end decides
+// (endpoint.timedOut).
 type onTimeout uint8
 
 const (
 	failRead onTimeout = iota // the timeout is the connection's error, kept
-	readOn                    // the owner moved the deadline: read again
-	parkRead                  // return the timeout, kept for this read only: the owner parks
+	readOn                    // the deadline was moved: read again
+	parkRead                  // return the timeout, kept for this read only: the connection parks
 )
 
-func newConnReader(o readOwner, nc net.Conn, prefix []byte) connReader {
+func newConnReader(c *core, nc net.Conn, prefix []byte) connReader {
 	_, direct := nc.(*tls.Conn)
-	return connReader{nc: nc, o: o, prefix: prefix, direct: direct}
+	return connReader{nc: nc, c: c, prefix: prefix, direct: direct}
 }
 
 // begin marks the start of a frame.
@@ -102,14 +92,14 @@ func (cr *connReader) read(p []byte) (int, error) {
 		return 0, nil
 	}
 	// About to wait for the peer: let what we owe it go first.
-	cr.o.kick()
+	cr.c.kick()
 	for {
 		n, err := cr.readConn(p)
 		if err == nil {
 			return n, nil
 		}
 		if isTimeout(err) {
-			switch cr.o.timedOut(cr.taken > 0 || n > 0) {
+			switch cr.c.end.timedOut(cr.taken > 0 || n > 0) {
 			case readOn:
 				if n > 0 {
 					return n, nil

@@ -17,21 +17,11 @@ import (
 // (TestStructSizes).
 type Stream struct {
 	c *Conn
-	inbound
+	stream
 	header []hpack.HeaderField
-	length int64 // the request's content-length, -1 when absent
-
-	done chan struct{} // made by Done, closed as the stream closes; guarded by c.mu
 	// hdr holds the request's fields when they fit: the stream and its
 	// header arrive in one allocation.
 	hdr [maxInlineFields]hpack.HeaderField
-
-	// Guarded by c.mu, as inbound and outbound are.
-	outbound
-	trailers []hpack.HeaderField
-	onAbort  func() // see OnAbort
-	final    bool   // final response header block sent
-	ended    bool   // END_STREAM sent: half-closed (local)
 
 	noBody bool // END_STREAM came with the request's header block
 }
@@ -41,17 +31,11 @@ type Stream struct {
 const maxInlineFields = 16
 
 // init makes st, allocated when its header block began (its fields were
-// decoded into st.hdr when they fit), stream id of c.
+// decoded into st.hdr when they fit), stream id of c. The lock is held.
 func (st *Stream) init(c *Conn, id uint32, header []hpack.HeaderField, length int64) {
-	st.c, st.id, st.header, st.length = c, id, header, length
-}
-
-// wake returns *ch, making it first: c.mu is held.
-func wake(ch *chan struct{}) chan struct{} {
-	if *ch == nil {
-		*ch = make(chan struct{}, 1)
-	}
-	return *ch
+	st.c, st.header = c, header
+	c.open(&st.stream, id)
+	st.length, st.gotHead = length, true
 }
 
 // ID returns the stream identifier.
@@ -81,34 +65,12 @@ func (st *Stream) Arrived() (n int, whole bool) {
 
 // Trailers returns the request's trailer fields, checked as Header's
 // (without pseudo-header fields). It is valid once Read has returned io.EOF.
-func (st *Stream) Trailers() []hpack.HeaderField {
-	st.c.mu.Lock()
-	defer st.c.mu.Unlock()
-	return st.trailers
-}
+func (st *Stream) Trailers() []hpack.HeaderField { return st.c.trailersOf(&st.stream) }
 
 // Done returns a channel closed when the stream has ended either way: both
 // sides ended, reset by either side, or the connection gone. The channel is
 // made on the first call: most streams end without anyone asking.
-func (st *Stream) Done() <-chan struct{} {
-	st.c.mu.Lock()
-	defer st.c.mu.Unlock()
-	if st.done == nil {
-		if st.closed {
-			return closedDone
-		}
-		st.done = make(chan struct{})
-	}
-	return st.done
-}
-
-// closedDone is Done's channel for a stream that closed before it was
-// asked for.
-var closedDone = func() chan struct{} {
-	ch := make(chan struct{})
-	close(ch)
-	return ch
-}()
+func (st *Stream) Done() <-chan struct{} { return st.c.doneOf(&st.stream) }
 
 // OnAbort arranges for f to be called once if the stream ends abnormally:
 // reset by either side, or its connection gone. f runs on the goroutine
@@ -140,14 +102,13 @@ func (st *Stream) OnAbort(f func()) {
 // read), so a handler that stops reading stalls only its stream. When the
 // request has a content-length the engine checks the DATA total against it
 // (§8.1.1), and resets the stream with PROTOCOL_ERROR when they differ.
-func (st *Stream) Read(p []byte) (int, error) { return st.c.read(&st.inbound, p, st.c) }
+func (st *Stream) Read(p []byte) (int, error) { return st.c.read(&st.stream, p) }
 
 // SetReadDeadline sets the time after which a Read waiting for data returns
 // an error for which errors.Is(err, os.ErrDeadlineExceeded) and os.IsTimeout
 // are true. The zero time means none. It applies to Reads already waiting.
 func (st *Stream) SetReadDeadline(t time.Time) error {
-	st.c.setReadDeadline(&st.inbound, t)
-	return nil
+	return st.c.setDeadline(&st.rdl, &st.rwake, t)
 }
 
 // SetWriteDeadline sets the time after which a write waiting for
@@ -155,38 +116,7 @@ func (st *Stream) SetReadDeadline(t time.Time) error {
 // being written to the connection is bounded by Settings.WriteTimeout
 // instead: cutting it would break the connection for every stream.
 func (st *Stream) SetWriteDeadline(t time.Time) error {
-	st.c.setWriteDeadline(&st.outbound, t)
-	return nil
-}
-
-// wait blocks until ch is poked or the deadline dl (if any) passes.
-func wait(ch chan struct{}, dl time.Time) {
-	if dl.IsZero() {
-		<-ch
-		return
-	}
-	t := time.NewTimer(time.Until(dl))
-	select {
-	case <-ch:
-	case <-t.C:
-	}
-	t.Stop()
-}
-
-var (
-	errNoHeaders = errors.New("h2: DATA or trailers before the response header block")
-	errInterim   = errors.New("h2: an informational (1xx) block cannot end the stream")
-)
-
-// writeErr says why st cannot be written, if it cannot. c.mu is held.
-func (st *Stream) writeErr() error {
-	switch {
-	case st.err != nil:
-		return st.err
-	case st.ended:
-		return ErrStreamDone
-	}
-	return nil
+	return st.c.setDeadline(&st.wdl, &st.wwake, t)
 }
 
 // WriteHeaders sends a response header block: HEADERS, and CONTINUATION as
@@ -219,7 +149,7 @@ func (st *Stream) WriteResponse(fields []hpack.HeaderField, body []byte, end boo
 	}
 	c.mu.Lock()
 	err = st.writeErr()
-	if err == nil && st.final {
+	if err == nil && st.sentHead {
 		err = ErrStreamDone
 	}
 	c.mu.Unlock()
@@ -230,21 +160,21 @@ func (st *Stream) WriteResponse(fields []hpack.HeaderField, body []byte, end boo
 	err = c.writeBlock(wb, st.id, fields, end && len(body) == 0)
 	c.mu.Lock()
 	if err == nil && !interim {
-		st.final = true
+		st.sentHead = true
 		if end && len(body) == 0 {
-			c.endLocal(st)
+			c.endLocal(&st.stream)
 		}
 	}
 	c.mu.Unlock()
 	// As much of the body as the windows allow goes in the same flush.
 	for err == nil && len(body) > 0 {
 		var n int
-		n, err = st.reserve(len(body), false)
+		n, err = c.reserve(&st.stream, len(body), false)
 		if n == 0 || err != nil {
 			break
 		}
 		last := end && n == len(body)
-		err = c.writeData(wb, st, body[:n], last, n)
+		err = c.writeData(wb, &st.stream, body[:n], last, n)
 		body = body[n:]
 	}
 	// Unless the response ends here, or waits for credit, it goes on.
@@ -268,30 +198,7 @@ func (st *Stream) WriteResponse(fields []hpack.HeaderField, body []byte, end boo
 // send windows until the write deadline. It fails before the final header
 // block, after the response ended, after a reset and once the connection
 // ended.
-func (st *Stream) Write(p []byte) (int, error) {
-	written := 0
-	for len(p) > 0 {
-		n, err := st.reserve(len(p), true)
-		if err != nil {
-			return written, err
-		}
-		c := st.c
-		wb, err := c.lockWrite()
-		if err != nil {
-			return written, err
-		}
-		err = c.writeData(wb, st, p[:n], false, n)
-		if uerr := c.unlockWriteMore(); err == nil {
-			err = uerr
-		}
-		if err != nil {
-			return written, err
-		}
-		written += n
-		p = p[n:]
-	}
-	return written, nil
-}
+func (st *Stream) Write(p []byte) (int, error) { return st.c.write(&st.stream, p, false, true) }
 
 // WriteTrailers sends trailer fields (no pseudo-header field) in a header
 // block with END_STREAM.
@@ -299,105 +206,13 @@ func (st *Stream) WriteTrailers(fields []hpack.HeaderField) error {
 	if _, bad := checkResponse(fields, true); bad != "" {
 		return errors.New("h2: trailer fields: " + bad)
 	}
-	c := st.c
-	wb, err := c.lockWrite()
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
-	err = st.writeErr()
-	if err == nil && !st.final {
-		err = errNoHeaders
-	}
-	c.mu.Unlock()
-	if err == nil {
-		err = c.writeBlock(wb, st.id, fields, true)
-		if err == nil {
-			c.mu.Lock()
-			c.endLocal(st)
-			c.mu.Unlock()
-		}
-	}
-	if uerr := c.unlockWrite(false); err == nil {
-		err = uerr
-	}
-	return err
+	return st.c.writeTrailers(&st.stream, fields, 0)
 }
 
 // End ends the response with an empty DATA frame with END_STREAM (allowed
 // with any window, §6.9.1), unless it already ended.
-func (st *Stream) End() error {
-	c := st.c
-	c.mu.Lock()
-	done := st.ended && st.err == nil
-	c.mu.Unlock()
-	if done {
-		return nil
-	}
-	wb, err := c.lockWrite()
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
-	err = st.writeErr()
-	if err == ErrStreamDone {
-		err = nil
-	} else if err == nil && !st.final {
-		err = errNoHeaders
-	}
-	c.mu.Unlock()
-	if err == nil {
-		err = c.writeData(wb, st, nil, true, 0)
-	}
-	if uerr := c.unlockWrite(false); err == nil {
-		err = uerr
-	}
-	return err
-}
+func (st *Stream) End() error { return st.c.closeSend(&st.stream, true) }
 
 // Reset sends RST_STREAM with code, once, unless the stream already closed;
 // later reads and writes fail with a *ResetError.
-func (st *Stream) Reset(code http2.ErrCode) {
-	c := st.c
-	c.mu.Lock()
-	if st.closed {
-		c.mu.Unlock()
-		return
-	}
-	c.queue = append(c.queue, ctrl{kind: cRST, id: st.id, val: uint32(code)})
-	c.closeStream(st, &ResetError{StreamID: st.id, Code: code})
-	c.mu.Unlock()
-	c.kick()
-}
-
-// reserve takes up to want bytes of send credit, no more than a frame, from
-// the stream's and the connection's windows. Unless block is set it returns
-// 0 when there is none.
-func (st *Stream) reserve(want int, block bool) (int, error) {
-	c := st.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for {
-		if err := st.writeErr(); err != nil {
-			return 0, err
-		}
-		if !st.final {
-			return 0, errNoHeaders
-		}
-		if n := c.take(&st.outbound, want); n > 0 || !block {
-			return n, nil
-		}
-		if err := c.waitCredit(&st.outbound, st.id); err != nil {
-			return 0, err
-		}
-	}
-}
-
-// endLocal notes END_STREAM sent: half-closed (local), or closed. c.mu is
-// held.
-func (c *Conn) endLocal(st *Stream) {
-	st.ended = true
-	if st.remoteEnded {
-		c.closeStream(st, nil)
-	}
-}
+func (st *Stream) Reset(code http2.ErrCode) { st.c.reset(&st.stream, code) }

@@ -2,6 +2,7 @@ package h2
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"runtime"
 	"sync"
@@ -12,7 +13,7 @@ import (
 )
 
 // ctrl is a frame queued for the next writer: what the read loop owes the
-// client, and what handlers send without waiting (RST_STREAM,
+// peer, and what streams send without waiting (RST_STREAM,
 // WINDOW_UPDATE).
 type ctrl struct {
 	kind ctrlKind
@@ -24,13 +25,13 @@ type ctrl struct {
 type ctrlKind uint8
 
 const (
-	cSettings    ctrlKind = iota // the server preface
+	cSettings    ctrlKind = iota // the preface; val: a server's SETTINGS_MAX_CONCURRENT_STREAMS
 	cSettingsAck                 //
 	cPing                        // data
 	cPingAck                     // data
 	cRST                         // id, val: code
 	cWindow                      // id, val: increment
-	cGoAway                      // id: last stream, val: code; c.goAwayDebug
+	cGoAway                      // id: last stream, val: code; core.goAwayDebug
 	cStatus                      // id, val: status of a response with no body, ending the stream
 )
 
@@ -74,9 +75,15 @@ func (wb *writeBuf) release() {
 	writeBufs.Put(wb)
 }
 
+// The write side, either end's: one write lock; a pooled buffered writer
+// held only while frames are pending; flushes coalesced when another
+// writer waits, or left to a goroutine that runs after the writers of the
+// same round (uncork); and the frames the reader owes the peer queued for
+// the next writer (ctrl.go).
+
 // lockWrite takes the write lock and writes the queued frames. Every
 // successful lockWrite must be followed by unlockWrite.
-func (c *Conn) lockWrite() (*writeBuf, error) {
+func (c *core) lockWrite() (*writeBuf, error) {
 	c.waiting.Add(1)
 	c.wmu.Lock()
 	c.waiting.Add(-1)
@@ -87,13 +94,13 @@ func (c *Conn) lockWrite() (*writeBuf, error) {
 	}
 	if c.wb == nil {
 		c.wb = writeBufs.Get().(*writeBuf)
-		c.wb.dw = deadlineWriter{c.nc, c.s.WriteTimeout}
+		c.wb.dw = deadlineWriter{c.nc, c.writeTimeout}
 		c.wb.bw.Reset(&c.wb.dw)
 	}
 	if err := c.drain(); err != nil {
 		c.failWrite(err)
 		c.wmu.Unlock()
-		return nil, err
+		return nil, c.werr
 	}
 	return c.wb, nil
 }
@@ -102,26 +109,26 @@ func (c *Conn) lockWrite() (*writeBuf, error) {
 // about to take the lock (which will then flush for both) and force is not
 // set, flushes; then it releases the lock.
 //
-// While other streams' handlers run, their frames are likely to come in
-// the same round of the scheduler (answers that arrived from upstreams
-// together): the flush is then left to a goroutine that runs after them
-// (uncork), so that one write carries them all instead of a write each.
-// Frames wait no longer than that round, or than half a buffer.
-func (c *Conn) unlockWrite(force bool) error { return c.unlock(force, false) }
+// While other streams' writers are likely in the same round of the
+// scheduler (a server's handlers answering together), the flush is left
+// to a goroutine that runs after them (uncork), so that one write carries
+// their frames instead of a write each. Frames wait no longer than that
+// round, or than half a buffer.
+func (c *core) unlockWrite(force bool) error { return c.unlock(force, false) }
 
 // unlockWriteMore is unlockWrite for a writer whose stream goes on: a
 // response head, or DATA, without END_STREAM. Its next frames are likely
 // to follow at once (a proxied response's body after its head, a gRPC
 // answer's trailers after its message), so the flush is left to uncork as
-// while other handlers run: a gRPC answer leaves in one write, not three.
-func (c *Conn) unlockWriteMore() error { return c.unlock(false, true) }
+// while other writers run: a gRPC answer leaves in one write, not three.
+func (c *core) unlockWriteMore() error { return c.unlock(false, true) }
 
-func (c *Conn) unlock(force, more bool) error {
+func (c *core) unlock(force, more bool) error {
 	err := c.werr
 	if err == nil {
 		err = c.drain()
 	}
-	if err == nil && !force && c.waiting.Load() == 0 && c.wb.bw.Buffered() < writeBufSize/2 && (more || c.busy()) {
+	if err == nil && !force && c.waiting.Load() == 0 && c.wb.bw.Buffered() < writeBufSize/2 && (more || c.end.busy()) {
 		if c.uncorking.CompareAndSwap(false, true) {
 			go c.uncork()
 		}
@@ -137,73 +144,73 @@ func (c *Conn) unlock(force, more bool) error {
 	}
 	if err != nil {
 		c.failWrite(err)
+		err = c.werr
 	}
 	c.wmu.Unlock()
 	return err
 }
 
-// busy reports whether more than one stream's handler is running.
-func (c *Conn) busy() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.handlers > 1
-}
-
 // uncork flushes what writers left buffered for it, once the goroutines
-// runnable now (other handlers, about to write) have had their turn.
-func (c *Conn) uncork() {
+// runnable now (other writers, about to write) have had their turn.
+func (c *core) uncork() {
 	runtime.Gosched()
 	c.uncorking.Store(false) // a writer from now on starts another
-	if _, err := c.lockWrite(); err == nil {
-		c.unlockWrite(true)
+	c.flush()
+}
+
+// flush writes the queued frames and what is buffered, now.
+func (c *core) flush() error {
+	if _, err := c.lockWrite(); err != nil {
+		return err
 	}
+	return c.unlockWrite(true)
 }
 
 // failWrite ends the connection after a failed write: what was being written
 // is lost, so nothing more may be. The write lock is held.
-func (c *Conn) failWrite(err error) {
-	if c.werr == nil {
-		c.werr = ErrConnClosed
-		if c.wb != nil {
-			c.wb.release()
-			c.wb = nil
-		}
-		c.log.Debug("h2: write failed", "remote", c.nc.RemoteAddr(), "err", err)
-		c.mu.Lock()
-		c.writeFailed = err
-		c.mu.Unlock()
-		c.nc.Close()
+func (c *core) failWrite(err error) {
+	if c.werr != nil {
+		return
 	}
+	c.werr = &closedError{err}
+	if c.wb != nil {
+		c.wb.release()
+		c.wb = nil
+	}
+	c.log.Debug("h2: write failed", "remote", c.nc.RemoteAddr(), "err", err)
+	c.mu.Lock()
+	c.writeFailed = err
+	c.mu.Unlock()
+	c.nc.Close()
 }
 
 // drain writes the queued frames. The write lock is held.
-func (c *Conn) drain() error {
+func (c *core) drain() error {
 	q := c.takeQueue()
 	if q == nil {
 		return nil
 	}
 	fr := c.wb.fr
 	for i := range q {
-		x := &q[i]
-		done, err := writeCtrl(fr, x)
-		if !done {
-			switch x.kind {
-			case cSettings:
-				err = fr.WriteSettings(
-					http2.Setting{ID: http2.SettingEnablePush, Val: 0},
-					http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: c.s.MaxConcurrentStreams},
-					http2.Setting{ID: http2.SettingInitialWindowSize, Val: c.s.InitialWindow},
-					http2.Setting{ID: http2.SettingMaxFrameSize, Val: c.s.MaxFrameSize},
-					http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: c.s.MaxHeaderList},
-				)
-			case cGoAway:
-				c.mu.Lock()
-				debug := c.goAwayDebug
-				c.mu.Unlock()
-				err = fr.WriteGoAway(x.id, http2.ErrCode(x.val), []byte(debug))
-			case cStatus:
-				err = c.writeBlock(c.wb, x.id, []hpack.HeaderField{{Name: ":status", Value: itoa3(x.val)}}, true)
-			}
+		var err error
+		switch x := &q[i]; x.kind {
+		case cSettings:
+			err = c.writePreface(x.val)
+		case cSettingsAck:
+			err = fr.WriteSettingsAck()
+		case cPing, cPingAck:
+			err = fr.WritePing(x.kind == cPingAck, x.data)
+		case cRST:
+			err = fr.WriteRSTStream(x.id, http2.ErrCode(x.val))
+		case cWindow:
+			err = fr.WriteWindowUpdate(x.id, x.val)
+		case cGoAway:
+			c.mu.Lock()
+			debug := c.goAwayDebug
+			c.mu.Unlock()
+			err = fr.WriteGoAway(x.id, http2.ErrCode(x.val), []byte(debug))
+		case cStatus:
+			err = c.writeBlock(c.wb, x.id, []hpack.HeaderField{{Name: ":status", Value: itoa3(x.val)}}, true)
 		}
 		if err != nil {
 			return err
@@ -213,15 +220,37 @@ func (c *Conn) drain() error {
 	return nil
 }
 
+// writePreface writes our SETTINGS (§3.4), after the client connection
+// preface on a client's connection; a server's carries maxStreams.
+func (c *core) writePreface(maxStreams uint32) error {
+	if c.client {
+		if _, err := io.WriteString(c.wb.bw, http2.ClientPreface); err != nil {
+			return err
+		}
+	}
+	settings := [...]http2.Setting{
+		{ID: http2.SettingEnablePush, Val: 0},
+		{ID: http2.SettingMaxConcurrentStreams, Val: maxStreams},
+		{ID: http2.SettingInitialWindowSize, Val: c.initialWindow},
+		{ID: http2.SettingMaxFrameSize, Val: c.maxFrameSize},
+		{ID: http2.SettingMaxHeaderListSize, Val: c.maxHeaderList},
+	}
+	s := settings[:]
+	if maxStreams == 0 { // none: no limit on the streams a server may open
+		s = append(s[:1], s[2:]...)
+	}
+	return c.wb.fr.WriteSettings(s...)
+}
+
 func itoa3(v uint32) string {
 	return string([]byte{byte('0' + v/100%10), byte('0' + v/10%10), byte('0' + v%10)})
 }
 
 // writeBlock encodes fields and writes them as HEADERS and CONTINUATION
-// frames within the client's SETTINGS_MAX_FRAME_SIZE. The write lock is
+// frames within the peer's SETTINGS_MAX_FRAME_SIZE. The write lock is
 // held from the first frame to the last, so no other frame comes between
 // (§4.3), and the encoder's state follows the order blocks are written in.
-func (c *Conn) writeBlock(wb *writeBuf, id uint32, fields []hpack.HeaderField, end bool) error {
+func (c *core) writeBlock(wb *writeBuf, id uint32, fields []hpack.HeaderField, end bool) error {
 	c.mu.Lock()
 	maxFrame := int(c.send.peerMaxFrame)
 	table, tableSet := c.peerTable, c.peerTableSet
@@ -230,8 +259,8 @@ func (c *Conn) writeBlock(wb *writeBuf, id uint32, fields []hpack.HeaderField, e
 	return c.henc.write(wb.fr, id, fields, end, maxFrame, table, tableSet)
 }
 
-// headerEncoder is one side's HPACK encoder and the buffer a block is
-// encoded into, for both sides' writeBlock. The write lock guards it.
+// headerEncoder is the HPACK encoder and the buffer a block is encoded
+// into. The write lock guards it.
 type headerEncoder struct {
 	enc  *hpack.Encoder
 	hbuf []byte
@@ -287,13 +316,13 @@ func (h *headerEncoder) Write(p []byte) (int, error) {
 // checked again here, under the lock, so that no DATA follows our
 // RST_STREAM; the credit of a frame not written goes back to the
 // connection.
-func (c *Conn) writeData(wb *writeBuf, st *Stream, p []byte, end bool, credit int) error {
+func (c *core) writeData(wb *writeBuf, st *stream, p []byte, end bool, credit int) error {
 	c.mu.Lock()
 	err := st.writeErr()
 	if err != nil {
 		c.send.sendWin += int64(credit)
 	} else {
-		c.glitches.give(c.lim.glitchPerWork)
+		c.glitches.give(glitchPerWork)
 	}
 	c.mu.Unlock()
 	if err != nil {
@@ -309,8 +338,3 @@ func (c *Conn) writeData(wb *writeBuf, st *Stream, p []byte, end bool, credit in
 	}
 	return nil
 }
-
-// kick makes sure the queued frames get written: if no flusher runs, one is
-// started. The read loop calls it before it waits for input, so that its
-// answers to a burst of frames leave together, and never writes itself.
-func (c *Conn) kick() { c.startFlush(c) }
