@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"io"
 	"errors"
 	"log/slog"
 	"math"
@@ -29,9 +30,7 @@ func addAnswerFields(dst, src *h1.Header) {
 // answer writes a response sluice makes itself. keep says whether the
 // connection may carry another request afterwards.
 func (s *Session) answer(r *Response, keep bool) {
-	if r.File != nil {
-		defer r.File.File.Close()
-	}
+	defer r.close()
 	s.keepAlive = keep && s.keepAlive && !s.srv.Draining()
 	s.ownAnswer = true
 	status := r.Status
@@ -66,16 +65,21 @@ func (s *Session) answer(r *Response, keep bool) {
 	if s.assignRequestID(false); s.reqID != nil && !r.Header.Has(RequestIDHeader) {
 		resp.Header.AddBytes(requestIDName, s.reqID)
 	}
-	size := int64(len(r.Body))
-	if r.File != nil {
-		size = r.File.Size
+	size := r.bodySize()
+	if r.Trailers.Len() > 0 && sendBody {
+		size = -1 // framed, for the trailers to follow
 	}
-	if !bodiless {
+	if !bodiless && size >= 0 {
 		var n [20]byte
 		resp.Header.AddBytes(contentLength, strconv.AppendInt(n[:0], size, 10))
 	}
 	down := s.down
 	down.respond(resp, outBody{length: size, none: !sendBody})
+	if sendBody && (r.Stream != nil || r.Trailers.Len() > 0) {
+		s.Status = status
+		s.streamAnswer(r)
+		return
+	}
 	fileLeft := false
 	switch {
 	case !sendBody:
@@ -119,6 +123,35 @@ func (s *Session) answer(r *Response, keep bool) {
 
 var contentLength = []byte("Content-Length")
 
+// streamAnswer sends the body of an answer whose head the downstream holds,
+// piece by piece as it is read (a Stream, or any body with trailers), then
+// its trailers.
+func (s *Session) streamAnswer(r *Response) {
+	body := &s.local.rbody
+	body.r = r
+	body.start(false)
+	for !body.done() {
+		seg, err := body.next()
+		switch {
+		case err == io.EOF:
+			if werr := s.down.send(seg, true, &r.Trailers); werr != nil {
+				s.clientGone(werr)
+			}
+			return
+		case err != nil:
+			s.fileFailed(err)
+			return
+		}
+		if werr := s.down.send(seg, false, nil); werr != nil {
+			s.clientGone(werr)
+			return
+		}
+	}
+	if err := s.down.send(nil, true, &r.Trailers); err != nil {
+		s.clientGone(err)
+	}
+}
+
 // answerError answers a request that failed for good, through the
 // FailToProxy hook when there is one. A client that is gone gets nothing.
 func (s *Session) answerError(e *fault.Error) {
@@ -137,7 +170,13 @@ func (s *Session) answerError(e *fault.Error) {
 	// After an error the request body may be unread: only a request
 	// that was read whole leaves the connection usable.
 	keep := e.Source != fault.Downstream && s.body.complete()
-	s.answer(r, keep)
+	if r.AsUpstream {
+		// A stored response, say, instead of the error.
+		s.keepAlive = s.keepAlive && keep
+		s.serveLocal(r)
+	} else {
+		s.answer(r, keep)
+	}
 	if e.Source != fault.Downstream && len(s.Attempts) == 0 {
 		s.logf(slog.LevelInfo, "request not proxied", e, nil)
 	}

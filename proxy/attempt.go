@@ -76,7 +76,7 @@ func (s *Session) connect(peer *Peer, pol *retry.Policy, a *Attempt) bool {
 	}
 	if limits.MaxIdle > 0 {
 		var pc *pool.Conn
-		switch pol.Reuse(s.Request.Method(), s.Request.Header.Has(pol.Header()), a.StaleResend) {
+		switch pol.Reuse(s.Request.Method(), s.Request.Header.Has(pol.Header()), s.once, a.StaleResend) {
 		case retry.ReuseAny:
 			pc = s.srv.Pool.Get(key, nil)
 		case retry.ReuseOnce:

@@ -36,6 +36,9 @@ type reqBody struct {
 	finished  bool
 	prepared  bool
 	trailers  h1.Header // the body's, once it ended
+	// whole is set once a phase read the body whole (readAll); dataOnly
+	// from then on: replay holds its data, not its framing as it came.
+	whole, dataOnly bool
 
 	running bool
 	sent    atomic.Int64  // body bytes the pump wrote on this try's connection
@@ -65,7 +68,7 @@ func (rb *reqBody) init(s *Session, f h1.Framing) {
 
 // framed reports whether the body comes, and is kept for a resend, in
 // HTTP/1.1 chunked framing (requestBody.framed).
-func (rb *reqBody) framed() bool { return rb.src != nil && rb.src.framed() }
+func (rb *reqBody) framed() bool { return rb.src != nil && rb.src.framed() && !rb.dataOnly }
 
 // trailerFields returns the body's trailers once it ended; nil for none.
 func (rb *reqBody) trailerFields() *h1.Header {

@@ -140,12 +140,13 @@ func (s *Session) relayFiltered(peer *Peer, a *Attempt, reusable bool) {
 		// Nothing of the body is here yet: the head goes now.
 		if err := send(false); err != nil {
 			f.Abort()
-			s.clientGone(err)
+			s.lostClient(err, a, body, reusable)
 			return
 		}
 	}
 	for {
 		seg, err := body.next()
+		s.tap(body, seg)
 		if len(seg) > 0 {
 			if _, ferr := f.Write(seg); ferr != nil {
 				s.filterFailed(f, ferr)
@@ -171,17 +172,18 @@ func (s *Session) relayFiltered(peer *Peer, a *Attempt, reusable bool) {
 		}
 		if werr := send(false); werr != nil {
 			f.Abort()
-			s.clientGone(werr)
+			s.lostClient(werr, a, body, reusable)
 			return
 		}
 	}
+	trailers := s.responseTrailers(body)
+	s.teeEnd(trailers) // the upstream's response came whole, whatever the filter makes of it
 	if err := f.Close(); err != nil {
 		s.filterFailed(f, err)
 		return
 	}
 	// The whole body is read: the try ends before the last send, so that
 	// the client's next request finds the connection pooled.
-	trailers := s.responseTrailers(body)
 	s.releaseUpstream(a, reusable)
 	down.buffer(out.buf)
 	out.buf = out.buf[:0]

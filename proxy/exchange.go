@@ -3,6 +3,7 @@ package proxy
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-proxy/sluice/h1"
@@ -203,6 +204,9 @@ type upstream interface {
 type flight struct {
 	mu sync.Mutex
 	up upstream
+	// whole is set while a tee wants the response whole (Session.Tee): a
+	// client that gives up does not end the try then.
+	whole atomic.Bool
 }
 
 // set makes up the try in flight (nil: none). Under mu, a cut cannot
@@ -223,8 +227,12 @@ func (f *flight) cut(t time.Time) {
 	f.mu.Unlock()
 }
 
-// abandon abandons the try in flight, if any (upstream.abandon).
+// abandon abandons the try in flight, if any (upstream.abandon), unless a
+// tee wants its response whole.
 func (f *flight) abandon() {
+	if f.whole.Load() {
+		return
+	}
 	f.mu.Lock()
 	if f.up != nil {
 		f.up.abandon()

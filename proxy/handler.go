@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"io"
 	"os"
 	"strconv"
 	"sync/atomic"
@@ -121,10 +122,11 @@ type Logger interface {
 	Logging(s *Session)
 }
 
-// Response is an answer the proxy writes itself.
+// Response is an answer the proxy writes itself, or one that stands in for
+// an upstream's (AsUpstream).
 type Response struct {
 	Status int
-	Header h1.Header // Content-Length is set from Body (or File)
+	Header h1.Header // Content-Length is set from Body (or File, or Stream's Size)
 	Body   []byte
 	// File, when set, is the body instead of Body: bytes of an open file,
 	// sent as they are read, with sendfile(2) when the client's connection
@@ -136,6 +138,29 @@ type Response struct {
 	// (truncated meanwhile) aborts the response: the client sees a reset,
 	// never a short body that looks whole.
 	File *FileBody
+	// Stream, when set, is the body instead of Body and File: read as it
+	// comes (a body still being received elsewhere, say), each piece sent
+	// on as it is read. The engine owns it as it owns File.
+	Stream *StreamBody
+	// Trailers are sent after the body, to a client whose wire carries
+	// them (HTTP/1.1 chunked, HTTP/2); an HTTP/1.1 body with trailers goes
+	// chunked for them.
+	Trailers h1.Header
+	// AsUpstream makes the response stand in for an upstream's (a stored
+	// copy of one, say): it goes through the response phases as an
+	// upstream's does (ResponseFilter, the BodyFilter it installs, the
+	// tees), not through those of sluice's own answers (AnswerFilter), and
+	// its fields pass as they are but the hop-by-hop ones.
+	AsUpstream bool
+}
+
+// StreamBody is a response body read from Reader until io.EOF: Size bytes
+// when Size >= 0 (fewer aborts the response, as a truncated File does),
+// else as many as come (chunked to an HTTP/1.1 client). Reader is closed
+// at the end when it is an io.Closer.
+type StreamBody struct {
+	Reader io.Reader
+	Size   int64
 }
 
 // FileBody is a response body read from an open file: Size bytes from
@@ -143,6 +168,49 @@ type Response struct {
 type FileBody struct {
 	File         *os.File
 	Offset, Size int64
+}
+
+// bodySize returns r's body's length, -1 when not known ahead.
+func (r *Response) bodySize() int64 {
+	switch {
+	case r.Stream != nil:
+		return r.Stream.Size
+	case r.File != nil:
+		return r.File.Size
+	}
+	return int64(len(r.Body))
+}
+
+// close lets go of r's body's file or stream, if any.
+func (r *Response) close() {
+	if r.File != nil {
+		r.File.File.Close()
+	}
+	if r.Stream != nil {
+		if c, ok := r.Stream.Reader.(io.Closer); ok {
+			c.Close()
+		}
+	}
+}
+
+// ResponseTee observes a response as it is relayed (Session.Tee): the
+// upstream's, or a Response that stands in for one (AsUpstream), as it
+// came, before the response phases change it. Its methods run on the
+// request's goroutine between writes to the client, and must not block
+// for long; what they are handed is valid only during the call. Exactly
+// one of End and Abort is called for a tee that was installed, whatever
+// happens to the request.
+type ResponseTee interface {
+	// Head is the final response head, hop-by-hop fields removed.
+	Head(resp *h1.Response)
+	// Body is the next piece of the body's data (never its framing).
+	Body(p []byte)
+	// End: the response came whole, with its trailers (nil: none),
+	// whether or not its client took all of it.
+	End(trailers *h1.Header)
+	// Abort: the request ended without a whole response: no response came
+	// (every try failed, or none was made), or it was cut.
+	Abort()
 }
 
 // Text returns a plain-text Response.

@@ -29,6 +29,8 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 	}
 	out, reusable := up.out()
 	s.respOut = out
+	stripHopByHop(&resp.Header, false)
+	s.teeHead(resp)
 	if rf := s.hooks.responseFilter; rf != nil {
 		rf.ResponseFilter(s, peer, resp)
 	}
@@ -39,7 +41,6 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 		// The upstream's own (an echo of the id, usually) passes as is.
 		resp.Header.AddBytes(requestIDName, s.reqID)
 	}
-	stripHopByHop(&resp.Header, false)
 	if s.transform != nil {
 		// A ResponseFilter installed a BodyFilter.
 		if !out.none && out.length != 0 {
@@ -58,9 +59,10 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 	down.respond(resp, out)
 	if body.ready() {
 		seg, err := body.next()
+		s.tap(body, seg)
 		down.buffer(seg)
 		if err == nil {
-			err = gather(down, body)
+			err = s.gather(body)
 		}
 		if err != nil && err != io.EOF {
 			s.failBody(peer, a, err)
@@ -73,14 +75,16 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 		// The whole response is at hand: the try ends before the client
 		// is written to.
 		trailers = s.responseTrailers(body)
+		s.teeEnd(trailers)
 		s.releaseUpstream(a, reusable)
 	}
 	if err := down.send(nil, body.done(), trailers); err != nil {
-		s.clientGone(err)
+		s.lostClient(err, a, body, reusable)
 		return
 	}
 	for !body.done() {
 		seg, err := body.next()
+		s.tap(body, seg)
 		if err != nil && err != io.EOF {
 			if len(seg) > 0 {
 				down.send(seg, false, nil)
@@ -94,19 +98,20 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 			// lets the try end before the send when the body has ended.
 			down.buffer(seg)
 			seg = nil
-			if err := gather(down, body); err != nil && err != io.EOF {
+			if err := s.gather(body); err != nil && err != io.EOF {
 				s.failBody(peer, a, err)
 				return
 			}
 		}
 		if body.done() {
 			trailers = s.responseTrailers(body)
+			s.teeEnd(trailers)
 			if len(seg) == 0 {
 				s.releaseUpstream(a, reusable)
 			}
 		}
 		if werr := down.send(seg, body.done(), trailers); werr != nil {
-			s.clientGone(werr)
+			s.lostClient(werr, a, body, reusable)
 			return
 		}
 	}
@@ -139,13 +144,16 @@ func (s *Session) responseTrailers(body bodyReader) *h1.Header {
 // before the send, and the pieces gather collects.
 const maxCopied = 16 << 10
 
-// gather hands down the body segments already at hand (next reads nothing
-// for them), while what it holds stays within maxCopied: a chunked body's
-// size lines, data and CRLFs, which next returns one by one, then leave in
-// one send, and a body still on its way is not waited for.
-func gather(down downstream, body bodyReader) error {
+// gather hands the downstream the body segments already at hand (next
+// reads nothing for them), while what it holds stays within maxCopied: a
+// chunked body's size lines, data and CRLFs, which next returns one by
+// one, then leave in one send, and a body still on its way is not waited
+// for.
+func (s *Session) gather(body bodyReader) error {
+	down := s.down
 	for !body.done() && body.ready() && down.held()+body.buffered() <= maxCopied {
 		seg, err := body.next()
+		s.tap(body, seg)
 		down.buffer(seg)
 		if err != nil {
 			return err
@@ -193,6 +201,7 @@ func (s *Session) failBody(peer *Peer, a *Attempt, err error) {
 		s.Status = s.resp.Status // the head and what arrived went: then the cut
 	}
 	e.Retry, e.Why = false, retry.ResponseStarted
+	s.teeAbort()
 	s.abort()
 	s.logTry(a, true)
 }

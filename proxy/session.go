@@ -92,6 +92,10 @@ type Session struct {
 	extra     h1.Header          // fields for the client's response (AddResponseField)
 	transform BodyFilter         // the response body's filter (FilterBody)
 	filtered  filterOut          // what transform wrote, not yet sent
+	local     localUp            // a Response standing in for an upstream's (AsUpstream)
+	tees      []ResponseTee      // observers of the response (Tee)
+	teeEnded  bool               // the tees were told how it ended
+	once      bool               // the request must reach the upstream at most once (Once)
 }
 
 // reset prepares the session for the connection's next request, keeping
@@ -102,6 +106,7 @@ func (s *Session) reset() {
 	}
 	attempts := s.Attempts[:cap(s.Attempts)]
 	clear(attempts)
+	clear(s.tees[:cap(s.tees)])
 	done := s.body.done
 	if done == nil {
 		done = make(chan struct{}, 1)
@@ -124,6 +129,11 @@ func (s *Session) reset() {
 		scratch: s.scratch[:0],
 		notes:   s.notes[:0],
 		extra:   s.extra,
+		tees:    s.tees[:0],
+		local:   localUp{rbody: localBody{buf: s.local.rbody.buf}},
+	}
+	if s.flight != nil {
+		s.flight.whole.Store(false)
 	}
 	s.extra.Reset()
 	s.Request.Reset()
@@ -281,6 +291,11 @@ func (s *Session) handle() bool {
 	}
 
 	if resp := s.filter(); resp != nil {
+		if resp.AsUpstream {
+			s.serveLocal(resp)
+			s.finish()
+			return s.keepAlive && !s.Aborted && s.body.complete()
+		}
 		s.answer(resp, s.keepAlive && s.framing.Empty())
 		s.finish()
 		return s.keepAlive && s.framing.Empty()
@@ -477,6 +492,7 @@ func (s *Session) facts(pol *retry.Policy, a *Attempt, first time.Time) retry.Fa
 		Replayable:     s.body.replayable(),
 		Try:            len(s.Attempts),
 		Elapsed:        time.Since(first),
+		Once:           s.once,
 	}
 }
 
@@ -584,6 +600,7 @@ func noPeer(err error) *fault.Error {
 // finish reports a client fault that ended the request, logs the request
 // and tells the observer.
 func (s *Session) finish() {
+	s.teeAbort() // a response that never came, or was not relayed whole
 	if s.body.over {
 		s.Note("body_limit", "exceeded")
 	}

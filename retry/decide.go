@@ -39,6 +39,11 @@ type Facts struct {
 	Try int
 	// Elapsed is the time since the first try started.
 	Elapsed time.Duration
+	// Once is set for a request that must reach the upstream at most once
+	// whatever its method and key: a layer in front of an upstream that
+	// does not deduplicate keeps its answer by its key (an Idempotency-Key
+	// layer), and a resend would process it twice.
+	Once bool
 }
 
 // Stale reports whether the try failed the way a pooled connection fails
@@ -160,6 +165,7 @@ const (
 	LimitTries            // every try was used
 	LimitTime             // the retry timeout passed
 	LimitBudget           // the retry budget was empty
+	LimitOnce             // the request must reach the upstream at most once, and may have
 )
 
 var limitNames = [...]string{
@@ -171,6 +177,7 @@ var limitNames = [...]string{
 	LimitTries:      "tries",
 	LimitTime:       "time",
 	LimitBudget:     "budget",
+	LimitOnce:       "once",
 }
 
 func (l Limit) String() string {
@@ -206,6 +213,8 @@ func (p *Policy) Enforce(f *Facts, retry bool, why string) (bool, string, Limit)
 		return false, "not retried: the client side failed", LimitClient
 	case f.Source == fault.Internally:
 		return false, fmt.Sprintf("not retried: sluice itself failed (%s), not the upstream", f.Err.Kind), LimitLocal
+	case f.Once && !f.Unsent():
+		return false, "not retried: the request must reach the upstream at most once, and may have", LimitOnce
 	case !f.Replayable:
 		return false, "not retried: the request body was larger than body_buffer and had partly gone out", LimitBody
 	case f.Try >= p.MaxTries():

@@ -307,15 +307,16 @@ const (
 )
 
 // Reuse decides which connections the next try of a request may use.
-// afterStale is set when the previous try failed on a stale pooled
-// connection (Stale): the pool may hold more connections to the same dead
-// process, and they must not use up the request's tries, so the retry
-// dials.
-func (p *Policy) Reuse(method string, keyed, afterStale bool) Reuse {
+// once is set for a request that must reach the upstream at most once
+// whatever its method and key (Facts.Once). afterStale is set when the
+// previous try failed on a stale pooled connection (Stale): the pool may
+// hold more connections to the same dead process, and they must not use up
+// the request's tries, so the retry dials.
+func (p *Policy) Reuse(method string, keyed, once, afterStale bool) Reuse {
 	switch {
 	case afterStale:
 		return ReuseNone
-	case !p.Resendable(method, keyed):
+	case once || !p.Resendable(method, keyed):
 		return ReuseOnce
 	}
 	return ReuseAny

@@ -100,6 +100,9 @@ func TestEnforceHardLimits(t *testing.T) {
 		{"tries", &Policy{Tries: 2}, func(f *Facts) { f.Try = 2 }, LimitTries, "tries exhausted (2 of 2)"},
 		{"time", &Policy{Timeout: time.Second}, func(f *Facts) { f.Elapsed = time.Second }, LimitTime, "retry timeout 1s"},
 		{"budget", &Policy{Budget: empty}, func(*Facts) {}, LimitBudget, "budget exhausted"},
+		{"at most once, may have been processed", &Policy{NonIdempotent: Always}, func(f *Facts) { f.Once = true }, LimitOnce, "at most once"},
+		{"at most once, nothing sent", &Policy{}, func(f *Facts) { f.Once, f.Wrote = true, 0 }, NoLimit, "hook says so"},
+		{"at most once, refused stream", &Policy{}, func(f *Facts) { f.Once, f.Err = true, up(fault.Refused) }, NoLimit, "hook says so"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -182,20 +185,24 @@ func TestReuse(t *testing.T) {
 		p          *Policy
 		method     string
 		keyed      bool
+		once       bool
 		afterStale bool
 		want       Reuse
 	}{
-		{nil, "GET", false, false, ReuseAny},
-		{nil, "GET", false, true, ReuseNone},
-		{nil, "POST", false, false, ReuseOnce},
-		{nil, "POST", true, false, ReuseAny},
-		{nil, "POST", false, true, ReuseNone},
-		{&Policy{NonIdempotent: Never}, "POST", true, false, ReuseOnce},
-		{&Policy{NonIdempotent: Always}, "PATCH", false, false, ReuseAny},
-		{nil, "PURGE", false, false, ReuseOnce},
+		{nil, "GET", false, false, false, ReuseAny},
+		{nil, "GET", false, false, true, ReuseNone},
+		{nil, "POST", false, false, false, ReuseOnce},
+		{nil, "POST", true, false, false, ReuseAny},
+		{nil, "POST", true, true, false, ReuseOnce},
+		{nil, "GET", false, true, false, ReuseOnce},
+		{nil, "POST", false, false, true, ReuseNone},
+		{&Policy{NonIdempotent: Never}, "POST", true, false, false, ReuseOnce},
+		{&Policy{NonIdempotent: Always}, "PATCH", false, false, false, ReuseAny},
+		{&Policy{NonIdempotent: Always}, "PATCH", false, true, false, ReuseOnce},
+		{nil, "PURGE", false, false, false, ReuseOnce},
 	}
 	for _, tt := range tests {
-		if got := tt.p.Reuse(tt.method, tt.keyed, tt.afterStale); got != tt.want {
+		if got := tt.p.Reuse(tt.method, tt.keyed, tt.once, tt.afterStale); got != tt.want {
 			t.Errorf("%v %s keyed=%v afterStale=%v: %v, want %v", tt.p.Mode(), tt.method, tt.keyed, tt.afterStale, got, tt.want)
 		}
 	}
