@@ -2,8 +2,8 @@ package proxy
 
 import (
 	"context"
-	"io"
 	"errors"
+	"io"
 	"log/slog"
 	"math"
 	"strconv"
