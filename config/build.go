@@ -299,7 +299,7 @@ func Build(cfg *Config) (_ *Generation, err error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s:%d: route idempotency: %w", cfg.File, r.Idempotency.Line, err)
 			}
-			rt.Idempotency = l
+			rt.Phases = append(rt.Phases, l.Phase())
 		}
 		if r.Compress != nil {
 			p, err := buildCompress(r.Compress)

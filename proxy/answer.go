@@ -49,7 +49,11 @@ func (s *Session) answer(r *Response, keep bool) {
 	resp := &s.resp
 	resp.Reset()
 	resp.Status, resp.Minor = status, 1
-	resp.SetReason(h1.StatusText(status))
+	if r.Reason != "" && status == r.Status {
+		resp.SetReason(r.Reason)
+	} else {
+		resp.SetReason(h1.StatusText(status))
+	}
 	addAnswerFields(&resp.Header, &r.Header)
 	if hk := s.hooks; hk != nil && hk.answerFilter != nil {
 		// The hook changes a copy: r may be shared by many requests.
