@@ -3,11 +3,11 @@ package proxy
 import (
 	"context"
 	"io"
-	"time"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/h1"
