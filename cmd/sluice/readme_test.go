@@ -274,3 +274,89 @@ func headingSlug(heading string) string {
 	}
 	return b.String()
 }
+
+// TestREADMEReference: every key config/testdata/full.yaml sets (it sets
+// every key there is) is in the README's reference, the block under
+// "Every key and its default".
+func TestREADMEReference(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n### Every key and its default\n")
+	if !ok {
+		t.Fatal(`the README has no "Every key and its default"`)
+	}
+	_, block, _ := strings.Cut(section, "```yaml\n")
+	block, _, _ = strings.Cut(block, "```\n")
+	full, err := os.ReadFile("../../config/testdata/full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := keyPaths(t, "README.md's reference", block)
+	// Keys the reference names in a comment, beside the other form of
+	// their value or key it shows.
+	for _, k := range []string{
+		"admin.mode",                                             // with admin.address unix:...
+		"routes[].respond.body_file",                             // or body
+		"routes[].rewrite.regex", "routes[].rewrite.replacement", // or the replacement alone
+	} {
+		documented[k] = true
+	}
+	for k := range keyPaths(t, "config/testdata/full.yaml", string(full)) {
+		// A name the author chose (an upstream's, a field's) is an
+		// example, not a key; what is under it is.
+		if !documented[k] && !strings.HasSuffix(k, "*") {
+			t.Errorf("%s is in config/testdata/full.yaml, not in the README's reference", k)
+		}
+	}
+}
+
+// userKeyed are the mappings whose keys the config's author names (an
+// upstream, a status, a header field): keyPaths writes their keys as *.
+var userKeyed = map[string]bool{
+	"upstreams": true, "errors": true, "routes[].errors": true, "routes[].respond.headers": true,
+	"routes[].headers.request.set": true, "routes[].headers.request.add": true,
+	"routes[].headers.response.set": true, "routes[].headers.response.add": true,
+}
+
+// keyPaths returns the path of every key in a YAML document, list items
+// written [] (routes[].upstream), the keys of userKeyed mappings *.
+func keyPaths(t *testing.T, name, doc string) map[string]bool {
+	t.Helper()
+	var root yaml.Node
+	if err := yaml.Unmarshal([]byte(doc), &root); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	paths := map[string]bool{}
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		switch n.Kind {
+		case yaml.DocumentNode, yaml.SequenceNode:
+			if n.Kind == yaml.SequenceNode {
+				path += "[]"
+			}
+			for _, c := range n.Content {
+				walk(c, path)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				key := n.Content[i].Value
+				if userKeyed[path] {
+					key = "*"
+				}
+				p := key
+				if path != "" {
+					p = path + "." + key
+				}
+				paths[p] = true
+				walk(n.Content[i+1], p)
+			}
+		}
+	}
+	walk(&root, "")
+	if len(paths) < 100 {
+		t.Fatalf("%s: %d keys; that is not the whole config", name, len(paths))
+	}
+	return paths
+}
