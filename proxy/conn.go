@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/h2"
 	"github.com/sluice-proxy/sluice/internal/clock"
+	"github.com/sluice-proxy/sluice/proxy/internal/park"
 )
 
 // conn is one client connection. Its goroutine reads a request, serves it,
@@ -91,16 +92,13 @@ type conn struct {
 	headBy time.Time
 
 	// The parker's record of the connection while it waits without a
-	// goroutine (park_linux.go); guarded by the parker's lock. lingerLeft
-	// counts the bytes it may still discard while it lingers there (0: not
-	// lingering); answerSlot is set when the parker started its goroutine
-	// to answer an expired head, in one of a few slots.
-	parkID       uint64
-	parkArmed    bool
-	parkDeadline time.Time
-	parkIndex    int
-	lingerLeft   int
-	answerSlot   bool
+	// goroutine (park.go). lingerLeft counts the bytes it may still
+	// discard while it lingers there (0: not lingering); answerSlot is set
+	// when the parker started its goroutine to answer an expired head, in
+	// one of a few slots.
+	slot       park.Slot
+	lingerLeft int
+	answerSlot bool
 
 	// helloBy is when the TLS handshake must be done (the header
 	// timeout, counted from accept); zero until its wait begins. early
@@ -301,7 +299,7 @@ func (c *conn) awaitRequest() next {
 		}
 		// parkAfter has passed: park, or wait on with the goroutine.
 		c.parkDue = false
-		if c.srv.parker.park(c, c.idleEnd) {
+		if c.park(c.idleEnd) {
 			return parked
 		}
 		if !c.idleUntil(c.idleEnd) {
@@ -420,7 +418,7 @@ func (c *conn) takeRequest() next {
 		c.answerSlot = false
 		n := c.awaitHead()
 		if slot {
-			srv.parker.answered()
+			srv.answered()
 		}
 		if n != readHead {
 			return n
@@ -491,7 +489,7 @@ func (c *conn) awaitHead() next {
 			c.headBy = time.Time{}
 			srv.clientFault(nil, c.client, InHead, clientErr(err, "reading the request head"))
 			return closeIt
-		case now.Before(c.headBy) && srv.parker != nil && !srv.Draining() && srv.parker.park(c, c.headBy):
+		case now.Before(c.headBy) && !srv.Draining() && c.park(c.headBy):
 			return parked
 		}
 		parkAt = c.headBy // could not park: wait on with the goroutine
@@ -509,7 +507,7 @@ func (c *conn) headTimeout(err error) next {
 	c.s.headFault = true
 	c.s.answerError(&fault.Error{Kind: fault.ClientTimeout, Source: fault.Downstream, Context: "reading the request head", Cause: err})
 	c.s.finish()
-	if c.linger && c.srv.parker != nil && c.srv.parker.linger(c) {
+	if c.linger && c.lingerParked() {
 		// The parker reads what the client still sends, and closes
 		// it, with no goroutine waiting: a thousand heads timing out
 		// together cost no thousand goroutines.

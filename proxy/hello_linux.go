@@ -60,7 +60,7 @@ func (c *conn) awaitHello() next {
 			return closeIt
 		case !isTimeout(err):
 			return readHead
-		case now.Before(c.helloBy) && srv.parker.park(c, c.helloBy):
+		case now.Before(c.helloBy) && c.park(c.helloBy):
 			return parked
 		}
 		parkAt = c.helloBy // could not park: wait on with the goroutine

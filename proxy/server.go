@@ -36,6 +36,7 @@ import (
 	"github.com/sluice-proxy/sluice/h2"
 	"github.com/sluice-proxy/sluice/internal/workers"
 	"github.com/sluice-proxy/sluice/pool"
+	"github.com/sluice-proxy/sluice/proxy/internal/park"
 )
 
 // Server serves HTTP/1.1 and HTTP/2 clients on its listeners, plain or
@@ -126,6 +127,7 @@ type Server struct {
 	expire      context.Context
 	cancelDials context.CancelFunc
 	parker      *parker              // holds idle client connections without goroutines; nil where unsupported
+	answering   chan struct{}        // a slot per goroutine answering a parked head that expired
 	workers     *workers.Pool[*conn] // the goroutines that serve connections (workers.go)
 	ownPool     bool
 	muxClosed   bool // Shutdown let mux go (under mu)
@@ -284,7 +286,8 @@ func (srv *Server) init() {
 	srv.streams = make(map[*h2exchange]struct{})
 	srv.workers = workers.New((*conn).serve, maxIdleWorkers, workerIdle)
 	srv.expire, srv.cancelDials = context.WithCancel(context.Background())
-	srv.parker = newParker(srv)
+	srv.parker = park.New[*conn]()
+	srv.answering = make(chan struct{}, maxAnswering)
 }
 
 func (srv *Server) headerTimeout() time.Duration { return orDefault(srv.HeaderTimeout, 10*time.Second) }
@@ -421,9 +424,7 @@ func (srv *Server) Shutdown(ctx context.Context) error {
 		}
 	}
 	srv.mu.Unlock()
-	if srv.parker != nil {
-		srv.parker.closeAll()
-	}
+	srv.closeParked()
 
 	done := make(chan struct{})
 	go func() {
