@@ -193,10 +193,19 @@ func ListenQUIC(pc net.PacketConn, opts QUICOptions) (*QUICSocket, error) {
 	base := &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		NextProtos: []string{h3.ALPN},
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 			q.mu.Lock()
-			defer q.mu.Unlock()
-			return q.tls, nil
+			cfg := q.tls
+			q.mu.Unlock()
+			// crypto/tls asks only the first config's GetConfigForClient:
+			// the options' own (a switch's) is asked here.
+			if cfg.GetConfigForClient != nil {
+				c, err := cfg.GetConfigForClient(hello)
+				if err != nil || c != nil {
+					return c, err
+				}
+			}
+			return cfg, nil
 		},
 	}
 	conf := &quic.Config{
