@@ -75,6 +75,15 @@ func TestH3Requests(t *testing.T) {
 		})
 	}
 	waitFor(t, "the access log", func() bool { return strings.Contains(hs.access.String(), "protocol=HTTP/3") })
+	h3conns := 0
+	hs.srv.Connections(func(listener, protocol string) {
+		if protocol == "h3" && listener == hs.addr {
+			h3conns++
+		}
+	})
+	if h3conns != 1 {
+		t.Errorf("Connections reports %d h3 connections, want 1", h3conns)
+	}
 }
 
 // warm makes a first connection, for a session ticket that allows 0-RTT.
