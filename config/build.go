@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/compress"
 	"github.com/sluice-proxy/sluice/h2"
+	"github.com/sluice-proxy/sluice/h3"
 	"github.com/sluice-proxy/sluice/idempotency"
 	"github.com/sluice-proxy/sluice/internal/logbuf"
 	"github.com/sluice-proxy/sluice/pool"
@@ -166,7 +167,8 @@ func serverLimits(l Limits) Limits {
 func listenShape(ls []Listener) []Listener {
 	shape := make([]Listener, len(ls))
 	for i, l := range ls {
-		shape[i] = Listener{Address: l.Address, RedirectHTTPS: l.RedirectHTTPS, HTTPSPort: l.HTTPSPort, Protocols: l.Protocols}
+		shape[i] = Listener{Address: l.Address, RedirectHTTPS: l.RedirectHTTPS, HTTPSPort: l.HTTPSPort, Protocols: l.Protocols,
+			EarlyData: l.EarlyData}
 		if l.TLS != nil {
 			shape[i].TLS = &ListenerTLS{}
 		}
@@ -579,6 +581,11 @@ func NewServerPool(cfg *Config, g *Generation, errorLog *slog.Logger, p *pool.Po
 			MaxConcurrentStreams: uint32(cfg.Limits.H2.MaxConcurrentStreams),
 			InitialWindow:        uint32(cfg.Limits.H2.InitialWindow),
 			MaxHeaderList:        uint32(cfg.Limits.H2.MaxHeaderList),
+		},
+		H3: h3.Settings{
+			MaxConcurrentStreams: cfg.Limits.H3.MaxConcurrentStreams,
+			MaxHeaderList:        int(cfg.Limits.H3.MaxHeaderList),
+			IdleTimeout:          cfg.Limits.H3.IdleTimeout,
 		},
 		Forwarding: proxy.Forwarding{
 			NoXForwardedFor:   !cfg.Forwarded.XForwardedFor,

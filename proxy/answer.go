@@ -549,6 +549,8 @@ func (s *Session) logAccess() {
 // head that did not parse.
 func (s *Session) protocol() string {
 	switch {
+	case s.http3:
+		return "HTTP/3"
 	case s.Stream != 0:
 		return "HTTP/2"
 	case s.Request.Method() == "":

@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/h2"
+	"github.com/sluice-proxy/sluice/h3"
 	"github.com/sluice-proxy/sluice/internal/workers"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/proxy/internal/park"
@@ -84,6 +85,11 @@ type Server struct {
 	// H2Upstream bounds what an HTTP/2 upstream may do on a connection
 	// (PeerOptions.Protocol); its zero fields take h2's defaults.
 	H2Upstream h2.ClientSettings
+	// H3 bounds what a client may do on an HTTP/3 connection (ServeQUIC):
+	// its header lists; its streams and idle timeout are the QUICSocket's
+	// (QUICOptions.H3). Its HeaderTimeout is HeaderTimeout's, and a nil
+	// ErrorLog is ErrorLog.
+	H3 h3.Settings
 
 	// Pool holds idle upstream connections; nil means a pool of at most
 	// 1024 idle connections, created by the first Serve and closed by
@@ -111,8 +117,10 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
-	streams   map[*h2exchange]struct{} // the HTTP/2 streams being served
-	draining  atomic.Bool              // read on every request
+	streams   map[stream]struct{}       // the HTTP/2 and HTTP/3 streams being served
+	quic      map[QUICListener]struct{} // the HTTP/3 listeners (h3.go)
+	h3conns   map[*quicConn]struct{}    // the HTTP/3 connections (h3.go)
+	draining  atomic.Bool               // read on every request
 	// inFlight counts the requests between their head and their end
 	// (Session.serve). It changes twice per request, from every core, so
 	// it has a cache line of its own, away from draining's.
@@ -283,7 +291,9 @@ func (srv *Server) init() {
 	}
 	srv.listeners = make(map[net.Listener]struct{})
 	srv.conns = make(map[*conn]struct{})
-	srv.streams = make(map[*h2exchange]struct{})
+	srv.streams = make(map[stream]struct{})
+	srv.quic = make(map[QUICListener]struct{})
+	srv.h3conns = make(map[*quicConn]struct{})
 	srv.workers = workers.New((*conn).serve, maxIdleWorkers, workerIdle)
 	srv.expire, srv.cancelDials = context.WithCancel(context.Background())
 	srv.parker = park.New[*conn]()
@@ -417,6 +427,12 @@ func (srv *Server) Shutdown(ctx context.Context) error {
 	for ln := range srv.listeners {
 		ln.Close()
 	}
+	for ln := range srv.quic {
+		ln.Close()
+	}
+	for qc := range srv.h3conns {
+		qc.hc.Shutdown() // GOAWAY: the streams open finish, no new one starts
+	}
 	for c := range srv.conns {
 		c.wakeIfIdle()
 		if hc := c.h2.Load(); hc != nil {
@@ -473,7 +489,7 @@ func (srv *Server) expireDrain(done <-chan struct{}) {
 		c.flight.cut(now)
 	}
 	for x := range srv.streams {
-		x.flight.cut(now)
+		x.inFlight().cut(now)
 	}
 	srv.mu.Unlock()
 	select {
@@ -488,7 +504,10 @@ func (srv *Server) expireDrain(done <-chan struct{}) {
 	}
 	for x := range srv.streams {
 		x.abort()
-		x.flight.cut(now)
+		x.inFlight().cut(now)
+	}
+	for qc := range srv.h3conns {
+		qc.hc.Close()
 	}
 	srv.mu.Unlock()
 	<-done
@@ -502,9 +521,9 @@ func (srv *Server) Draining() bool { return srv.draining.Load() }
 func (srv *Server) InFlight() int64 { return srv.inFlight.n.Load() }
 
 // Connections reports each open client connection with the address of
-// the listener that accepted it and its protocol: "h2" once it speaks
-// HTTP/2, "http/1.1" before (a TLS connection still in its handshake
-// included). It holds the server's lock while it reports: report must
+// the listener that accepted it and its protocol: "h3" for a QUIC
+// connection, "h2" once it speaks HTTP/2, "http/1.1" before (a TLS
+// connection still in its handshake included). It holds the server's lock while it reports: report must
 // not call back into the Server. For metrics, at scrape time.
 func (srv *Server) Connections(report func(listener, protocol string)) {
 	srv.mu.Lock()
@@ -520,6 +539,17 @@ func (srv *Server) Connections(report func(listener, protocol string)) {
 		}
 		report(addr, proto)
 	}
+	for qc := range srv.h3conns {
+		report(qc.c.ln.addr, "h3")
+	}
+}
+
+// stream is a stream of a multiplexed client connection being served
+// (h2exchange, h3exchange), for Shutdown to cut short when the drain
+// timeout passes.
+type stream interface {
+	inFlight() *flight
+	abort()
 }
 
 func (srv *Server) forget(c *conn) {
