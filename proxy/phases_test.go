@@ -312,8 +312,12 @@ func streamsGone(srv *Server) bool {
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
 	for x := range srv.streams {
+		x2, ok := x.(*h2exchange)
+		if !ok {
+			return false
+		}
 		select {
-		case <-x.st.Done():
+		case <-x2.st.Done():
 		default:
 			return false
 		}
