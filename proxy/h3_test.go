@@ -507,7 +507,17 @@ func TestH3AmplificationBound(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	cfg := hs.clientTLS(nil)
-	go quic.DialAddr(ctx, r.addr(), cfg, &quic.Config{})
+	// The dial cannot complete (the relay holds the handshake's end): it
+	// returns when ctx ends, its connection and socket closed. The test
+	// waits for that, so that nothing of it outlives the test.
+	dialed := make(chan struct{})
+	go func() {
+		defer close(dialed)
+		if qc, err := quic.DialAddr(ctx, r.addr(), cfg, &quic.Config{}); err == nil {
+			qc.CloseWithError(0, "")
+		}
+	}()
+	defer func() { <-dialed }()
 	// Wait for the server's first answer and its retransmissions.
 	waitFor(t, "the server's first flight", func() bool {
 		r.mu.Lock()
