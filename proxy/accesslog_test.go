@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/retry"
 )
 
@@ -19,7 +20,7 @@ var idPattern = regexp.MustCompile(`^[0-9a-f]{32}$`)
 func accessLine(t *testing.T, hs *harness, status string) string {
 	t.Helper()
 	var line string
-	waitFor(t, "the access log line with status="+status, func() bool {
+	wait.For(t, "the access log line with status="+status, func() bool {
 		for _, l := range strings.Split(hs.access.String(), "\n") {
 			if strings.Contains(l, " status="+status+" ") {
 				line = l

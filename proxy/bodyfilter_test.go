@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // upper is a BodyFilter that upper-cases the body and records its calls.
@@ -177,7 +178,7 @@ func TestBodyFilterWire(t *testing.T) {
 	if string(all) != want {
 		t.Errorf("response on the wire\n%q\nwant\n%q", all, want)
 	}
-	waitFor(t, "the access log line", func() bool { return strings.Contains(hs.access.String(), "filtered=upper") })
+	wait.For(t, "the access log line", func() bool { return strings.Contains(hs.access.String(), "filtered=upper") })
 }
 
 // dechunk returns the data of a chunked body written as the tests do (one

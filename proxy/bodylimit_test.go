@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/h2"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/retry"
 )
 
@@ -118,7 +119,7 @@ func TestBodyLimitHTTP1(t *testing.T) {
 			c.send(tt.head)
 			if tt.rest != "" {
 				// The first chunk went upstream before the rest is sent.
-				waitFor(t, "the first chunk upstream", func() bool { return u.received() >= 500 })
+				wait.For(t, "the first chunk upstream", func() bool { return u.received() >= 500 })
 				c.send(tt.rest)
 			}
 			br := c.br
@@ -144,7 +145,7 @@ func TestBodyLimitHTTP1(t *testing.T) {
 					t.Errorf("connection not closed after the 413 (Connection: close %v; %d more bytes, %v)", resp.Close, n, err)
 				}
 			}
-			waitFor(t, "the access log line", func() bool { return strings.Count(hs.access.String(), "\n") == 1 })
+			wait.For(t, "the access log line", func() bool { return strings.Count(hs.access.String(), "\n") == 1 })
 			log := hs.access.String()
 			if noted := strings.Contains(log, " body_limit=exceeded"); noted != tt.noted {
 				t.Errorf("access log %q: body_limit noted %v, want %v", log, noted, tt.noted)
@@ -209,7 +210,7 @@ func TestBodyLimitAfterResponseStarted(t *testing.T) {
 	if b, err := io.ReadAll(resp.Body); err == nil {
 		t.Errorf("the response ended cleanly (%q); want the connection cut", b)
 	}
-	waitFor(t, "the access log line", func() bool { return strings.Count(hs.access.String(), "\n") == 1 })
+	wait.For(t, "the access log line", func() bool { return strings.Count(hs.access.String(), "\n") == 1 })
 	if log := hs.access.String(); !strings.Contains(log, "aborted=true") || !strings.Contains(log, " body_limit=exceeded") {
 		t.Errorf("access log %q: want aborted=true and body_limit=exceeded", log)
 	}
@@ -278,7 +279,7 @@ func TestBodyLimitHTTP2(t *testing.T) {
 			if tt.want == 413 && !strings.Contains(resp.Header.Get("Proxy-Status"), "http_request_error") {
 				t.Errorf("Proxy-Status %q", resp.Header.Get("Proxy-Status"))
 			}
-			waitFor(t, "the access log line", func() bool { return strings.Count(hs.access.String(), "\n") == 1 })
+			wait.For(t, "the access log line", func() bool { return strings.Count(hs.access.String(), "\n") == 1 })
 			if noted := strings.Contains(hs.access.String(), " body_limit=exceeded"); noted != (tt.want == 413) {
 				t.Errorf("access log %q: body_limit noted %v", hs.access.String(), noted)
 			}
@@ -351,7 +352,7 @@ func TestBodyLimitH2Upstream(t *testing.T) {
 	hs := start(t, h)
 	c := hs.dial(t)
 	c.send("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n1f4\r\n" + strings.Repeat("b", 500) + "\r\n")
-	waitFor(t, "the first chunk upstream", func() bool {
+	wait.For(t, "the first chunk upstream", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return got >= 500
@@ -361,7 +362,7 @@ func TestBodyLimitH2Upstream(t *testing.T) {
 	if resp.StatusCode != 413 {
 		t.Fatalf("status %d, want 413", resp.StatusCode)
 	}
-	waitFor(t, "the upstream stream cut", func() bool {
+	wait.For(t, "the upstream stream cut", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return cut || ended

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // faultCounter is an Observer that counts client faults by stage and kind.
@@ -102,7 +103,7 @@ func TestHeaderTimeoutsCountedLogSampled(t *testing.T) {
 			t.Fatalf("a slow head got %d, want 408", s)
 		}
 	}
-	waitFor(t, "every fault counted", func() bool { return obs.total() >= n })
+	wait.For(t, "every fault counted", func() bool { return obs.total() >= n })
 	elapsed := time.Since(begin)
 	if got := obs.count("head", "client_timeout"); got != n || obs.total() != n {
 		t.Fatalf("faults counted: %v, want %d head client_timeout", obs.snapshot(), n)
@@ -111,7 +112,7 @@ func TestHeaderTimeoutsCountedLogSampled(t *testing.T) {
 	// Every fault is a line or is told as left out, within a second.
 	var log string
 	var lines, leftOut int
-	waitFor(t, "the faults left out to be told", func() bool {
+	wait.For(t, "the faults left out to be told", func() bool {
 		log = hs.errors.String()
 		lines, leftOut = strings.Count(log, `msg="client fault"`), 0
 		for _, m := range regexp.MustCompile(`left_out=(\d+)`).FindAllStringSubmatch(log, -1) {
@@ -152,7 +153,7 @@ func TestClientGoneMidBodyIsNoUpstreamFailure(t *testing.T) {
 	if !c.closed(5 * time.Second) {
 		t.Fatal("the connection stayed open")
 	}
-	waitFor(t, "the fault counted", func() bool { return obs.total() == 1 })
+	wait.For(t, "the fault counted", func() bool { return obs.total() == 1 })
 	if got := obs.count("body", "client_closed"); got != 1 {
 		t.Fatalf("faults: %v, want one body client_closed", obs.snapshot())
 	}

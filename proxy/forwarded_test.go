@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // X-Forwarded-For, -Proto and -Host from a trusted peer are kept (For
@@ -111,7 +112,7 @@ func TestClientFromXFF(t *testing.T) {
 			if want := tt.client + " " + tt.client + " 127.0.0.1"; resp.StatusCode != 200 || body != want {
 				t.Errorf("%d %q, want the client judged %q", resp.StatusCode, body, want)
 			}
-			waitFor(t, "the access log line", func() bool { return strings.Contains(hs.access.String(), "status=200") })
+			wait.For(t, "the access log line", func() bool { return strings.Contains(hs.access.String(), "status=200") })
 			line := hs.access.String()
 			if !strings.Contains(line, "client="+tt.client+" ") || strings.Contains(line, "peer=") != (tt.client != "127.0.0.1") {
 				t.Errorf("access log %q: want client=%s, and peer= when it differs", line, tt.client)

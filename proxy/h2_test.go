@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // startH2 runs a proxy for h on a plain listener that takes h2c, and
@@ -459,7 +460,7 @@ func TestH2ClientResetCutsUpstreamWait(t *testing.T) {
 		resp.Body.Close()
 		t.Fatalf("got %d, want the request cancelled", resp.StatusCode)
 	}
-	waitFor(t, "the request's access log line", func() bool { return strings.Contains(hs.access.String(), "target=/slow") })
+	wait.For(t, "the request's access log line", func() bool { return strings.Contains(hs.access.String(), "target=/slow") })
 	if line := hs.access.String(); !strings.Contains(line, "error=client_closed") {
 		t.Errorf("access log: %s, want error=client_closed", line)
 	}
@@ -541,7 +542,7 @@ func TestH2ClientResetKeepsUpstreamConnection(t *testing.T) {
 	c.fr.WritePing(false, [8]byte{1})
 	c.next(func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && p.IsAck() })
 	close(release)
-	waitFor(t, "the reset request's access log line", func() bool { return strings.Contains(hs.access.String(), "target=/cancelled") })
+	wait.For(t, "the reset request's access log line", func() bool { return strings.Contains(hs.access.String(), "target=/cancelled") })
 	if line := hs.access.String(); !strings.Contains(line, "client_closed") {
 		t.Errorf("access log: %s, want the client's fault", line)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/h3"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 func TestH3Requests(t *testing.T) {
@@ -74,7 +75,7 @@ func TestH3Requests(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, "the access log", func() bool { return strings.Contains(hs.access.String(), "protocol=HTTP/3") })
+	wait.For(t, "the access log", func() bool { return strings.Contains(hs.access.String(), "protocol=HTTP/3") })
 	h3conns := 0
 	hs.srv.Connections(func(listener, protocol string) {
 		if protocol == "h3" && listener == hs.addr {
@@ -149,7 +150,7 @@ func TestH3EarlyDataUnsafeTooEarly(t *testing.T) {
 	if _, ok := field(reqs[0].Header, "Early-Data"); ok {
 		t.Errorf("Early-Data on the request sent after the handshake")
 	}
-	waitFor(t, "the 425's log line", func() bool { return strings.Contains(hs.access.String(), "status=425") })
+	wait.For(t, "the 425's log line", func() bool { return strings.Contains(hs.access.String(), "status=425") })
 }
 
 // TestH3EarlyDataReplayedGet: a client's first flight with a GET in 0-RTT,
@@ -174,7 +175,7 @@ func TestH3EarlyDataReplayedGet(t *testing.T) {
 		t.Fatal("no 0-RTT packet")
 	}
 	capture.replay(t, hs.addr)
-	waitFor(t, "the replay upstream", func() bool { return len(up.Requests())-before >= 1 })
+	wait.For(t, "the replay upstream", func() bool { return len(up.Requests())-before >= 1 })
 	for _, r := range up.Requests()[before:] {
 		if r.Target != "/balance" {
 			t.Errorf("upstream got %s", r.Target)
@@ -519,7 +520,7 @@ func TestH3AmplificationBound(t *testing.T) {
 	}()
 	defer func() { <-dialed }()
 	// Wait for the server's first answer and its retransmissions.
-	waitFor(t, "the server's first flight", func() bool {
+	wait.For(t, "the server's first flight", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return r.fromServer > 0

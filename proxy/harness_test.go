@@ -201,18 +201,6 @@ func (hs *harness) do(t testing.TB, req string) (*http.Response, string) {
 	return c.roundTrip(req)
 }
 
-// waitFor polls cond for up to 5s.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func newReader(nc net.Conn) *bufio.Reader { return bufio.NewReader(nc) }
 
 // readResponse reads one response and returns its status, for goroutines

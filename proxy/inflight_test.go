@@ -5,19 +5,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
-)
 
-// waitUntil polls cond until it holds; the test's own deadline bounds it.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		if t.Context().Err() != nil {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+	"github.com/sluice-proxy/sluice/internal/wait"
+)
 
 // TestConnectionsAndInFlight: Connections reports each open client
 // connection with its listener and protocol, and InFlight the requests
@@ -51,14 +41,14 @@ func TestConnectionsAndInFlight(t *testing.T) {
 	if resp, _ := c2.response("GET"); resp.StatusCode != 200 {
 		t.Fatalf("fast request: %d", resp.StatusCode)
 	}
-	waitUntil(t, "the slow request in flight", func() bool { return hs.srv.InFlight() == 1 })
+	wait.For(t, "the slow request in flight", func() bool { return hs.srv.InFlight() == 1 })
 	resp, err := h2c.Get("http://" + hs.addr + "/fast")
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
 	want := map[string]int{hs.addr + " http/1.1": 2, hs.addr + " h2": 1}
-	waitUntil(t, "three connections", func() bool {
+	wait.For(t, "three connections", func() bool {
 		got := count()
 		return got[hs.addr+" http/1.1"] == want[hs.addr+" http/1.1"] && got[hs.addr+" h2"] == 1 && len(got) == 2
 	})
@@ -66,8 +56,8 @@ func TestConnectionsAndInFlight(t *testing.T) {
 	if resp, _ := c1.response("GET"); resp.StatusCode != 200 {
 		t.Fatalf("slow request: %d", resp.StatusCode)
 	}
-	waitUntil(t, "no request in flight", func() bool { return hs.srv.InFlight() == 0 })
+	wait.For(t, "no request in flight", func() bool { return hs.srv.InFlight() == 0 })
 	c1.nc.Close()
 	c2.nc.Close()
-	waitUntil(t, "the HTTP/1.1 connections gone", func() bool { return count()[hs.addr+" http/1.1"] == 0 })
+	wait.For(t, "the HTTP/1.1 connections gone", func() bool { return count()[hs.addr+" http/1.1"] == 0 })
 }

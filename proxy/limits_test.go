@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/retry"
 )
 
@@ -190,7 +191,7 @@ func TestHooksCannotLiftHardLimits(t *testing.T) {
 					t.Fatalf("A saw the request %d times, want %d", n, tt.aSends)
 				}
 			}
-			waitFor(t, "the log to say why", func() bool { return strings.Contains(hs.errors.String(), tt.why) })
+			wait.For(t, "the log to say why", func() bool { return strings.Contains(hs.errors.String(), tt.why) })
 			if len(h.seen()) == 0 && tt.want != 0 {
 				t.Fatal("the hook was never asked")
 			}
@@ -287,7 +288,7 @@ func TestHookSeesTheFacts(t *testing.T) {
 	// The try that answered wrote the whole request, head and body. Its
 	// TryDone comes once its response has gone to the client.
 	var wrote []int64
-	waitFor(t, "the answering try's TryDone", func() bool {
+	wait.For(t, "the answering try's TryDone", func() bool {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		wrote = append(wrote[:0], h.wrote...)

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/proxy/internal/park"
 )
 
@@ -44,7 +45,7 @@ func TestIdleConnectionsPark(t *testing.T) {
 		}
 		clients = append(clients, c)
 	}
-	waitFor(t, "idle connections to park", func() bool { return serving() < base+n/2 })
+	wait.For(t, "idle connections to park", func() bool { return serving() < base+n/2 })
 	for i, c := range clients {
 		if resp, body := c.roundTrip("GET /b HTTP/1.1\r\nHost: a\r\n\r\n"); resp.StatusCode != 200 || body != "ok" {
 			t.Fatalf("client %d after parking: %d %q", i, resp.StatusCode, body)
@@ -80,7 +81,7 @@ func TestParkedConnectionClosedByClient(t *testing.T) {
 	before := len(hs.srv.conns)
 	hs.srv.mu.Unlock()
 	c.nc.Close()
-	waitFor(t, "the parked connection to be forgotten", func() bool {
+	wait.For(t, "the parked connection to be forgotten", func() bool {
 		hs.srv.mu.Lock()
 		defer hs.srv.mu.Unlock()
 		return len(hs.srv.conns) == before-1
@@ -242,11 +243,11 @@ func TestH2ConnectionsPark(t *testing.T) {
 	if s, b := c.get(1); s != "200" || string(b) != "ok" {
 		t.Fatalf("%q %q", s, b)
 	}
-	waitFor(t, "the HTTP/2 connection to park", func() bool { return parkedConns(hs.srv) == 1 })
+	wait.For(t, "the HTTP/2 connection to park", func() bool { return parkedConns(hs.srv) == 1 })
 	if s, b := c.get(3); s != "200" || string(b) != "ok" {
 		t.Fatalf("after parking: %q %q", s, b)
 	}
-	waitFor(t, "the HTTP/2 connection to park again", func() bool { return parkedConns(hs.srv) == 1 })
+	wait.For(t, "the HTTP/2 connection to park again", func() bool { return parkedConns(hs.srv) == 1 })
 
 	done := make(chan error, 1)
 	go func() {
@@ -376,7 +377,7 @@ func TestH2OverTLSParks(t *testing.T) {
 		if i > 0 && !reused {
 			t.Fatalf("request %d took a new connection after the first parked", i)
 		}
-		waitFor(t, "the connection to park", func() bool { return parkedConns(hs.srv) == 1 })
+		wait.For(t, "the connection to park", func() bool { return parkedConns(hs.srv) == 1 })
 	}
 }
 

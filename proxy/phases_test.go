@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // phased is a Handler with request, response and failure phases given as
@@ -232,7 +233,7 @@ func TestTeeWhole(t *testing.T) {
 		if whole {
 			// The try goes on: the rest comes once released, as late as
 			// the client's reset reached the proxy.
-			waitFor(t, "the reset to reach the proxy", func() bool { return streamsGone(hs.srv) })
+			wait.For(t, "the reset to reach the proxy", func() bool { return streamsGone(hs.srv) })
 			close(release)
 		} else {
 			// The try is cut at once: the tee hears of it before the
@@ -294,7 +295,7 @@ func TestOnce(t *testing.T) {
 		if st, _ := hs.get(t, "/first"); st != 200 {
 			t.Fatalf("first: %d", st)
 		}
-		waitFor(t, "the connection pooled", func() bool { return hs.srv.Pool.Stats().Idle == 1 })
+		wait.For(t, "the connection pooled", func() bool { return hs.srv.Pool.Stats().Idle == 1 })
 		resp, _ := hs.do(t, "GET /again HTTP/1.1\r\nHost: a\r\nX-Once: 1\r\n\r\n")
 		want := http.StatusOK
 		if once {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // TestBodyAfterFullHeadRead: the read of a response head that fills the
@@ -58,7 +59,7 @@ func TestBodyAfterFullHeadRead(t *testing.T) {
 						t.Fatal("the whole body arrived from an upstream that reset the connection")
 					}
 				}
-				waitFor(t, "the reset in the error log", func() bool { return strings.Contains(hs.errors.String(), "connection_reset") })
+				wait.For(t, "the reset in the error log", func() bool { return strings.Contains(hs.errors.String(), "connection_reset") })
 				return
 			}
 			resp, got := c.response("GET")

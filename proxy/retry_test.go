@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/retry"
 )
@@ -353,7 +354,7 @@ func TestReplayResumesSlowBody(t *testing.T) {
 	c := hs.dial(t)
 	first := "5;ext=1\r\nhello\r\n"
 	c.send("PUT /slow HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n" + first)
-	waitFor(t, "A to reset", func() bool { return strings.Contains(hs.errors.String(), "retrying") })
+	wait.For(t, "A to reset", func() bool { return strings.Contains(hs.errors.String(), "retrying") })
 	c.send("6\r\n world\r\n0\r\nX-T: 1\r\n\r\n")
 	resp, err := readFull(c)
 	if err != nil || resp.status != 200 || resp.body != "hello world" {
@@ -418,7 +419,7 @@ func TestStaleResendsCountAsTries(t *testing.T) {
 	if !strings.Contains(hs.errors.String(), "reused=true") {
 		t.Fatalf("no try log:\n%s", hs.errors)
 	}
-	waitFor(t, "the access log line", func() bool {
+	wait.For(t, "the access log line", func() bool {
 		return strings.Contains(hs.access.String(), `upstream_status="connection_closed, 200" reused=false tries=2 stale_resends=1`)
 	})
 }

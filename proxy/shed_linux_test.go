@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/proxy/internal/spare"
 )
 
@@ -223,7 +224,7 @@ func TestServeShedsWhenOutOfDescriptors(t *testing.T) {
 	}
 	// The client reads its answer before the loop has counted it (and
 	// might answer the next client in the same round).
-	waitFor(t, "the client turned away to be counted", func() bool { return obs.count() > 0 })
+	wait.For(t, "the client turned away to be counted", func() bool { return obs.count() > 0 })
 	if resp, body := hs.do(t, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"); resp.StatusCode != 200 || body != "fine" {
 		t.Fatalf("after: %d %q, Proxy-Status %q; want 200 from the upstream", resp.StatusCode, body, resp.Header.Get("Proxy-Status"))
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // TestSlowHeadAllocations guards what a connection costs while its request
@@ -69,12 +70,12 @@ func TestSlowHeadAllocations(t *testing.T) {
 		conns[i] = nc
 		send(nc, "GET /slow HTTP/1.1\r\nHo")
 	}
-	waitFor(t, "the slow heads to park", func() bool { return parked() == n })
+	wait.For(t, "the slow heads to park", func() bool { return parked() == n })
 	for _, nc := range conns {
 		send(nc, "s")
 	}
 	time.Sleep(parkAfter / 4)
-	waitFor(t, "the slow heads to park again", func() bool { return parked() == n })
+	wait.For(t, "the slow heads to park again", func() bool { return parked() == n })
 	if code, body := hs.get(t, "/"); code != 200 || body != "ok" {
 		t.Fatalf("a normal request beside the slow heads: %d %q", code, body)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/proxy/internal/park"
 )
 
@@ -180,7 +181,7 @@ func TestTLSServesRequests(t *testing.T) {
 			t.Errorf("request %d upstream: X-Forwarded-Proto %q, want https (the client's http replaced)", i, got)
 		}
 	}
-	waitFor(t, "the access log lines", func() bool { return strings.Count(hs.access.String(), " status=200 ") == 6 })
+	wait.For(t, "the access log lines", func() bool { return strings.Count(hs.access.String(), " status=200 ") == 6 })
 	for _, want := range []string{"tls=1.2 sni=example.com", "tls=1.3 sni=example.com"} {
 		if n := strings.Count(hs.access.String(), want); n != 3 {
 			t.Errorf("%d access log lines with %q, want 3:\n%s", n, want, hs.access)
@@ -215,7 +216,7 @@ func TestPlainBytesOnTLSPort(t *testing.T) {
 	if !g.closed(5 * time.Second) {
 		t.Error("garbage on the TLS port: the connection stayed open")
 	}
-	waitFor(t, "both failures counted", func() bool {
+	wait.For(t, "both failures counted", func() bool {
 		return obs.failures(FailedPlainHTTP) == 1 && obs.failures(FailedNotTLS) == 1
 	})
 	if len(up.Requests()) != 0 {
@@ -245,7 +246,7 @@ func TestStalledHandshakeCut(t *testing.T) {
 			t.Errorf("%s: the connection outlived the header timeout", name)
 		}
 	}
-	waitFor(t, "two timeouts counted", func() bool { return obs.failures(FailedTimeout) == 2 })
+	wait.For(t, "two timeouts counted", func() bool { return obs.failures(FailedTimeout) == 2 })
 	if !strings.Contains(hs.errors.String(), "reason=timeout") {
 		t.Errorf("no debug line for the timeouts:\n%s", hs.errors)
 	}
@@ -271,7 +272,7 @@ func TestHalfOpenHandshakesDoNotStarveOthers(t *testing.T) {
 	}
 	if hs.srv.parker != nil {
 		// On Linux they wait without goroutines (conn.awaitHello).
-		waitFor(t, "the half-open handshakes to park", func() bool { return parkedConns(hs.srv) == n })
+		wait.For(t, "the half-open handshakes to park", func() bool { return parkedConns(hs.srv) == n })
 	}
 	for i := 0; i < 20; i++ {
 		c := hs.mustDialTLS(t, site.client())
@@ -311,7 +312,7 @@ func TestTLSMinVersion(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, "the refusal counted", func() bool { return obs.failures(FailedVersion) == 1 })
+	wait.For(t, "the refusal counted", func() bool { return obs.failures(FailedVersion) == 1 })
 }
 
 // A client that offers only protocols the server does not speak is
@@ -333,7 +334,7 @@ func TestTLSALPNRefusal(t *testing.T) {
 			t.Errorf("a client offering %v got %q", offer, p)
 		}
 	}
-	waitFor(t, "the refusal counted", func() bool { return obs.failures(FailedALPN) == 1 })
+	wait.For(t, "the refusal counted", func() bool { return obs.failures(FailedALPN) == 1 })
 }
 
 // Client certificates: required, or verified when given; a certificate
@@ -390,7 +391,7 @@ func TestTLSClientAuth(t *testing.T) {
 				t.Fatalf("got error %v, want success %v", err, tt.ok)
 			}
 			if !tt.ok {
-				waitFor(t, "the refusal counted", func() bool { return obs.failures(tt.reason) == 1 })
+				wait.For(t, "the refusal counted", func() bool { return obs.failures(tt.reason) == 1 })
 			}
 		})
 	}
@@ -459,7 +460,7 @@ func TestTLSIdleConnectionsPark(t *testing.T) {
 		}
 		clients = append(clients, c)
 	}
-	waitFor(t, "idle TLS connections to park", func() bool { return serving() < base+n/2 })
+	wait.For(t, "idle TLS connections to park", func() bool { return serving() < base+n/2 })
 	for i, c := range clients {
 		// Two requests in two records sent together: crypto/tls may take
 		// both from the socket in one read and hand over the first; the

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
@@ -74,7 +75,7 @@ func TestTLSIdleMemory(t *testing.T) {
 	for _, curves := range []string{"default", "x25519"} {
 		before, stacksBefore := inUse(), stacks
 		stop := idleClients(t, hs.addr, n, site, curves)
-		waitFor(t, "the idle TLS connections to park", func() bool { return parked() == n })
+		wait.For(t, "the idle TLS connections to park", func() bool { return parked() == n })
 		after := inUse()
 		if f := os.Getenv("TLS_IDLE_HEAPPROFILE"); f != "" {
 			w, _ := os.Create(f + "." + curves)
@@ -88,7 +89,7 @@ func TestTLSIdleMemory(t *testing.T) {
 			t.Errorf("%s key share: %.0f bytes per idle TLS connection, want at most %d", curves, heap, maxIdleBytes)
 		}
 		stop()
-		waitFor(t, "the idle TLS connections to close", func() bool { return parked() == 0 })
+		wait.For(t, "the idle TLS connections to close", func() bool { return parked() == 0 })
 	}
 }
 
@@ -260,8 +261,8 @@ func TestH2IdleMemory(t *testing.T) {
 	heapBefore, stackBefore := inUse()
 	parked := func() int { return parkedConns(hs.srv) }
 	stop := idleClientsOf(t, hs.addr, n, site, "default", "h2")
-	waitFor(t, "the HTTP/2 connections", func() bool { return speaking() == n })
-	waitFor(t, "the HTTP/2 connections to park", func() bool { return parked() == n })
+	wait.For(t, "the HTTP/2 connections", func() bool { return speaking() == n })
+	wait.For(t, "the HTTP/2 connections to park", func() bool { return parked() == n })
 	heapAfter, stackAfter := inUse()
 	if f := os.Getenv("H2_IDLE_HEAPPROFILE"); f != "" {
 		w, _ := os.Create(f)
@@ -309,7 +310,7 @@ func TestHalfOpenHandshakeMemory(t *testing.T) {
 			c.send(partialHello)
 		}
 	}
-	waitFor(t, "the half-open handshakes to park", func() bool { return parked() == n })
+	wait.For(t, "the half-open handshakes to park", func() bool { return parked() == n })
 	heap1, stack1 := inUse()
 	per := (float64(heap1) - float64(heap0)) / n
 	t.Logf("half-open handshake: %.0f bytes of heap each, both ends (stacks %+d KiB)", per, (int64(stack1)-int64(stack0))>>10)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/retry"
 )
 
@@ -86,7 +87,7 @@ func TestUnixUpstreamIdleClose(t *testing.T) {
 	if status, _ := hs.get(t, "/1"); status != 200 {
 		t.Fatalf("status %d", status)
 	}
-	waitFor(t, "the pool to drop the closed connection", func() bool {
+	wait.For(t, "the pool to drop the closed connection", func() bool {
 		st := hs.srv.Pool.Stats()
 		return st.Idle == 0 && st.Watched+st.Stale > 0 || up.Accepts() > 1
 	})
@@ -128,7 +129,7 @@ func TestUnixUpstreamConnectFailure(t *testing.T) {
 	if resp.StatusCode != 502 || !strings.Contains(resp.Header.Get("Proxy-Status"), "error=") {
 		t.Fatalf("missing socket: %d, Proxy-Status %q; want 502 with an error", resp.StatusCode, resp.Header.Get("Proxy-Status"))
 	}
-	waitFor(t, "the access log line", func() bool { return strings.Contains(hs2.access.String(), "upstream="+missing) })
+	wait.For(t, "the access log line", func() bool { return strings.Contains(hs2.access.String(), "upstream="+missing) })
 }
 
 // TestUnixUpstreamH2C speaks HTTP/2 in the clear to a server on a Unix
@@ -200,7 +201,7 @@ func TestUnixUpstreamTLS(t *testing.T) {
 	if status, _ := hs2.get(t, "/"); status != 502 {
 		t.Fatalf("without a server name: status %d, want 502", status)
 	}
-	waitFor(t, "the try's error line", func() bool { return strings.Contains(hs2.errors.String(), "ServerName") })
+	wait.For(t, "the try's error line", func() bool { return strings.Contains(hs2.errors.String(), "ServerName") })
 }
 
 // serveUnix serves hs's Server on a Unix socket too, until the test ends
@@ -249,7 +250,7 @@ func TestUnixListener(t *testing.T) {
 	if got := reqs[0].Get("X-Forwarded-Proto"); got != "http" {
 		t.Errorf("X-Forwarded-Proto %q", got)
 	}
-	waitFor(t, "the access log lines", func() bool { return strings.Count(hs.access.String(), "target=/u") == 3 })
+	wait.For(t, "the access log lines", func() bool { return strings.Count(hs.access.String(), "target=/u") == 3 })
 	if !strings.Contains(hs.access.String(), "client=unix: method=GET") {
 		t.Errorf("access log:\n%s\nwant client=unix:", hs.access)
 	}
@@ -282,7 +283,7 @@ func TestUnixListenerTrusted(t *testing.T) {
 	if got := r.Get("X-Forwarded-Proto"); got != "https" {
 		t.Errorf("X-Forwarded-Proto %q, want the trusted peer's https", got)
 	}
-	waitFor(t, "the access log line", func() bool { return strings.Contains(hs.access.String(), "target=/t") })
+	wait.For(t, "the access log line", func() bool { return strings.Contains(hs.access.String(), "target=/t") })
 	if !strings.Contains(hs.access.String(), "client=203.0.113.9 peer=unix: ") {
 		t.Errorf("access log:\n%s\nwant client=203.0.113.9 peer=unix:", hs.access)
 	}
@@ -312,7 +313,7 @@ func TestUnixListenerParksAndLingers(t *testing.T) {
 		t.Fatal(resp.Status)
 	}
 	if runtime.GOOS == "linux" {
-		waitFor(t, "the idle Unix connection to park", func() bool { return parkedConns(hs.srv) == 1 })
+		wait.For(t, "the idle Unix connection to park", func() bool { return parkedConns(hs.srv) == 1 })
 	}
 	if resp, body := c.roundTrip("GET / HTTP/1.1\r\nHost: a\r\n\r\n"); resp.StatusCode != 200 || body != "ok" {
 		t.Fatalf("after parking: %d %q", resp.StatusCode, body)

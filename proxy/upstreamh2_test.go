@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/h2"
 	"github.com/sluice-proxy/sluice/internal/tlstest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/pool"
 )
 
@@ -330,7 +331,7 @@ func TestMuxSetClosesIdle(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the idle connection of a server no try asks for stayed open")
 	}
-	waitFor(t, "the key of a server with no connection left to go", func() bool {
+	wait.For(t, "the key of a server with no connection left to go", func() bool {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		_, ok := m.conns["gone"]
@@ -366,5 +367,5 @@ func TestH2UpstreamConnsShared(t *testing.T) {
 	if err := next.srv.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the shared connection closed by the last Shutdown", func() bool { return up.ended.Load() == 1 })
+	wait.For(t, "the shared connection closed by the last Shutdown", func() bool { return up.ended.Load() == 1 })
 }

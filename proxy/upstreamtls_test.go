@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/retry"
 )
 
@@ -146,7 +147,7 @@ func TestTLSFailureRetriedElsewhere(t *testing.T) {
 			if n := b.Count("POST", "/p"); n != 1 {
 				t.Fatalf("B saw the POST %d times", n)
 			}
-			waitFor(t, "the access log line", func() bool {
+			wait.For(t, "the access log line", func() bool {
 				return strings.Contains(hs.access.String(), "upstream_status="+logValue(tt.aStatus+", 200")+" ")
 			})
 		})
@@ -228,7 +229,7 @@ func TestTLSOneServerFailures(t *testing.T) {
 				t.Fatalf("the upstream took %d connections and %d requests, want %d and none",
 					up.Accepts(), len(up.Requests()), tt.accepts)
 			}
-			waitFor(t, "the access log line", func() bool {
+			wait.For(t, "the access log line", func() bool {
 				return strings.Contains(hs.access.String(), "upstream_status="+logValue(tt.upstream)+" ")
 			})
 		})
@@ -384,12 +385,12 @@ func TestTLSIdleClose(t *testing.T) {
 			if _, body := hs.get(t, "/1"); body != "conn 1" {
 				t.Fatalf("first request: %q", body)
 			}
-			waitFor(t, "the connection to be pooled", func() bool { return hs.srv.Pool.Stats().Idle == 1 })
+			wait.For(t, "the connection to be pooled", func() bool { return hs.srv.Pool.Stats().Idle == 1 })
 			close(closeNow)
 			if notifyOnly || !watcherRuns {
 				// Only the check before use can find it: take and give
 				// back the connection until the check does.
-				waitFor(t, "the check before use to find the close_notify", func() bool {
+				wait.For(t, "the check before use to find the close_notify", func() bool {
 					pc := hs.srv.Pool.Get(peer.PoolKey(), nil)
 					if pc == nil {
 						return true
@@ -398,7 +399,7 @@ func TestTLSIdleClose(t *testing.T) {
 					return false
 				})
 			} else {
-				waitFor(t, "the watcher", func() bool { return hs.srv.Pool.Stats().Watched == 1 })
+				wait.For(t, "the watcher", func() bool { return hs.srv.Pool.Stats().Watched == 1 })
 			}
 			if _, body := hs.get(t, "/2"); body != "conn 2" {
 				t.Fatalf("second request: %q", body)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/retry"
 )
 
@@ -30,7 +31,7 @@ func TestSimpleGet(t *testing.T) {
 			t.Errorf("upstream request lacks %s: %q", f, r.RawHead)
 		}
 	}
-	waitFor(t, "the access log line", func() bool { return strings.Contains(hs.access.String(), "status=200") })
+	wait.For(t, "the access log line", func() bool { return strings.Contains(hs.access.String(), "status=200") })
 }
 
 func TestPipelinedRequestsAnsweredInOrder(t *testing.T) {
@@ -376,7 +377,7 @@ func TestSendTimeout(t *testing.T) {
 		c.send("GET /big HTTP/1.1\r\nHost: a\r\n\r\n")
 		// The client reads nothing; the proxy must give up on its own.
 		start := time.Now()
-		waitFor(t, "the stalled response to end", func() bool {
+		wait.For(t, "the stalled response to end", func() bool {
 			return strings.Count(hs.access.String(), "/big") == map[bool]int{true: 1, false: 2}[first]
 		})
 		if d := time.Since(start); d < timeout {
@@ -540,7 +541,7 @@ func TestShutdownDrains(t *testing.T) {
 	if !idle.closed(2 * time.Second) {
 		t.Fatal("idle connection not closed by Shutdown")
 	}
-	waitFor(t, "the listener to close", func() bool {
+	wait.For(t, "the listener to close", func() bool {
 		nc, err := net.Dial("tcp", hs.addr)
 		if err == nil {
 			nc.Close()
@@ -705,7 +706,7 @@ func TestShutdownServesNextRequest(t *testing.T) {
 		defer cancel()
 		shut <- hs.srv.Shutdown(ctx)
 	}()
-	waitFor(t, "the drain", hs.srv.Draining)
+	wait.For(t, "the drain", hs.srv.Draining)
 	time.Sleep(20 * time.Millisecond) // the connection has been woken up
 	resp, body := c.roundTrip("GET /next HTTP/1.1\r\nHost: a\r\n\r\n")
 	if resp.StatusCode != 200 || body != "ok" || !resp.Close {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // A goroutine that served a connection serves the next one, and idle ones
@@ -25,14 +26,14 @@ func TestWorkersServeOneConnectionAfterAnother(t *testing.T) {
 		}
 	}
 	oneRequest()
-	waitFor(t, "the worker to wait for another connection", func() bool { return hs.srv.workers.Idle() == 1 })
+	wait.For(t, "the worker to wait for another connection", func() bool { return hs.srv.workers.Idle() == 1 })
 	base := runtime.NumGoroutine()
 	for i := 0; i < 20; i++ {
 		oneRequest()
 		// At least one: a connection accepted in the instant between a
 		// worker counting itself idle and its wait for work gets a
 		// worker of its own, and both are idle afterwards.
-		waitFor(t, "the worker to come back", func() bool { return hs.srv.workers.Idle() >= 1 })
+		wait.For(t, "the worker to come back", func() bool { return hs.srv.workers.Idle() >= 1 })
 	}
 	if n := runtime.NumGoroutine(); n > base+2 {
 		t.Fatalf("%d goroutines after 20 connections one after the other, %d before", n, base)
@@ -43,5 +44,5 @@ func TestWorkersServeOneConnectionAfterAnother(t *testing.T) {
 	if err := hs.srv.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "idle workers to end at Shutdown", func() bool { return hs.srv.workers.Idle() == 0 })
+	wait.For(t, "idle workers to end at Shutdown", func() bool { return hs.srv.workers.Idle() == 0 })
 }
