@@ -203,6 +203,21 @@ func (hs *harness) do(t testing.TB, req string) (*http.Response, string) {
 
 func newReader(nc net.Conn) *bufio.Reader { return bufio.NewReader(nc) }
 
+// readUntil reads from c until what it read ends with s, and returns it
+// all: for a test that acts once the client has got part of a response.
+func (c *client) readUntil(s string) string {
+	c.t.Helper()
+	var b strings.Builder
+	for !strings.HasSuffix(b.String(), s) {
+		ch, err := c.br.ReadByte()
+		if err != nil {
+			c.t.Fatalf("reading up to %q: %v (so far %q)", s, err, b.String())
+		}
+		b.WriteByte(ch)
+	}
+	return b.String()
+}
+
 // readResponse reads one response and returns its status, for goroutines
 // that cannot call t.Fatal.
 func readResponse(br *bufio.Reader, method string) (int, error) {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 )
@@ -78,7 +77,7 @@ func TestBodiesInPiecesAfterInlineRequests(t *testing.T) {
 	for _, st := range steps {
 		for i, p := range st.parts {
 			if i > 0 {
-				time.Sleep(20 * time.Millisecond)
+				hs.waitRead(t, c.nc) // the next part comes in a read of its own
 			}
 			c.send(p)
 		}
@@ -95,9 +94,16 @@ func TestBodiesInPiecesAfterInlineRequests(t *testing.T) {
 // parker here (idle timeout below parkAfter), so a lost report would leave
 // the request unread until the idle timeout closed the connection.
 func TestRequestArrivingWhileOneIsServed(t *testing.T) {
+	// The upstream holds /slow until the test has /next in the proxy's
+	// socket.
+	arrived, release := make(chan struct{}), make(chan struct{})
 	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
 		if r.Target == "/slow" {
-			time.Sleep(100 * time.Millisecond)
+			arrived <- struct{}{}
+			select {
+			case <-release:
+			case <-c.Done():
+			}
 		}
 		c.Respond(200, r.Target)
 	})
@@ -105,8 +111,10 @@ func TestRequestArrivingWhileOneIsServed(t *testing.T) {
 	c := hs.dial(t)
 	for i := 0; i < 3; i++ {
 		c.send("GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
-		time.Sleep(30 * time.Millisecond) // the first is at the upstream
+		<-arrived // the first is at the upstream
 		c.send("GET /next HTTP/1.1\r\nHost: a\r\n\r\n")
+		hs.waitDelivered(t, c.nc)
+		release <- struct{}{}
 		for _, want := range []string{"/slow", "/next"} {
 			resp, body := c.response("GET")
 			if resp.StatusCode != 200 || body != want {
@@ -126,7 +134,7 @@ func TestHeadInPiecesAfterInlineRequest(t *testing.T) {
 		t.Fatal(resp.Status)
 	}
 	c.send("GET /2 HTTP/1.1\r\nHo")
-	time.Sleep(20 * time.Millisecond)
+	hs.waitRead(t, c.nc)
 	c.send("st: a\r\n\r\n")
 	if resp, body := c.response("GET"); resp.StatusCode != 200 || body != "GET /2 " {
 		t.Fatalf("got %d %q", resp.StatusCode, body)

@@ -20,27 +20,34 @@ import (
 func TestBodyAfterFullHeadRead(t *testing.T) {
 	body := strings.Repeat("0123456789abcdef", 750) // 12000 bytes
 	head := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", len(body))
+	// The rest of the body comes once the client has the first 5000
+	// bytes: sluice has read them all, and waits for more.
+	rest := make(chan struct{})
 	cases := []struct {
 		name string
 		send func(c *upstreamtest.Conn)
-		want int // status the client gets; 0: the connection is cut
+		want int           // status the client gets; 0: the connection is cut
+		rest chan struct{} // closed by the test once it read 5000 body bytes
 	}{
-		{"whole", func(c *upstreamtest.Conn) { c.WriteString(head + body) }, 200},
+		{"whole", func(c *upstreamtest.Conn) { c.WriteString(head + body) }, 200, nil},
 		{"rest later", func(c *upstreamtest.Conn) {
 			c.WriteString(head + body[:5000])
-			time.Sleep(50 * time.Millisecond)
+			select {
+			case <-rest:
+			case <-c.Done():
+			}
 			c.WriteString(body[5000:])
-		}, 200},
+		}, 200, rest},
 		{"reset after part", func(c *upstreamtest.Conn) {
 			c.WriteString(head + body[:5000])
 			c.Reset()
-		}, 0},
+		}, 0, nil},
 		{"reset after the first read's worth", func(c *upstreamtest.Conn) {
 			// Exactly what fills sluice's first read (4 KiB): the read
 			// that does not wait then finds the reset, not data.
 			c.WriteString(head + body[:4096-len(head)])
 			c.Reset()
-		}, 0},
+		}, 0, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -48,6 +55,20 @@ func TestBodyAfterFullHeadRead(t *testing.T) {
 			hs := start(t, peers(testOptions(), up.Addr()))
 			c := hs.dial(t)
 			c.send("GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+			if tc.rest != nil {
+				if h := readRawHead(t, c); !strings.HasPrefix(h, "HTTP/1.1 200 ") {
+					t.Fatalf("head %q", h)
+				}
+				b := make([]byte, len(body))
+				if _, err := io.ReadFull(c.br, b[:5000]); err != nil {
+					t.Fatalf("the first 5000 bytes: %v", err)
+				}
+				close(tc.rest)
+				if _, err := io.ReadFull(c.br, b[5000:]); err != nil || string(b) != body {
+					t.Fatalf("the body: %v", err)
+				}
+				return
+			}
 			if tc.want == 0 {
 				if resp, err := readHTTP(c); err == nil {
 					buf := make([]byte, len(body))
@@ -127,20 +148,25 @@ func TestCutResponseEndsInReset(t *testing.T) {
 		c.WriteString("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
 		c.Close()
 	}
+	partial := make(chan struct{}) // closed once the client got "partial"
 	tests := []struct {
 		name    string
 		up      upstreamtest.Handler
 		version string
 		framing string // how the client's response is framed
+		partial bool   // the upstream resets once the client got "partial"
 	}{
-		{"Content-Length", upstreamtest.Truncated(), "HTTP/1.1", "Content-Length: 100"},
-		{"chunked", chunkedCut, "HTTP/1.1", "Transfer-Encoding: chunked"},
-		{"close-delimited to HTTP/1.0", chunkedCut, "HTTP/1.0", "Connection: close"},
+		{"Content-Length", upstreamtest.Truncated(), "HTTP/1.1", "Content-Length: 100", false},
+		{"chunked", chunkedCut, "HTTP/1.1", "Transfer-Encoding: chunked", false},
+		{"close-delimited to HTTP/1.0", chunkedCut, "HTTP/1.0", "Connection: close", false},
 		{"close-delimited, upstream reset", func(c *upstreamtest.Conn, r *upstreamtest.Request) {
 			c.WriteString("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\npartial")
-			time.Sleep(20 * time.Millisecond)
+			select {
+			case <-partial: // the response has begun going to the client
+			case <-c.Done():
+			}
 			c.Reset()
-		}, "HTTP/1.1", "Connection: close"},
+		}, "HTTP/1.1", "Connection: close", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -149,11 +175,17 @@ func TestCutResponseEndsInReset(t *testing.T) {
 			c := hs.dial(t)
 			c.send("GET / " + tt.version + "\r\nHost: a\r\n\r\n")
 			c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
-			got, err := io.ReadAll(c.br)
+			var before string
+			if tt.partial {
+				before = c.readUntil("partial")
+				close(partial)
+			}
+			rest, err := io.ReadAll(c.br)
+			got := before + string(rest)
 			if !errors.Is(err, syscall.ECONNRESET) {
 				t.Fatalf("client read %q and then %v, want a reset", got, err)
 			}
-			if len(got) > 0 && !strings.Contains(string(got), tt.framing) {
+			if len(got) > 0 && !strings.Contains(got, tt.framing) {
 				t.Fatalf("client got %q, want a head framed with %s", got, tt.framing)
 			}
 		})

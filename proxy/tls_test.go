@@ -401,18 +401,24 @@ func TestTLSClientAuth(t *testing.T) {
 // close_notify, which would tell the client that a close-delimited body
 // ended where it was meant to.
 func TestTLSCutResponseEndsInReset(t *testing.T) {
+	partial := make(chan struct{}) // closed once the client got "partial"
 	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
 		c.WriteString("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\npartial")
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-partial: // the response has begun going to the client
+		case <-c.Done():
+		}
 		c.Reset()
 	})
 	site := newSite(t)
 	hs := startTLS(t, peers(testOptions(), up.Addr()), site.server())
 	c := hs.mustDialTLS(t, site.client())
 	c.send("GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	c.readUntil("partial")
+	close(partial)
 	got, err := io.ReadAll(c.br)
 	if !errors.Is(err, syscall.ECONNRESET) {
-		t.Fatalf("client read %q and then %v, want a reset", got, err)
+		t.Fatalf("client read %q after the response began, and then %v; want a reset", got, err)
 	}
 }
 
