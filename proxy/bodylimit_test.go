@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -71,6 +72,22 @@ func (u *counting) received() int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.got
+}
+
+// await waits until n body bytes have been received, for at most
+// wait.Timeout, and reports whether they were: for a goroutine that is
+// not the test's.
+func (u *counting) await(n int) bool {
+	timeout := time.NewTimer(wait.Timeout)
+	defer timeout.Stop()
+	for u.received() < n {
+		select {
+		case <-u.more: // sent after each read, unless a signal is pending already
+		case <-timeout.C:
+			return false
+		}
+	}
+	return true
 }
 
 // limitPolicy would retry anything, a POST sent whole included.
@@ -255,11 +272,9 @@ func TestBodyLimitHTTP2(t *testing.T) {
 						return
 					}
 					sent += n
-					if i < len(tt.parts)-1 {
-						deadline := time.Now().Add(5 * time.Second)
-						for u.received() < sent && time.Now().Before(deadline) {
-							time.Sleep(5 * time.Millisecond)
-						}
+					if i < len(tt.parts)-1 && !u.await(sent) {
+						pw.CloseWithError(errors.New("the upstream did not get the part sent"))
+						return
 					}
 				}
 				pw.Close()

@@ -140,7 +140,11 @@ func TestHeaderTimeoutsCountedLogSampled(t *testing.T) {
 // but that is the client's fault, not the upstream's: it is counted as
 // one, and never logged as a failed upstream try.
 func TestClientGoneMidBodyIsNoUpstreamFailure(t *testing.T) {
+	halfUp := make(chan struct{}, 1)
 	up := upstreamtest.StartStreaming(t, func(c *upstreamtest.Conn, r *upstreamtest.Request, body io.Reader) {
+		if _, err := io.ReadFull(body, make([]byte, 4)); err == nil {
+			halfUp <- struct{}{}
+		}
 		io.Copy(io.Discard, body) // waits for the whole body, which never comes
 	})
 	obs := &faultCounter{}
@@ -148,7 +152,7 @@ func TestClientGoneMidBodyIsNoUpstreamFailure(t *testing.T) {
 	hs = start(t, peers(testOptions(), up.Addr()), infoLog(&hs), func(s *Server) { s.Observer = obs })
 	c := hs.dial(t)
 	c.send("PUT /f HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nhalf")
-	time.Sleep(50 * time.Millisecond) // for the body to start on its way
+	<-halfUp // the body is on its way
 	c.nc.(*net.TCPConn).CloseWrite()
 	if !c.closed(5 * time.Second) {
 		t.Fatal("the connection stayed open")

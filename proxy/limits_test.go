@@ -67,6 +67,7 @@ func forceInOrder(opts *PeerOptions, addrs ...string) *forcing {
 // server (B) never sees the request, or sees it whole.
 func TestHooksCannotLiftHardLimits(t *testing.T) {
 	big := bytes.Repeat([]byte("0123456789abcdef"), 200<<10/16) // 200 KiB, over body_buffer
+	halfUp := make(chan struct{}, 1)                            // "client side failed": A got the body's first half
 	tests := []struct {
 		name string
 		// a starts the first server (nil: a dead address); pol is the
@@ -115,13 +116,16 @@ func TestHooksCannotLiftHardLimits(t *testing.T) {
 			a: func(t *testing.T) *upstreamtest.Server {
 				// A waits for the whole body, which never comes.
 				return upstreamtest.StartStreaming(t, func(c *upstreamtest.Conn, r *upstreamtest.Request, body io.Reader) {
+					if _, err := io.ReadFull(body, make([]byte, 4)); err == nil {
+						halfUp <- struct{}{}
+					}
 					io.Copy(io.Discard, body)
 				})
 			},
 			pol: &retry.Policy{},
 			send: func(t *testing.T, c *client) (fullResponse, error) {
 				c.send("PUT /f HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nhalf")
-				time.Sleep(50 * time.Millisecond)
+				<-halfUp // the body is on its way
 				c.nc.(*net.TCPConn).CloseWrite()
 				return readFull(c)
 			},
@@ -266,7 +270,7 @@ func TestHookSeesTheFacts(t *testing.T) {
 	// The head first, the body a moment later: it goes through the pump.
 	head := fmt.Sprintf("PUT /f HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n", len(body))
 	c.send(head)
-	time.Sleep(20 * time.Millisecond)
+	hs.waitRead(t, c.nc)
 	c.send(string(body))
 	resp, err := readFull(c)
 	if err != nil || resp.status != 200 || resp.body != string(body) {

@@ -160,11 +160,17 @@ func TestBadRequestsNeverReachUpstream(t *testing.T) {
 func TestBadChunkAfterHeadWentUpstream(t *testing.T) {
 	// The head and a good chunk go upstream; then a malformed chunk size:
 	// the client gets 400 and the upstream never sees a complete request.
-	up := upstreamtest.Start(t, upstreamtest.OK("done"))
+	headUp := make(chan struct{}, 1)
+	up := upstreamtest.StartStreaming(t, func(c *upstreamtest.Conn, r *upstreamtest.Request, body io.Reader) {
+		headUp <- struct{}{}
+		if _, err := io.Copy(io.Discard, body); err == nil {
+			c.Respond(200, "done")
+		}
+	})
 	hs := start(t, peers(testOptions(), up.Addr()))
 	c := hs.dial(t)
 	c.send("POST /p HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
-	time.Sleep(50 * time.Millisecond) // let the head go upstream first
+	<-headUp // the head went upstream first
 	c.send("zz\r\nbad\r\n0\r\n\r\n")
 	resp, _ := c.response("POST")
 	if resp.StatusCode != 400 {
@@ -299,7 +305,7 @@ func TestStreamedBodyOnConnectionIdlePastLastTimeouts(t *testing.T) {
 	c := hs.dial(t)
 	body := strings.Repeat("b", 1000)
 	c.send("PUT /p HTTP/1.1\r\nHost: a\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body[:10])
-	time.Sleep(30 * time.Millisecond) // the rest of the body comes later: the pump carries it
+	hs.waitRead(t, c.nc) // the rest of the body comes later: the pump carries it
 	c.send(body[10:])
 	if resp, got := c.response("PUT"); resp.StatusCode != 200 || got != "ok" {
 		t.Fatalf("PUT on a pooled connection: %d %q\n%s", resp.StatusCode, got, hs.errors)
