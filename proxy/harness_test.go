@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -14,7 +15,9 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/fault"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/pool"
+	"github.com/sluice-proxy/sluice/proxy/internal/park"
 	"github.com/sluice-proxy/sluice/retry"
 )
 
@@ -199,6 +202,32 @@ func (hs *harness) do(t testing.TB, req string) (*http.Response, string) {
 	c := hs.dial(t)
 	defer c.nc.Close()
 	return c.roundTrip(req)
+}
+
+// waitSettled waits until the proxy holds no client connection any more
+// and a worker that served one waits idle: the base from which a test
+// counts goroutines or memory. (A second worker may still be on its way
+// from its connection's end to the idle list, a few instructions with no
+// wait in them.)
+func (hs *harness) waitSettled(t testing.TB) {
+	t.Helper()
+	wait.For(t, "the proxy to hold no client connection and a worker to wait idle", func() bool {
+		hs.srv.mu.Lock()
+		n := len(hs.srv.conns)
+		hs.srv.mu.Unlock()
+		return n == 0 && hs.srv.workers.Idle() > 0
+	})
+}
+
+// waitParked waits until the parker holds n connections. Where there is
+// no parker (park.Supported is false) it returns at once: connections
+// wait with their goroutine there.
+func (hs *harness) waitParked(t testing.TB, n int) {
+	t.Helper()
+	if !park.Supported {
+		return
+	}
+	wait.For(t, fmt.Sprintf("%d connections parked", n), func() bool { return parkedConns(hs.srv) == n })
 }
 
 func newReader(nc net.Conn) *bufio.Reader { return bufio.NewReader(nc) }

@@ -31,7 +31,7 @@ func TestIdleConnectionsPark(t *testing.T) {
 	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
 	hs := start(t, peers(testOptions(), up.Addr()))
 	hs.get(t, "/warm")
-	time.Sleep(2 * parkAfter)
+	hs.waitSettled(t)
 	// Idle workers (workers.go) wait for any connection, not for these.
 	serving := func() int { return runtime.NumGoroutine() - hs.srv.workers.Idle() }
 	base := serving()
@@ -76,7 +76,7 @@ func TestParkedConnectionClosedByClient(t *testing.T) {
 	if resp, _ := c.roundTrip("GET / HTTP/1.1\r\nHost: a\r\n\r\n"); resp.StatusCode != 200 {
 		t.Fatal(resp.Status)
 	}
-	time.Sleep(2 * parkAfter)
+	hs.waitParked(t, 1)
 	hs.srv.mu.Lock()
 	before := len(hs.srv.conns)
 	hs.srv.mu.Unlock()
@@ -104,8 +104,8 @@ func TestParkedSlowHeadAnsweredBeforeIdleOnes(t *testing.T) {
 			t.Fatal(resp.Status)
 		}
 	}
-	time.Sleep(2 * parkAfter) // the idle ones park, deadlines a minute away
-	c := hs.dial(t)           // reads time out after 10s: long before a minute
+	hs.waitParked(t, 3) // the idle ones, deadlines a minute away
+	c := hs.dial(t)     // reads time out after 10s: long before a minute
 	c.send("GET / HTTP/1.1\r\nHo")
 	resp, err := readHTTP(c)
 	if err != nil {
@@ -306,6 +306,11 @@ func TestH2ParkResumeChurn(t *testing.T) {
 			// t.Fatal may not be called here: h2Raw's failures are
 			// the test's, so each request's outcome comes back.
 			for r := 0; r < rounds; r++ {
+				// The stimulus is the idle time itself: just past
+				// parkAfter, by a little more each round, so that
+				// the request meets its connection parking, parked
+				// or resuming. No event can stand for it: the race
+				// of the hand-over is what is tested.
 				time.Sleep(parkAfter + time.Duration(r*10)*time.Millisecond)
 				id := uint32(2*r + 1)
 				if s, b, err := c.tryGet(id); err != nil || s != "200" || string(b) != "ok" {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
-	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // TestSlowHeadAllocations guards what a connection costs while its request
@@ -39,7 +38,7 @@ func TestSlowHeadAllocations(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		hs.get(t, "/warm")
 	}
-	time.Sleep(2 * parkAfter)
+	hs.waitSettled(t)
 	var stacks uint64
 	inUse := func() uint64 {
 		var m runtime.MemStats
@@ -50,7 +49,6 @@ func TestSlowHeadAllocations(t *testing.T) {
 		return m.HeapInuse
 	}
 	serving := func() int { return runtime.NumGoroutine() - hs.srv.workers.Idle() }
-	parked := func() int { return parkedConns(hs.srv) }
 	before, stacksBefore, base := inUse(), stacks, serving()
 
 	// Plain connections: the harness's clients each hold a 4 KiB
@@ -70,12 +68,14 @@ func TestSlowHeadAllocations(t *testing.T) {
 		conns[i] = nc
 		send(nc, "GET /slow HTTP/1.1\r\nHo")
 	}
-	wait.For(t, "the slow heads to park", func() bool { return parked() == n })
+	hs.waitParked(t, n)
 	for _, nc := range conns {
 		send(nc, "s")
 	}
-	time.Sleep(parkAfter / 4)
-	wait.For(t, "the slow heads to park again", func() bool { return parked() == n })
+	for _, nc := range conns {
+		hs.waitRead(t, nc) // woken, its byte read
+	}
+	hs.waitParked(t, n) // parked again
 	if code, body := hs.get(t, "/"); code != 200 || body != "ok" {
 		t.Fatalf("a normal request beside the slow heads: %d %q", code, body)
 	}

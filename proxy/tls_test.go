@@ -453,7 +453,7 @@ func TestTLSIdleConnectionsPark(t *testing.T) {
 	warm := hs.mustDialTLS(t, site.client())
 	warm.roundTrip("GET /warm HTTP/1.1\r\nHost: a\r\n\r\n")
 	warm.nc.Close()
-	time.Sleep(2 * parkAfter)
+	hs.waitSettled(t)
 	serving := func() int { return runtime.NumGoroutine() - hs.srv.workers.Idle() }
 	base := serving()
 
@@ -496,13 +496,13 @@ func TestTLSParkedConnectionIdleTimeout(t *testing.T) {
 	}
 }
 
-// slowHello sends the first write on it, the ClientHello, in three pieces
-// a while apart, the first after a wait: the proxy waits for it with the
-// connection parked in between (on Linux), and the handshake then reads
-// the pieces it stashed.
+// slowHello sends the first write on it, the ClientHello, in three pieces,
+// calling pause before each: the proxy waits for it with the connection
+// parked in between (on Linux), and the handshake then reads the pieces it
+// stashed.
 type slowHello struct {
 	net.Conn
-	pause time.Duration
+	pause func(piece int)
 	sent  bool
 }
 
@@ -511,14 +511,11 @@ func (s *slowHello) Write(b []byte) (int, error) {
 		return s.Conn.Write(b)
 	}
 	s.sent = true
-	time.Sleep(s.pause)
 	cut := []int{0, 3, len(b) / 2, len(b)}
 	for i := 1; i < len(cut); i++ {
+		s.pause(i - 1)
 		if _, err := s.Conn.Write(b[cut[i-1]:cut[i]]); err != nil {
 			return 0, err
-		}
-		if i < len(cut)-1 {
-			time.Sleep(s.pause)
 		}
 	}
 	return len(b), nil
@@ -535,7 +532,15 @@ func TestSlowClientHello(t *testing.T) {
 	}
 	defer nc.Close()
 	nc.SetDeadline(time.Now().Add(10 * time.Second))
-	tc := tls.Client(&slowHello{Conn: nc, pause: 2 * parkAfter}, site.client())
+	// Before the first piece the connection waits, parked, for any; before
+	// each next one, the proxy has read the last and parked again.
+	pause := func(piece int) {
+		if piece > 0 {
+			hs.waitRead(t, nc)
+		}
+		hs.waitParked(t, 1)
+	}
+	tc := tls.Client(&slowHello{Conn: nc, pause: pause}, site.client())
 	if err := tc.Handshake(); err != nil {
 		t.Fatalf("handshake with a ClientHello in pieces: %v", err)
 	}
@@ -626,7 +631,8 @@ func TestTLSSlowHead(t *testing.T) {
 	hs := startTLS(t, peers(testOptions(), up.Addr()), site.server(), func(s *Server) { s.HeaderTimeout = 2 * time.Second })
 	slow := hs.mustDialTLS(t, site.client())
 	slow.send("GET /slow HTTP/1.1\r\nHo")
-	time.Sleep(2 * parkAfter)
+	hs.waitRead(t, slow.nc)
+	hs.waitParked(t, 1)
 	slow.send("st: a\r\n\r\n")
 	if resp, body := slow.response("GET"); resp.StatusCode != 200 || body != "ok" {
 		t.Fatalf("a head in two pieces: %d %q", resp.StatusCode, body)

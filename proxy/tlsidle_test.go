@@ -61,7 +61,7 @@ func TestTLSIdleMemory(t *testing.T) {
 		c.roundTrip("GET /warm HTTP/1.1\r\nHost: a\r\n\r\n")
 		c.nc.Close()
 	}
-	time.Sleep(2 * parkAfter)
+	hs.waitSettled(t)
 	var stacks uint64
 	inUse := func() uint64 {
 		var m runtime.MemStats
