@@ -367,29 +367,20 @@ func TestUpgradeH2cServedAsHTTP11(t *testing.T) {
 }
 
 // TestH2ShutdownFinishesStreams: Shutdown sends GOAWAY, and a stream in
-// flight still gets its whole answer.
+// flight still gets its whole answer, which the upstream sends once the
+// client has the GOAWAY.
 func TestH2ShutdownFinishesStreams(t *testing.T) {
 	release := make(chan struct{})
 	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
-		<-release
+		select {
+		case <-release:
+		case <-c.Done():
+		}
 		c.Respond(200, "late")
 	})
-	hs, client := startH2(t, peers(testOptions(), up.Addr()), h2c())
-	got := make(chan string, 1)
-	go func() {
-		resp, err := client.Get("http://" + hs.addr + "/")
-		if err != nil {
-			got <- err.Error()
-			return
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			got <- err.Error()
-			return
-		}
-		got <- string(b)
-	}()
+	hs, _ := startH2(t, peers(testOptions(), up.Addr()), h2c())
+	c := dialH2Raw(t, hs.addr)
+	c.sendGet(1)
 	up.WaitRequests(1, 5*time.Second)
 	done := make(chan error, 1)
 	go func() {
@@ -397,10 +388,14 @@ func TestH2ShutdownFinishesStreams(t *testing.T) {
 		defer cancel()
 		done <- hs.srv.Shutdown(ctx)
 	}()
-	time.Sleep(50 * time.Millisecond) // let the GOAWAY go out before the answer
+	if ga := c.goAway(); ga.ErrCode != http2.ErrCodeNo {
+		t.Fatalf("GOAWAY %v", ga.ErrCode)
+	}
+	ping := c.next(func(f http2.Frame) bool { _, ok := f.(*http2.PingFrame); return ok }).(*http2.PingFrame)
+	c.fr.WritePing(true, ping.Data)
 	close(release)
-	if g := <-got; g != "late" {
-		t.Errorf("the stream in flight got %q", g)
+	if status, body, err := c.tryResponse(1); err != nil || status != "200" || string(body) != "late" {
+		t.Errorf("the stream in flight got %s %q, %v", status, body, err)
 	}
 	if err := <-done; err != nil {
 		t.Errorf("Shutdown: %v", err)

@@ -184,11 +184,22 @@ func (c *h2Raw) get(id uint32) (status string, body []byte) {
 // tryGet is get, for another goroutine than the test's: it fails with an
 // error.
 func (c *h2Raw) tryGet(id uint32) (status string, body []byte, err error) {
+	c.sendGet(id)
+	return c.tryResponse(id)
+}
+
+// sendGet sends a GET on stream id.
+func (c *h2Raw) sendGet(id uint32) {
 	c.buf.Reset()
 	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":path", "/"}, {":authority", "a"}} {
 		c.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
 	}
 	c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.buf.Bytes(), EndStream: true, EndHeaders: true})
+}
+
+// tryResponse reads the response on stream id to the end, skipping the
+// frames of other streams and of the connection.
+func (c *h2Raw) tryResponse(id uint32) (status string, body []byte, err error) {
 	for {
 		f, err := c.tryNext(func(f http2.Frame) bool { return f.Header().StreamID == id })
 		if err != nil {

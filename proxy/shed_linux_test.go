@@ -92,13 +92,13 @@ func TestShedAnswersWaitingClients(t *testing.T) {
 	// calls do after each accept that failed for want of descriptors.
 	shed := 0
 	var lines logSampler
-	for deadline := time.Now().Add(10 * time.Second); shed < clients && time.Now().Before(deadline); {
+	wait.For(t, "every client answered", func() bool {
 		shed += srv.shed(ln, sp, shedAnswer, syscall.EMFILE, &lines)
 		if !sp.Held() {
 			t.Fatal("the spare descriptor was not held again")
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return shed >= clients
+	})
 	want := `503 Service Unavailable | sluice; error=proxy_internal_error; details="out of file descriptors" | true | ` +
 		"503 Service Unavailable (proxy_internal_error)\n | EOF"
 	for range clients {
@@ -142,8 +142,8 @@ func TestAcceptFailedWaitsThenSheds(t *testing.T) {
 
 	// The shortage has just begun: the client waits.
 	for range 8 {
-		if wait, ok := srv.acceptFailed(ln, st, emfile); !ok || wait > shedAfter {
-			t.Fatalf("acceptFailed = %v, %v; want a wait of at most %v", wait, ok, shedAfter)
+		if backoff, ok := srv.acceptFailed(ln, st, emfile); !ok || backoff > shedAfter {
+			t.Fatalf("acceptFailed = %v, %v; want a wait of at most %v", backoff, ok, shedAfter)
 		}
 	}
 	if n := obs.count(); n != 0 {
@@ -151,10 +151,10 @@ func TestAcceptFailedWaitsThenSheds(t *testing.T) {
 	}
 	// It has lasted: the client is answered, as soon as it has arrived.
 	st.short = st.short.Add(-shedAfter)
-	for deadline := time.Now().Add(10 * time.Second); obs.count() == 0 && time.Now().Before(deadline); {
+	wait.For(t, "the waiting client answered", func() bool {
 		srv.acceptFailed(ln, st, emfile)
-		time.Sleep(time.Millisecond)
-	}
+		return obs.count() > 0
+	})
 	resp, err := http.ReadResponse(bufio.NewReader(nc), &http.Request{Method: "GET"})
 	if err != nil || resp.StatusCode != 503 {
 		t.Fatalf("after %v short of descriptors: %v, %v; want a 503", shedAfter, resp, err)
@@ -165,13 +165,13 @@ func TestAcceptFailedWaitsThenSheds(t *testing.T) {
 		t.Errorf("after an accept: short since %v, back-off %v", st.short, st.backoff)
 	}
 
-	var wait time.Duration
+	var backoff time.Duration
 	enomem := &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.ENOMEM)}
 	for range 10 {
-		wait, _ = srv.acceptFailed(ln, st, enomem)
+		backoff, _ = srv.acceptFailed(ln, st, enomem)
 	}
-	if wait != time.Second {
-		t.Errorf("out of memory, the back-off reached %v; want 1s", wait)
+	if backoff != time.Second {
+		t.Errorf("out of memory, the back-off reached %v; want 1s", backoff)
 	}
 	if _, ok := srv.acceptFailed(ln, st, syscall.EINVAL); ok {
 		t.Error("EINVAL was waited out; want Serve to return it")
@@ -264,11 +264,7 @@ func TestShedClosesTLSClients(t *testing.T) {
 		failed <- tls.Client(nc, site.client()).Handshake()
 	}()
 	var lines logSampler
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if srv.shed(ln, sp, nil, syscall.EMFILE, &lines) == 1 {
-			break
-		}
-	}
+	wait.For(t, "the client turned away", func() bool { return srv.shed(ln, sp, nil, syscall.EMFILE, &lines) == 1 })
 	err = <-failed
 	var rhe tls.RecordHeaderError
 	if !errors.Is(err, io.EOF) || errors.As(err, &rhe) {

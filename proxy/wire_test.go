@@ -712,8 +712,24 @@ func TestShutdownServesNextRequest(t *testing.T) {
 		defer cancel()
 		shut <- hs.srv.Shutdown(ctx)
 	}()
-	wait.For(t, "the drain", hs.srv.Draining)
-	time.Sleep(20 * time.Millisecond) // the connection has been woken up
+	// The connection, waiting for its next request, has been woken up by
+	// the drain (wakeIfIdle) and waits its grace for one.
+	wait.For(t, "the drain to wake the connection", func() bool {
+		if !hs.srv.Draining() {
+			return false
+		}
+		hs.srv.mu.Lock()
+		defer hs.srv.mu.Unlock()
+		for c := range hs.srv.conns {
+			c.mu.Lock()
+			idle := c.idle
+			c.mu.Unlock()
+			if idle {
+				return false
+			}
+		}
+		return true
+	})
 	resp, body := c.roundTrip("GET /next HTTP/1.1\r\nHost: a\r\n\r\n")
 	if resp.StatusCode != 200 || body != "ok" || !resp.Close {
 		t.Fatalf("next request during the drain: %d %q close=%v", resp.StatusCode, body, resp.Close)
