@@ -298,6 +298,10 @@ func TestNonIdempotentNeverOnLongIdleConnection(t *testing.T) {
 	opts.Pool.Once.MaxIdle = 100 * time.Millisecond
 	hs := start(t, inOrder(opts, up.Addr()))
 	hs.get(t, "/warm") // leaves a pooled connection
+	// The stimulus is the idle time itself, past Once.MaxIdle: the pool
+	// reads the clock when it hands a connection out, nothing happens
+	// when the time passes that a test could wait for, and a real socket
+	// cannot run on synctest's clock.
 	time.Sleep(200 * time.Millisecond)
 	resp, _ := hs.do(t, "POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx")
 	if resp.StatusCode != 200 {

@@ -253,6 +253,9 @@ func TestH2UpstreamGoAwayBurst(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[string]int{}
 	var started atomic.Int32
+	// The first 20 streams are held open until the 20th has begun the
+	// upstream's shutdown: the GOAWAY comes in the middle of the burst.
+	deploy := make(chan struct{})
 	up := startH2Upstream(t, nil, nil, func(c *h2.Conn, st *h2.Stream) {
 		var path string
 		for _, f := range st.Header() {
@@ -264,10 +267,13 @@ func TestH2UpstreamGoAwayBurst(t *testing.T) {
 		mu.Lock()
 		seen[path]++
 		mu.Unlock()
-		if started.Add(1) == 20 {
-			go c.Shutdown() // a deploy
+		switch n := started.Add(1); {
+		case n < 20:
+			<-deploy
+		case n == 20:
+			c.Shutdown() // a deploy
+			close(deploy)
 		}
-		time.Sleep(time.Millisecond)
 		st.WriteResponse([]hpack.HeaderField{{Name: ":status", Value: "200"}, {Name: "content-length", Value: "2"}}, []byte("ok"), true)
 	})
 	hs, client := startH2(t, peers(h2Options(ProtocolH2C, nil), up.addr()), h2c())

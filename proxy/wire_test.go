@@ -241,13 +241,27 @@ func TestDuplexBodyAndResponse(t *testing.T) {
 }
 
 func TestStaleIdleConnectionsNeverUsed(t *testing.T) {
-	// The upstream closes idle connections after 100ms; requests 300ms
-	// apart must never land on a closed one.
-	up := upstreamtest.Start(t, upstreamtest.CloseIdleAfter(100*time.Millisecond, upstreamtest.OK("ok")))
+	// The upstream closes each connection after its answer, as an idle
+	// timeout would, when the test says so; the next request goes once the
+	// proxy's end has the FIN, and must never land on the closed
+	// connection.
+	closeNow, closed := make(chan struct{}), make(chan struct{})
+	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+		c.Respond(200, "ok")
+		select {
+		case <-closeNow:
+		case <-c.Done():
+			return
+		}
+		c.Close()
+		c.Sent() // the FIN acknowledged
+		closed <- struct{}{}
+	})
 	hs := start(t, peers(testOptions(), up.Addr()))
 	for i := 0; i < 4; i++ {
 		if i > 0 {
-			time.Sleep(300 * time.Millisecond)
+			closeNow <- struct{}{}
+			<-closed
 		}
 		if status, _ := hs.get(t, "/"); status != 200 {
 			t.Fatalf("request %d: status %d", i, status)
@@ -282,6 +296,10 @@ func TestIdleConnectionOutlivesLastRequestsTimeouts(t *testing.T) {
 	up, hs := startWithShortUpstreamTimeouts(t)
 	for i := 0; i < 3; i++ {
 		if i > 0 {
+			// The stimulus is the idle time itself: past the 50 ms
+			// deadlines set on the connection for the last request.
+			// Nothing happens when they pass that a test could wait
+			// for, and a real socket cannot run on synctest's clock.
 			time.Sleep(150 * time.Millisecond)
 		}
 		if status, _ := hs.get(t, "/"); status != 200 {
@@ -301,7 +319,7 @@ func TestStreamedBodyOnConnectionIdlePastLastTimeouts(t *testing.T) {
 	if status, _ := hs.get(t, "/"); status != 200 {
 		t.Fatalf("first request: status %d", status)
 	}
-	time.Sleep(150 * time.Millisecond)
+	time.Sleep(150 * time.Millisecond) // idle past the last request's deadlines: the stimulus, as above
 	c := hs.dial(t)
 	body := strings.Repeat("b", 1000)
 	c.send("PUT /p HTTP/1.1\r\nHost: a\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body[:10])
