@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -317,31 +318,39 @@ func TestH2UpstreamGoAwayBurst(t *testing.T) {
 }
 
 // TestMuxSetClosesIdle: an HTTP/2 connection to an upstream is shut down
-// once idle past its idle timeout, though no try comes any more.
+// once idle past its idle timeout, though no try comes any more: at the
+// first sweep after, sweepEvery after the set got its first connection;
+// and the server's key goes, and the sweeps stop, with its last
+// connection. On synctest's clock, over net.Pipe.
 func TestMuxSetClosesIdle(t *testing.T) {
-	up := startH2Upstream(t, nil, nil, echoH2)
-	nc, err := net.Dial("tcp", up.addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m muxSet
-	defer m.close()
-	mc := &muxConn{cc: h2.NewClientConn(nc, nil), nc: nc, limits: &pool.Limits{MaxIdle: 4, IdleTimeout: 100 * time.Millisecond}}
-	defer mc.cc.Close()
-	m.add("gone", mc)
-	if got, _, _ := m.take("gone", time.Now()); got != mc {
-		t.Fatal("a fresh connection was not taken")
-	}
-	select {
-	case <-mc.cc.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("the idle connection of a server no try asks for stayed open")
-	}
-	wait.For(t, "the key of a server with no connection left to go", func() bool {
+	synctest.Test(t, func(t *testing.T) {
+		cn, sn := net.Pipe()
+		server := h2.NewConn(sn, nil, nil, func(*h2.Stream) {})
+		served := make(chan error, 1)
+		go func() { served <- server.Serve() }()
+		var m muxSet
+		mc := &muxConn{cc: h2.NewClientConn(cn, nil), nc: cn, limits: &pool.Limits{MaxIdle: 4, IdleTimeout: 100 * time.Millisecond}}
+		added := time.Now()
+		m.add("gone", mc)
+		if got, _, _ := m.take("gone", time.Now()); got != mc {
+			t.Fatal("a fresh connection was not taken")
+		}
+		<-mc.cc.Done()
+		if d := time.Since(added); d != sweepEvery {
+			t.Errorf("the idle connection was shut down after %v, want at the first sweep, %v", d, sweepEvery)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("the upstream's Serve: %v, want the graceful end the set's GOAWAY began", err)
+		}
+		synctest.Wait() // the sweep that shut it down is over
 		m.mu.Lock()
-		defer m.mu.Unlock()
 		_, ok := m.conns["gone"]
-		return !ok && m.sweeper == nil
+		sweeping := m.sweeper != nil
+		m.mu.Unlock()
+		if ok || sweeping {
+			t.Errorf("after its last connection: key kept %v, sweeps go on %v", ok, sweeping)
+		}
+		m.close()
 	})
 }
 
