@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sluice-proxy/sluice/fault"
@@ -209,3 +211,33 @@ func TestLogSampler(t *testing.T) {
 
 // http1Status reads one response and returns its status.
 func http1Status(br *bufio.Reader) (int, error) { return readResponse(br, "GET") }
+
+// Client faults past logLinesPerSecond in a second are left out of the
+// log, and told in a line of their own when the second ends with no line
+// after them: at the end of that second, to the nanosecond, on synctest's
+// clock.
+func TestClientFaultsLeftOutToldAtTheSecond(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var log logBuffer
+		srv := &Server{ErrorLog: slog.New(slog.NewTextHandler(&log, nil))}
+		e := &fault.Error{Kind: fault.ClientTimeout, Source: fault.Downstream, Context: "reading the request head"}
+		const n = 12
+		for range n {
+			srv.clientFault(nil, "192.0.2.1", InHead, e)
+		}
+		if got := strings.Count(log.String(), `msg="client fault"`); got != logLinesPerSecond {
+			t.Fatalf("%d lines for %d faults in a second, want %d:\n%s", got, n, logLinesPerSecond, log.String())
+		}
+		time.Sleep(time.Second - time.Nanosecond)
+		synctest.Wait()
+		if strings.Contains(log.String(), "left_out") {
+			t.Fatalf("the faults left out told before the second ended:\n%s", log.String())
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		want := fmt.Sprintf(`msg="client faults left out of the log" left_out=%d`, n-logLinesPerSecond)
+		if !strings.Contains(log.String(), want) {
+			t.Fatalf("no line %q at the second's end:\n%s", want, log.String())
+		}
+	})
+}
