@@ -393,10 +393,14 @@ func TestH2ShutdownFinishesStreams(t *testing.T) {
 	}
 	ping := c.next(func(f http2.Frame) bool { _, ok := f.(*http2.PingFrame); return ok }).(*http2.PingFrame)
 	c.fr.WritePing(true, ping.Data)
+	if ga := c.goAway(); ga.LastStreamID != 1 || ga.ErrCode != http2.ErrCodeNo {
+		t.Fatalf("final GOAWAY: last stream %d, %v", ga.LastStreamID, ga.ErrCode)
+	}
 	close(release)
 	if status, body, err := c.tryResponse(1); err != nil || status != "200" || string(body) != "late" {
 		t.Errorf("the stream in flight got %s %q, %v", status, body, err)
 	}
+	c.nc.Close() // as a client does once its last stream ended after a GOAWAY
 	if err := <-done; err != nil {
 		t.Errorf("Shutdown: %v", err)
 	}
