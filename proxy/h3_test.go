@@ -96,7 +96,7 @@ func (h *h3harness) warm(t *testing.T) *notingCache {
 	}
 	select {
 	case <-cache.got:
-	case <-time.After(5 * time.Second):
+	case <-time.After(wait.Timeout):
 		t.Fatal("no session ticket")
 	}
 	qc.CloseWithError(0, "")
@@ -136,7 +136,7 @@ func TestH3EarlyDataUnsafeTooEarly(t *testing.T) {
 	r.release()
 	select {
 	case <-qc.HandshakeComplete():
-	case <-time.After(5 * time.Second):
+	case <-time.After(wait.Timeout):
 		t.Fatal("handshake not complete")
 	}
 	resp, err = h3Request(qc, "POST", "/order", []byte("pay 10"), "content-length", "6")
@@ -171,7 +171,7 @@ func TestH3EarlyDataReplayedGet(t *testing.T) {
 	go h3Request(qc, "GET", "/balance", nil, "content-length", "0")
 	select {
 	case <-capture.sawEarly:
-	case <-time.After(5 * time.Second):
+	case <-time.After(wait.Timeout):
 		t.Fatal("no 0-RTT packet")
 	}
 	capture.replay(t, hs.addr)
@@ -242,14 +242,14 @@ func TestH3ShutdownGoAway(t *testing.T) {
 	<-arrived
 	shut := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), wait.Timeout)
 		defer cancel()
 		shut <- hs.srv.Shutdown(ctx)
 	}()
 	var id uint64
 	select {
 	case id = <-goaway:
-	case <-time.After(5 * time.Second):
+	case <-time.After(wait.Timeout):
 		t.Fatal("no GOAWAY")
 	}
 	if id != 4 {
@@ -287,7 +287,7 @@ func openControl(t *testing.T, qc *quic.Conn) *quic.ReceiveStream {
 		t.Fatal(err)
 	}
 	cs.Write(appendH3Frame(quicvarint.Append(nil, 0), 0x04, nil))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), wait.Timeout)
 	defer cancel()
 	for {
 		rs, err := qc.AcceptUniStream(ctx)
@@ -460,7 +460,7 @@ func TestH3RapidReset(t *testing.T) {
 	req := appendH3Headers(nil, []qpack.HeaderField{{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "https"},
 		{Name: ":authority", Value: "example.com"}, {Name: ":path", Value: "/"}})
 	for i := 0; i < 200; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), wait.Timeout)
 		st, err := qc.OpenStreamSync(ctx)
 		cancel()
 		if err != nil {

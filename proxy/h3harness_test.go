@@ -17,6 +17,7 @@ import (
 	"github.com/quic-go/qpack"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/quicvarint"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // h3harness is a proxy serving HTTP/3 on a QUICSocket on 127.0.0.1:0.
@@ -60,7 +61,7 @@ func startH3(t testing.TB, h Handler, opts func(*QUICOptions), tweak ...func(*Se
 		hs.srv.ServeQUIC(qs.Handoff(), ListenerOptions{})
 	}()
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), wait.Timeout)
 		defer cancel()
 		hs.srv.Shutdown(ctx)
 		<-h3.done
@@ -83,7 +84,7 @@ func (h *h3harness) clientTLS(cache tls.ClientSessionCache) *tls.Config {
 // dial opens a QUIC connection to addr, its handshake complete.
 func dialH3(t testing.TB, addr string, cfg *tls.Config, early bool) *quic.Conn {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), wait.Timeout)
 	defer cancel()
 	var qc *quic.Conn
 	var err error
@@ -110,13 +111,13 @@ type h3resp struct {
 // lowercase names) and reads the response. It writes no control stream:
 // a server must serve requests without one.
 func h3Request(qc *quic.Conn, method, path string, body []byte, fields ...string) (*h3resp, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), wait.Timeout)
 	defer cancel()
 	st, err := qc.OpenStreamSync(ctx)
 	if err != nil {
 		return nil, err
 	}
-	st.SetDeadline(time.Now().Add(5 * time.Second))
+	st.SetDeadline(time.Now().Add(wait.Timeout))
 	hf := []qpack.HeaderField{{Name: ":method", Value: method}, {Name: ":scheme", Value: "https"},
 		{Name: ":authority", Value: "example.com"}, {Name: ":path", Value: path}}
 	for i := 0; i+1 < len(fields); i += 2 {
@@ -202,7 +203,7 @@ func appErr(t testing.TB, qc *quic.Conn) (uint64, bool) {
 	t.Helper()
 	select {
 	case <-qc.Context().Done():
-	case <-time.After(5 * time.Second):
+	case <-time.After(wait.Timeout):
 		t.Fatal("the connection was not closed")
 	}
 	var ae *quic.ApplicationError

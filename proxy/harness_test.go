@@ -56,17 +56,20 @@ func peers(opts *PeerOptions, addrs ...string) *rotate {
 	return h
 }
 
-// testOptions are short timeouts and pooling on.
+// testOptions are pooling on, and timeouts that only bound a test that is
+// failing anyway: a loaded machine running the race detector must not
+// trip them (a test of a timeout sets its own, short). So is the idle time
+// past which a request that must be sent once dials anew.
 func testOptions() *PeerOptions {
 	return &PeerOptions{
-		ConnectTimeout:        time.Second,
-		ResponseHeaderTimeout: 2 * time.Second,
-		ReadTimeout:           2 * time.Second,
-		WriteTimeout:          2 * time.Second,
+		ConnectTimeout:        wait.Timeout,
+		ResponseHeaderTimeout: wait.Timeout,
+		ReadTimeout:           wait.Timeout,
+		WriteTimeout:          wait.Timeout,
 		// Requests that must be sent once take pooled connections, as
 		// the seeds' proxies do, so that tests see what happens then.
 		Pool: &pool.Limits{MaxIdle: 64, IdleTimeout: time.Minute,
-			Once: pool.Once{Mode: pool.Reuse, MaxIdle: 2 * time.Second}},
+			Once: pool.Once{Mode: pool.Reuse, MaxIdle: wait.Timeout}},
 		Retry: &retry.Policy{},
 	}
 }

@@ -233,10 +233,15 @@ func TestTimedOutServerGetsNoSecondTry(t *testing.T) {
 				addrs = append(addrs, upstreamtest.Start(t, upstreamtest.OK("fast")).Addr())
 			}
 			opts := withPolicy(&retry.Policy{Tries: 3, Timeout: -1})
-			opts.ResponseHeaderTimeout = 200 * time.Millisecond
-			var h Handler = inOrder(opts, addrs...)
+			var h Handler
 			if tt.force {
-				h = forceInOrder(opts, addrs...)
+				f := forceInOrder(opts, addrs...)
+				f.silent(tt.servers, 200*time.Millisecond)
+				h = f
+			} else {
+				o := inOrder(opts, addrs...)
+				o.silent(tt.servers, 200*time.Millisecond)
+				h = o
 			}
 			hs := start(t, h)
 			resp, body := hs.do(t, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")

@@ -36,6 +36,19 @@ func inOrder(opts *PeerOptions, addrs ...string) *ordered {
 	return h
 }
 
+// silent gives the first n peers of h a response-header timeout of d, in
+// options of their own: the stimulus of a test of servers that never
+// answer. The others keep their options, whose timeouts a loaded machine
+// cannot trip, so that a server that answers is never taken for a silent
+// one.
+func (h *ordered) silent(n int, d time.Duration) {
+	for _, p := range h.peers[:n] {
+		o := *p.Options
+		o.ResponseHeaderTimeout = d
+		p.Options = &o
+	}
+}
+
 func withPolicy(p *retry.Policy) *PeerOptions {
 	o := testOptions()
 	o.Retry = p
@@ -167,8 +180,11 @@ func TestSeed002Matrix(t *testing.T) {
 				if cfg.off {
 					opts.Retry.Tries = 1
 				}
-				opts.ResponseHeaderTimeout = 300 * time.Millisecond
-				hs := start(t, inOrder(opts, f.addr(t), b.Addr()))
+				h := inOrder(opts, f.addr(t), b.Addr())
+				if f.name == "silence" {
+					h.silent(1, 300*time.Millisecond)
+				}
+				hs := start(t, h)
 				got := outcome(t, hs)
 				if got != want[f.name][ci] {
 					t.Fatalf("client got %s, want %s", got, want[f.name][ci])
@@ -269,8 +285,9 @@ func TestPostSilentPastTimeout(t *testing.T) {
 			a := upstreamtest.Start(t, upstreamtest.Silent())
 			b := upstreamtest.Start(t, upstreamtest.OK("B"))
 			opts := withPolicy(&retry.Policy{NonIdempotent: tt.mode})
-			opts.ResponseHeaderTimeout = 300 * time.Millisecond
-			hs := start(t, inOrder(opts, a.Addr(), b.Addr()))
+			h := inOrder(opts, a.Addr(), b.Addr())
+			h.silent(1, 300*time.Millisecond)
+			hs := start(t, h)
 			key := ""
 			if tt.key {
 				key = "Idempotency-Key: order-1\r\n"
