@@ -90,9 +90,9 @@ func TestBodiesInPiecesAfterInlineRequests(t *testing.T) {
 
 // TestRequestArrivingWhileOneIsServed: a request the client sends while the
 // previous one is still being served inline is answered right after it. The
-// poller's report of its arrival must not be lost: the connection has no
-// parker here (idle timeout below parkAfter), so a lost report would leave
-// the request unread until the idle timeout closed the connection.
+// poller's report of its arrival must not be lost: the server has no
+// parker here, so a lost report would leave the request unread until the
+// idle timeout, a minute away, long after the client's reads time out.
 func TestRequestArrivingWhileOneIsServed(t *testing.T) {
 	// The upstream holds /slow until the test has /next in the proxy's
 	// socket.
@@ -107,7 +107,11 @@ func TestRequestArrivingWhileOneIsServed(t *testing.T) {
 		}
 		c.Respond(200, r.Target)
 	})
-	hs := start(t, peers(testOptions(), up.Addr()), func(s *Server) { s.IdleTimeout = parkAfter / 2 })
+	hs := start(t, peers(testOptions(), up.Addr()), func(s *Server) {
+		s.init()
+		s.parker.Close() // none: the connection waits with its goroutine
+		s.parker = nil
+	})
 	c := hs.dial(t)
 	for i := 0; i < 3; i++ {
 		c.send("GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
