@@ -70,7 +70,12 @@ func TestH3Requests(t *testing.T) {
 				t.Errorf("Early-Data on a request after the handshake")
 			}
 			te, _ := field(r.Header, "Transfer-Encoding")
-			if tt.chunked != (te == "chunked") {
+			// A request without a body whose stream's end comes in a
+			// datagram of its own, after the HEADERS, goes chunked with
+			// no chunk: that it has no body is not known when its head
+			// goes upstream.
+			endLate := tt.body == "" && te == "chunked" && r.Complete && len(r.Decoded) == 0
+			if tt.chunked != (te == "chunked") && !endLate {
 				t.Errorf("Transfer-Encoding %q upstream", te)
 			}
 		})
@@ -116,11 +121,12 @@ func TestH3EarlyDataUnsafeTooEarly(t *testing.T) {
 	// the request before its handshake completes, as it would see a
 	// replay's.
 	r := newRelay(t, hs.addr, true, true)
+	r.holdServer()
 	qc := dialH3(t, r.addr(), hs.clientTLS(cache), true)
 	if qc.ConnectionState().TLS.HandshakeComplete {
 		t.Fatal("the handshake completed at once")
 	}
-	resp, err := h3Request(qc, "POST", "/order", []byte("pay 10"), "content-length", "6")
+	resp, err := r.early(t, qc, "POST", "/order", []byte("pay 10"), "content-length", "6")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,8 +200,9 @@ func TestH3EarlyDataBodyTooEarly(t *testing.T) {
 	cache := hs.warm(t)
 	before := len(up.Requests())
 	r := newRelay(t, hs.addr, true, true)
+	r.holdServer()
 	qc := dialH3(t, r.addr(), hs.clientTLS(cache), true)
-	resp, err := h3Request(qc, "GET", "/search", []byte("q=1"))
+	resp, err := r.early(t, qc, "GET", "/search", []byte("q=1"))
 	if err != nil || resp.status != 425 {
 		t.Fatalf("%v %v; want 425", resp, err)
 	}

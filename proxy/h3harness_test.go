@@ -246,10 +246,12 @@ type relay struct {
 	first      [][]byte // the client's datagrams before any Handshake packet
 	sawEarly   chan struct{}
 	earlyOnce  sync.Once
-	forward    bool // forward the client's datagrams at all
-	retries    int  // Retry packets the server sent
-	fromServer int  // bytes the server sent
-	toServer   int  // bytes forwarded to it
+	forward    bool     // forward the client's datagrams at all
+	retries    int      // Retry packets the server sent
+	fromServer int      // bytes the server sent
+	toServer   int      // bytes forwarded to it
+	holdDown   bool     // hold the server's datagrams (holdServer)
+	down       [][]byte // the server's datagrams held
 }
 
 func newRelay(t testing.TB, server string, forward, hold bool) *relay {
@@ -320,11 +322,65 @@ func (r *relay) fromServerLoop() {
 			r.retries++
 		}
 		a := r.client
+		if r.holdDown {
+			r.down = append(r.down, append([]byte(nil), buf[:n]...))
+			a = nil
+		}
 		r.mu.Unlock()
 		if a != nil {
 			r.pc.WriteToUDP(buf[:n], a)
 		}
 	}
+}
+
+// holdServer makes r hold what the server sends until releaseServer.
+func (r *relay) holdServer() {
+	r.mu.Lock()
+	r.holdDown = true
+	r.mu.Unlock()
+}
+
+// releaseServer stops holding the server's datagrams, and sends the
+// client those held.
+func (r *relay) releaseServer() {
+	r.mu.Lock()
+	down, a := r.down, r.client
+	r.down, r.holdDown = nil, false
+	r.mu.Unlock()
+	for _, d := range down {
+		r.pc.WriteToUDP(d, a)
+	}
+}
+
+// early sends a request in 0-RTT on qc, dialed through r, which holds
+// the server's datagrams (holdServer) and the client's end of the
+// handshake: once the request is on its way to the server (a 0-RTT packet
+// went through), it lets the server's datagrams go, for the answer. The
+// server answers before its handshake completes. The client has all of
+// the server's handshake only once its request went: quic-go's client
+// reads the transport parameters it remembered when it opens a stream in
+// 0-RTT, and writes the server's as the handshake brings them, with
+// nothing between the two that the race detector would see ordered.
+func (r *relay) early(t testing.TB, qc *quic.Conn, method, path string, body []byte, fields ...string) (*h3resp, error) {
+	t.Helper()
+	type result struct {
+		resp *h3resp
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := h3Request(qc, method, path, body, fields...)
+		done <- result{resp, err}
+	}()
+	select {
+	case <-r.sawEarly:
+	case res := <-done: // failed before anything went
+		r.releaseServer()
+		return res.resp, res.err
+	}
+	r.releaseServer()
+	res := <-done
+	return res.resp, res.err
 }
 
 // release stops holding, and sends what was held.
