@@ -360,7 +360,8 @@ func (r *relay) releaseServer() {
 // the server's handshake only once its request went: quic-go's client
 // reads the transport parameters it remembered when it opens a stream in
 // 0-RTT, and writes the server's as the handshake brings them, with
-// nothing between the two that the race detector would see ordered.
+// nothing between the two that the race detector would see ordered
+// (quic-go issue 4303, open).
 func (r *relay) early(t testing.TB, qc *quic.Conn, method, path string, body []byte, fields ...string) (*h3resp, error) {
 	t.Helper()
 	type result struct {
