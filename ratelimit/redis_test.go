@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/ratelimit"
 	"github.com/sluice-proxy/sluice/route"
@@ -57,7 +58,7 @@ func startRedis(t *testing.T) *redisServer {
 	r := &redisServer{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), cmd: cmd, done: make(chan struct{})}
 	go func() { cmd.Wait(); close(r.done) }()
 	t.Cleanup(r.Kill)
-	proxytest.WaitFor(t, "redis-server to answer PING", func() bool {
+	wait.For(t, "redis-server to answer PING", func() bool {
 		select {
 		case <-r.done:
 			t.Fatal("redis-server exited at start")
@@ -278,7 +279,7 @@ func TestRedisDown(t *testing.T) {
 	// script's first EVAL, may take longer than 50ms.)
 	for i, path := range []string{"/killed/allow", "/killed/deny"} {
 		l := limiters[i]
-		proxytest.WaitFor(t, "a request to "+path+" decided by Redis", func() bool {
+		wait.For(t, "a request to "+path+" decided by Redis", func() bool {
 			return get(path) == 200 && l.Counts().Allowed > 0
 		})
 	}
