@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -41,6 +42,23 @@ func readable(t *testing.T, c net.Conn) bool {
 	return err == nil && n == 1
 }
 
+// sendWaits returns once a goroutine is parked in Send's wait for the
+// answer (or after wait.Timeout: the test then fails on what Send did), so
+// that what the upstream does next comes while Send waits.
+func sendWaits() {
+	buf := make([]byte, 1<<20)
+	wait.Until(wait.Timeout, func() bool {
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		for _, g := range strings.Split(stacks, "\n\n") {
+			head, _, _ := strings.Cut(g, "\n")
+			if strings.Contains(g, "pool.(*sysConn).send(") && strings.Contains(head, "[IO wait") {
+				return true
+			}
+		}
+		return false
+	})
+}
+
 // TestSend pins Send's contract: the whole request is written, and when
 // Send returns the first read finds what ended the wait: the answer, the
 // upstream's close or reset, or the read deadline.
@@ -55,11 +73,7 @@ func TestSend(t *testing.T) {
 		{
 			name: "answer comes later",
 			upstream: func(s net.Conn) {
-				// The stimulus: an upstream slow to answer, so that Send
-				// is waiting when the answer comes. Send announces
-				// nothing when it starts to wait, so only time can order
-				// the two.
-				time.Sleep(50 * time.Millisecond)
+				sendWaits()
 				s.Write([]byte("HTTP/1.1 200 OK\r\n\r\n"))
 			},
 			check: func(t *testing.T, first []byte, err error) {
@@ -81,7 +95,7 @@ func TestSend(t *testing.T) {
 		{
 			name: "upstream closes",
 			upstream: func(s net.Conn) {
-				time.Sleep(20 * time.Millisecond) // the stimulus, as above: Send waits, then the close comes
+				sendWaits()
 				s.Close()
 			},
 			check: func(t *testing.T, first []byte, err error) {
@@ -93,7 +107,7 @@ func TestSend(t *testing.T) {
 		{
 			name: "upstream resets",
 			upstream: func(s net.Conn) {
-				time.Sleep(20 * time.Millisecond) // the stimulus, as above: Send waits, then the reset comes
+				sendWaits()
 				s.(*net.TCPConn).SetLinger(0)
 				s.Close()
 			},
