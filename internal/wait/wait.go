@@ -11,6 +11,8 @@
 package wait
 
 import (
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -53,4 +55,29 @@ func Until(d time.Duration, cond func() bool) bool {
 		pause = min(2*pause, 20*time.Millisecond)
 	}
 	return true
+}
+
+// Blocked reports whether a goroutine whose stack holds fn is blocked in
+// state: the event, for a test, that code which announces nothing has
+// reached a wait (a call waiting on a socket, a goroutine on a channel).
+// fn is matched as the stack trace writes it, package name first
+// ("pool.(*sysConn).send("); state as the trace's header names it ("IO
+// wait", "chan receive", "select", "sleep").
+func Blocked(fn, state string) bool {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		head, _, _ := strings.Cut(g, "\n")
+		if strings.Contains(head, "["+state) && strings.Contains(g, fn) {
+			return true
+		}
+	}
+	return false
 }

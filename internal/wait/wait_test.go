@@ -48,3 +48,24 @@ func TestUntil(t *testing.T) {
 		t.Fatal("Until reported true for a condition that never holds")
 	}
 }
+
+func TestBlocked(t *testing.T) {
+	ch := make(chan int)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		receiveOn(ch)
+	}()
+	For(t, "the goroutine to block in receiveOn", func() bool { return Blocked("wait.receiveOn(", "chan receive") })
+	if Blocked("wait.receiveOn(", "select") {
+		t.Error("Blocked matched a state the goroutine is not in")
+	}
+	ch <- 1
+	<-done
+	if Blocked("wait.receiveOn(", "chan receive") {
+		t.Error("Blocked matched a goroutine that ended")
+	}
+}
+
+//go:noinline
+func receiveOn(ch chan int) int { return <-ch }
