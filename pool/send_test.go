@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -46,17 +45,7 @@ func readable(t *testing.T, c net.Conn) bool {
 // answer (or after wait.Timeout: the test then fails on what Send did), so
 // that what the upstream does next comes while Send waits.
 func sendWaits() {
-	buf := make([]byte, 1<<20)
-	wait.Until(wait.Timeout, func() bool {
-		stacks := string(buf[:runtime.Stack(buf, true)])
-		for _, g := range strings.Split(stacks, "\n\n") {
-			head, _, _ := strings.Cut(g, "\n")
-			if strings.Contains(g, "pool.(*sysConn).send(") && strings.Contains(head, "[IO wait") {
-				return true
-			}
-		}
-		return false
-	})
+	wait.Until(wait.Timeout, func() bool { return wait.Blocked("pool.(*sysConn).send(", "IO wait") })
 }
 
 // TestSend pins Send's contract: the whole request is written, and when

@@ -170,10 +170,11 @@ func TestChunkedRequestRecordedExactly(t *testing.T) {
 		"A\r\n0123456789\r\n" +
 		"0;last\r\nX-Sum: 42\r\nX-More:  yes \r\n\r\n"
 	send(t, nc, head+body[:10])
-	// The stimulus: the body arrives in pieces, the server reading the
-	// first before the rest is sent. The server says nothing of a request
-	// until it is whole, so only time can order the read and the send.
-	time.Sleep(10 * time.Millisecond)
+	// The body arrives in pieces: the rest is sent once the server has read
+	// the first and waits for more.
+	wait.For(t, "the server to wait for the rest of the body", func() bool {
+		return wait.Blocked("upstreamtest.(*bodyReader).", "IO wait")
+	})
 	send(t, nc, body[10:])
 	if resp := mustResponse(t, br); resp.body != "done" {
 		t.Fatalf("response %+v", resp)
