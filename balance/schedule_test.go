@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -235,6 +236,50 @@ func TestSweepAnnouncesDownTimeOver(t *testing.T) {
 		tl.sleepUntil(11 * time.Second)
 		if got := rec.String(); got != "a=false a=true" {
 			t.Fatalf("OnChange calls %q a second after the down time ended, want the return announced", got)
+		}
+	})
+}
+
+// TestActiveCheckTimeout: a check that gets no answer fails at its
+// Timeout, counted from its dial, not a moment before or after.
+func TestActiveCheckTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tl := newTimeline()
+		var failedAt time.Duration
+		o := Options{Rand: newRand(1), MaxFails: -1, ConsecutiveFailures: -1,
+			Active: &ActiveCheck{Interval: 10 * time.Second, Timeout: 3 * time.Second, Rise: 1, Fall: 1},
+			OnChange: func(s *Server, healthy bool) {
+				if !healthy {
+					failedAt = time.Since(tl.start)
+				}
+			},
+			dial: func(ctx context.Context, addr string) (net.Conn, error) {
+				tl.mark()
+				c, s := net.Pipe()
+				go io.Copy(io.Discard, s) // reads the check, answers nothing
+				return c, nil
+			}}
+		g := NewGroup("u", servers(1), nil, o)
+		g.Start(context.Background())
+		defer g.Close()
+		s := g.Servers()[0]
+		for len(tl.times()) == 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		dialed := tl.times()[0]
+		tl.sleepUntil(dialed + 3*time.Second - time.Nanosecond)
+		if !s.Healthy() {
+			t.Fatalf("out %v after the dial, before the 3 s timeout: %s", 3*time.Second-time.Nanosecond, s.State())
+		}
+		tl.sleepUntil(dialed + 3*time.Second)
+		if s.Healthy() || failedAt != dialed+3*time.Second {
+			t.Fatalf("at the timeout: healthy %v, taken out at %v; want out at %v", s.Healthy(), failedAt, dialed+3*time.Second)
+		}
+		// The connection's deadline and the check's context end at the
+		// same instant: the error is the read's timeout or the close the
+		// context made, whichever came first.
+		if st := s.State(); !strings.HasPrefix(st, "unhealthy (active: 1 failed checks: ") {
+			t.Fatalf("State = %q, want one failed check", st)
 		}
 	})
 }
