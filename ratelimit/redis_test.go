@@ -17,7 +17,6 @@ import (
 
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
-	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/ratelimit"
 	"github.com/sluice-proxy/sluice/route"
@@ -58,7 +57,7 @@ func startRedis(t *testing.T) *redisServer {
 	r := &redisServer{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), cmd: cmd, done: make(chan struct{})}
 	go func() { cmd.Wait(); close(r.done) }()
 	t.Cleanup(r.Kill)
-	wait.For(t, "redis-server to answer PING", func() bool {
+	proxytest.WaitFor(t, "redis-server to answer PING", func() bool {
 		select {
 		case <-r.done:
 			t.Fatal("redis-server exited at start")
@@ -279,7 +278,7 @@ func TestRedisDown(t *testing.T) {
 	// script's first EVAL, may take longer than 50ms.)
 	for i, path := range []string{"/killed/allow", "/killed/deny"} {
 		l := limiters[i]
-		wait.For(t, "a request to "+path+" decided by Redis", func() bool {
+		proxytest.WaitFor(t, "a request to "+path+" decided by Redis", func() bool {
 			return get(path) == 200 && l.Counts().Allowed > 0
 		})
 	}
