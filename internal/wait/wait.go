@@ -6,8 +6,10 @@
 // under test announces the event (a channel, a callback, a WaitGroup),
 // the test waits on that; where it does not (a counter that a goroutine
 // bumps after answering, a socket the peer closed), the test polls the
-// condition with For. Inside a testing/synctest bubble the test uses
-// synctest.Wait instead, which needs no polling.
+// condition with For; where the event is that code reached a wait of its
+// own (a call parked on a socket), the condition is Blocked. Inside a
+// testing/synctest bubble the test uses synctest.Wait instead, which needs
+// no polling.
 package wait
 
 import (
