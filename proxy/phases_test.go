@@ -138,7 +138,7 @@ func (r *recordingTee) Abort() {
 func (r *recordingTee) result() (int, string, string, string) {
 	select {
 	case <-r.done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(wait.Timeout):
 		return 0, "", "", "never told how it ended"
 	}
 	r.mu.Lock()

@@ -110,7 +110,7 @@ func TestChunksGatheredNotHeld(t *testing.T) {
 		c.WriteString("5\r\nfirst\r\n")
 		select {
 		case <-got: // the client has the first chunk
-		case <-time.After(5 * time.Second):
+		case <-time.After(wait.Timeout):
 		}
 		c.WriteString("6\r\nsecond\r\n0\r\n\r\n")
 	})
