@@ -464,13 +464,10 @@ func TestUpgradeUnixSockets(t *testing.T) {
 	waitOK := func(n int64) {
 		t.Helper()
 		target := ok.Load() + n
-		for ok.Load() < target {
-			if failed.Load() > 100 {
-				mu.Lock()
-				defer mu.Unlock()
-				t.Fatalf("requests fail: %v", errs[:10])
-			}
-			time.Sleep(5 * time.Millisecond)
+		if !wait.Until(processTimeout, func() bool { return ok.Load() >= target || failed.Load() > 100 }) || failed.Load() > 100 {
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("the load: %d ok (waiting for %d), %d failed: %v", ok.Load(), target, failed.Load(), errs[:min(len(errs), 10)])
 		}
 	}
 	waitOK(200)
