@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/internal/acmetest"
 	"github.com/sluice-proxy/sluice/internal/redistest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 func testKey(b byte) [32]byte {
@@ -137,15 +138,34 @@ func TestRedisStorage(t *testing.T) {
 // released, and free once its holder stops refreshing it (died).
 func TestRedisLocks(t *testing.T) {
 	srv := redistest.Start(t)
-	a, _ := redisStore(t, srv.Addr, testKey(1))
+	a, ac := redisStore(t, srv.Addr, testKey(1))
 	b, _ := redisStore(t, srv.Addr, testKey(1))
-	a.lockTTL, b.lockTTL = 300*time.Millisecond, 300*time.Millisecond
+	// A second, not less: a lock whose holder's refreshes (every third of
+	// it, each bounded by a third) stall for most of its time to live
+	// lapses, as it should, and a loaded machine running the race
+	// detector stalled them for 300 ms, which let b take a's lock.
+	const ttl = time.Second
+	a.lockTTL, b.lockTTL = ttl, ttl
 	ctx := context.Background()
 	if err := a.Lock(ctx, "issue_cert_a.test"); err != nil {
 		t.Fatal(err)
 	}
-	// Held past several times to live: a refreshes it.
-	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+	// Held past several times to live: each refresh by a moves the lock's
+	// expiry in Redis on (a lock that lapsed is gone for good: a refresh
+	// extends only a lock still there), and b cannot take it after each.
+	// Redis expires keys on its own clock, which synctest cannot fake:
+	// the test waits for what Redis shows.
+	expiry := func() time.Duration { return ac.PExpireTime(ctx, a.lockKey("issue_cert_a.test")).Val() }
+	first := expiry()
+	if first <= 0 {
+		t.Fatalf("the lock's expiry in Redis: %v", first)
+	}
+	for last := first; last < first+3*ttl; {
+		prev := last
+		wait.For(t, "a's refresh to move the lock's expiry on", func() bool { last = expiry(); return last > prev || last < 0 })
+		if last < 0 {
+			t.Fatal("a's lock expired in Redis before a refresh")
+		}
 		if ok, err := b.TryLock(ctx, "issue_cert_a.test"); ok || err != nil {
 			t.Fatalf("b took a's lock: %v, %v", ok, err)
 		}
@@ -181,8 +201,8 @@ func TestRedisLocks(t *testing.T) {
 	if err := a.Lock(ctx, "issue_cert_a.test"); err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(start); took > 300*time.Millisecond+time.Second {
-		t.Errorf("a waited %v for a dead holder's lock of 300ms", took)
+	if took := time.Since(start); took > ttl+time.Second {
+		t.Errorf("a waited %v for a dead holder's lock of %v", took, ttl)
 	}
 	b.Unlock(ctx, "issue_cert_a.test")
 	if ok, _ := b.TryLock(ctx, "issue_cert_a.test"); ok {
@@ -267,7 +287,7 @@ func TestFleet(t *testing.T) {
 	// The renewal: every instance serves a new certificate, and the CA
 	// issued one more, not three.
 	var renewed [3]bool
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	if !wait.Until(30*time.Second, func() bool {
 		all := true
 		for i, s := range servers {
 			if !renewed[i] {
@@ -276,12 +296,9 @@ func TestFleet(t *testing.T) {
 			}
 			all = all && renewed[i]
 		}
-		if all {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not every instance serves a renewed certificate within 30 s: %v", renewed)
-		}
+		return all
+	}) {
+		t.Fatalf("not every instance serves a renewed certificate within 30 s: %v", renewed)
 	}
 	if n := ca.Orders(); n != 2 {
 		t.Errorf("pebble issued %d certificates after the renewal, want 2: the renewal once, by one instance", n)

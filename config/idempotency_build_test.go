@@ -5,13 +5,13 @@ import (
 	"errors"
 	"net/netip"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/idempotency"
 	"github.com/sluice-proxy/sluice/internal/redistest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/proxy"
 )
 
@@ -126,13 +126,9 @@ func TestBuildIdempotencyRedis(t *testing.T) {
 	if d := layer(b).Begin(context.Background(), r); d.Outcome != idempotency.Replayed || string(d.Answer.Body) != "created" {
 		t.Errorf("Begin at b after a kept: %v", d.Outcome)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for client.Ping(context.Background()).Err() == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("a's client is still open after its last claim ended")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	// The client is closed by a goroutine that waits for a's claims to
+	// end, which announces nothing: its Ping failing is the event.
+	wait.For(t, "a's client to close after its last claim ended", func() bool { return client.Ping(context.Background()).Err() != nil })
 	if err := client.Ping(context.Background()).Err(); !errors.Is(err, redis.ErrClosed) {
 		t.Errorf("a's client: %v, want closed", err)
 	}

@@ -9,28 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
-
 	"github.com/sluice-proxy/sluice/h1"
 )
-
-// TestMain checks that no test leaves a goroutine behind: a claim's
-// renewal stops when the claim ends. go-redis's own log, a line per
-// failed dial, is silenced: the tests that stop Redis make many. The
-// proxy the phase tests run keeps idle workers for the next connection or
-// stream (internal/workers), which end by themselves after a while, as
-// does their reaper: they are let be.
-func TestMain(m *testing.M) {
-	redis.SetLogger(quiet{})
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/sluice-proxy/sluice/internal/workers.(*Pool[...]).reap"),
-		goleak.IgnoreAnyFunction("github.com/sluice-proxy/sluice/internal/workers.(*Pool[...]).run"))
-}
-
-type quiet struct{}
-
-func (quiet) Printf(context.Context, string, ...any) {}
 
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-proxy/sluice/internal/redistest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // client returns a client of the Redis at addr with timeout as its own
@@ -154,45 +155,59 @@ func TestRedisFleet(t *testing.T) {
 // renews keeps its claim for many leases; one that died (its client
 // killed, its claim left in Redis) loses it within the lease plus the
 // time to notice, and the next retry is told the outcome is unknown.
+// Redis expires keys on its own clock, which synctest cannot fake, so the
+// test waits for what Redis shows (the claim's expiry moved, the claim
+// gone); the renewals' schedule is TestLeaseRenewed's, on synctest's
+// clock.
 func TestRedisLease(t *testing.T) {
 	srv := redistest.Start(t)
 	const lease = 300 * time.Millisecond
 	o := Options{Lease: lease, TTL: time.Minute}
-	a, _ := redisLayer(t, srv.Addr, o)
+	a, ac := redisLayer(t, srv.Addr, o)
 	b, _ := redisLayer(t, srv.Addr, o)
 
-	// Renewed: in flight at b for four leases.
+	// Renewed: each renewal moves the claim's expiry in Redis on to a
+	// lease from when it ran, which was before the expiry it replaced
+	// (else the claim lapsed in between, and was held again); the claim
+	// is in flight at b after each, until it has outlived four leases.
 	d := begin(t, a, post("live", "x"), Claimed)
-	for end := time.Now().Add(4 * lease); time.Now().Before(end); {
+	claimKey := a.store.(*Redis).keys(d.Claim.key)[0]
+	expiry := func() time.Duration { return ac.PExpireTime(context.Background(), claimKey).Val() }
+	first := expiry()
+	if first <= 0 {
+		t.Fatalf("the claim's expiry in Redis: %v", first)
+	}
+	for last := first; last < first+4*lease; {
+		prev := last
+		wait.For(t, "a renewal to move the claim's expiry on", func() bool { last = expiry(); return last > prev })
+		if last-lease > prev {
+			t.Fatalf("the claim lapsed for %v before a renewal", last-lease-prev)
+		}
 		begin(t, b, post("live", "x"), InFlight)
-		time.Sleep(lease / 10)
+	}
+	if d.Claim.Lost() {
+		t.Error("a renewed claim was lost")
 	}
 	d.Claim.Keep(sample())
 	begin(t, b, post("live", "x"), Replayed)
 
 	// A holder whose process died: its client closed under its claim.
 	dying, dc := redisLayer(t, srv.Addr, o)
+	claimed := time.Now() // before Begin: the claim cannot end sooner than a lease after it
 	d = begin(t, dying, post("dead", "x"), Claimed)
-	claimed := time.Now()
 	dc.Close()
-	for {
-		got := b.Begin(context.Background(), post("dead", "x"))
-		if got.Outcome == InFlight {
-			if time.Since(claimed) > lease+5*time.Second {
-				t.Fatal("the dead holder's claim is still in flight")
-			}
-			time.Sleep(lease / 30)
-			continue
-		}
-		since := time.Since(claimed)
-		if got.Outcome != Unknown {
-			t.Fatalf("after the holder died: %v, want unknown", got.Outcome)
-		}
-		t.Logf("a dead holder's claim ended %v after it was made (lease %v)", since, lease)
-		if since < lease || since > lease+time.Second {
-			t.Errorf("the claim ended after %v, want between the lease and the lease plus a second", since)
-		}
-		break
+	var got Decision
+	wait.Within(t, lease+5*time.Second, "the dead holder's claim to end", func() bool {
+		got = b.Begin(context.Background(), post("dead", "x"))
+		return got.Outcome != InFlight
+	})
+	since := time.Since(claimed)
+	if got.Outcome != Unknown {
+		t.Fatalf("after the holder died: %v, want unknown", got.Outcome)
+	}
+	t.Logf("a dead holder's claim ended %v after it was made (lease %v)", since, lease)
+	if since < lease || since > lease+time.Second {
+		t.Errorf("the claim ended after %v, want between the lease and the lease plus a second", since)
 	}
 	if err := d.Claim.Keep(sample()); err == nil {
 		t.Error("the dead holder's Keep succeeded with its client closed")

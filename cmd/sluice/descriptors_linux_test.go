@@ -108,6 +108,9 @@ func TestRunOutOfDescriptors(t *testing.T) {
 				return
 			}
 		case strings.HasPrefix(r.Target, "/burst/"):
+			// The upstream's latency is the stimulus: it keeps the
+			// burst's connections open together, not a wait for an
+			// event.
 			select {
 			case <-time.After(100 * time.Millisecond):
 			case <-c.Done():

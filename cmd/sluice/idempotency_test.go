@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/redistest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // fleetConfig is the config of one sluice of a fleet in front of the
@@ -110,6 +111,8 @@ func TestRunIdempotencyFleet(t *testing.T) {
 					a.status == 503 && problemType(a.body) == "idempotency-store-unavailable":
 					// Still running, or the store was slow: retry
 					// soon (sooner than Retry-After: the test's pace).
+					// The pause is the client's own, part of the load
+					// the test makes, not a wait for an event.
 					if a.status == 409 {
 						res.conflict++
 					} else {
@@ -214,25 +217,19 @@ func TestRunIdempotencyHolderKilled(t *testing.T) {
 		t.Error("the client of the killed sluice got an answer")
 	}
 
-	// The client retries at the other sluice, every 50 ms (its own
-	// pace), until an answer other than 409.
+	// The client retries at the other sluice until an answer other than
+	// 409: each retry is the probe, polled as wait.Within polls.
 	var ans keyedAnswer
 	retries := 0
-	for {
+	wait.Within(t, lease+5*time.Second, "an answer other than 409 after the kill", func() bool {
 		retries++
 		var err error
 		ans, err = keyedPost(b.addr, "/orders", "held", fmt.Sprintf("held/%d", retries+2), body, 5*time.Second)
 		if err != nil {
 			t.Fatalf("retry %d: %v", retries, err)
 		}
-		if ans.status != 409 {
-			break
-		}
-		if time.Since(killed) > lease+5*time.Second {
-			t.Fatalf("still 409 %v after the kill (lease %v)", time.Since(killed), lease)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ans.status != 409
+	})
 	took := time.Since(killed)
 	t.Logf("the retry got %d (%s) %v after the kill, at retry %d (lease %v)", ans.status, problemType(ans.body), took, retries, lease)
 	if ans.status != 502 || problemType(ans.body) != "idempotency-outcome-unknown" || ans.field("Proxy-Status") == "" {

@@ -4,7 +4,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -358,23 +357,23 @@ func (n *notifySocket) messages() []string {
 // expect waits for a datagram holding the line want, and returns it.
 func (n *notifySocket) expect(t *testing.T, want string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for {
+	var got string
+	found := func() bool {
 		for _, m := range n.messages() {
 			sc := bufio.NewScanner(strings.NewReader(m))
 			for sc.Scan() {
 				if sc.Text() == want {
-					return m
+					got = m
+					return true
 				}
 			}
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("no %q on NOTIFY_SOCKET within 30 s; got %q", want, n.messages())
-		case <-time.After(10 * time.Millisecond):
-		}
+		return false
 	}
+	if !wait.Until(30*time.Second, found) {
+		t.Fatalf("no %q on NOTIFY_SOCKET within 30 s; got %q", want, n.messages())
+	}
+	return got
 }
 
 // TestUpgradeUnixSockets upgrades a sluice that listens on Unix sockets
@@ -464,13 +463,10 @@ func TestUpgradeUnixSockets(t *testing.T) {
 	waitOK := func(n int64) {
 		t.Helper()
 		target := ok.Load() + n
-		for ok.Load() < target {
-			if failed.Load() > 100 {
-				mu.Lock()
-				defer mu.Unlock()
-				t.Fatalf("requests fail: %v", errs[:10])
-			}
-			time.Sleep(5 * time.Millisecond)
+		if !wait.Until(processTimeout, func() bool { return ok.Load() >= target || failed.Load() > 100 }) || failed.Load() > 100 {
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("the load: %d ok (waiting for %d), %d failed: %v", ok.Load(), target, failed.Load(), errs[:min(len(errs), 10)])
 		}
 	}
 	waitOK(200)
