@@ -235,20 +235,23 @@ func (c *notingCache) Put(key string, cs *tls.ClientSessionState) {
 // or 1-RTT packets) until released, keep the client's first flight
 // (Initial and 0-RTT) for a replay, and count what the server sends.
 type relay struct {
-	t          testing.TB
-	pc         *net.UDPConn // the client's side
-	up         *net.UDPConn // toward the server
-	mu         sync.Mutex
-	client     *net.UDPAddr
-	hold       bool
-	held       [][]byte
-	first      [][]byte // the client's datagrams before any Handshake packet
-	sawEarly   chan struct{}
-	earlyOnce  sync.Once
-	forward    bool // forward the client's datagrams at all
-	retries    int  // Retry packets the server sent
-	fromServer int  // bytes the server sent
-	toServer   int  // bytes forwarded to it
+	t              testing.TB
+	pc             *net.UDPConn // the client's side
+	up             *net.UDPConn // toward the server
+	mu             sync.Mutex
+	client         *net.UDPAddr
+	hold           bool
+	held           [][]byte
+	first          [][]byte // the client's datagrams before any Handshake packet
+	sawEarly       chan struct{}
+	earlyOnce      sync.Once
+	forward        bool // forward the client's datagrams at all
+	only           int  // when > 0, forward only the client's first only datagrams
+	retries        int  // Retry packets the server sent
+	fromServer     int  // bytes the server sent
+	lastFromServer int  // the size of its last datagram
+	toServer       int  // bytes forwarded to it
+	forwarded      int  // datagrams forwarded to it
 }
 
 func newRelay(t testing.TB, server string, forward, hold bool) *relay {
@@ -295,7 +298,11 @@ func (r *relay) fromClient() {
 			continue
 		}
 		fwd := r.forward
+		if r.only > 0 {
+			fwd = fwd && r.only > r.forwarded
+		}
 		if fwd {
+			r.forwarded++
 			r.toServer += len(d)
 		}
 		r.mu.Unlock()
@@ -315,6 +322,7 @@ func (r *relay) fromServerLoop() {
 		types := packetTypes(buf[:n])
 		r.mu.Lock()
 		r.fromServer += n
+		r.lastFromServer = n
 		if types[3] {
 			r.retries++
 		}
