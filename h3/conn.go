@@ -49,6 +49,15 @@ type Settings struct {
 	// HeaderTimeout: 10 s. A request stream whose field section has not
 	// come whole this long after the stream opened is reset.
 	HeaderTimeout time.Duration
+	// RapidResetStreams: twice MaxConcurrentStreams; and
+	// RapidResetPercent: 50 (1..100). The rapid reset rule: once a client
+	// has opened RapidResetStreams request streams on a connection, it is
+	// closed with H3_EXCESSIVE_LOAD when it reset more than
+	// RapidResetPercent percent of them before their response ended (100:
+	// never). The stream credit (MaxConcurrentStreams) bounds the handlers
+	// such a client keeps running; this rule ends the connection.
+	RapidResetStreams int
+	RapidResetPercent int
 	// ErrorLog: nil, no logging. Receives handler panics and connection
 	// errors at debug level.
 	ErrorLog *slog.Logger
@@ -70,6 +79,15 @@ func (s *Settings) withDefaults() Settings {
 	}
 	if d.HeaderTimeout <= 0 {
 		d.HeaderTimeout = 10 * time.Second
+	}
+	if d.RapidResetStreams <= 0 {
+		d.RapidResetStreams = 2 * d.MaxConcurrentStreams
+	}
+	switch {
+	case d.RapidResetPercent <= 0:
+		d.RapidResetPercent = 50
+	case d.RapidResetPercent > 100:
+		d.RapidResetPercent = 100
 	}
 	return d
 }
@@ -292,10 +310,10 @@ func (c *Conn) done(st *Stream) {
 	if clientReset {
 		c.resets++
 	}
-	// Rapid reset: after twice the stream limit, a client that reset
-	// more than half of its streams before their response ended is
-	// closed (as Envoy's premature reset guard).
-	abuse := c.streams >= 2*c.s.MaxConcurrentStreams && c.resets*2 > c.streams
+	// Rapid reset: past RapidResetStreams, a client that reset more
+	// than RapidResetPercent of its streams before their response ended
+	// is closed (as Envoy's premature reset guard).
+	abuse := c.streams >= c.s.RapidResetStreams && c.resets*100 > c.streams*c.s.RapidResetPercent
 	last := c.goingAway && c.active == 0
 	c.mu.Unlock()
 	clear(st.header[:cap(st.header)])
