@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -451,27 +452,38 @@ func TestH3StreamsPerConnection(t *testing.T) {
 
 // TestH3RapidReset: a client that resets its streams as soon as it opens
 // them, over and over, is closed with H3_EXCESSIVE_LOAD; the handlers of
-// the streams it reset never outnumber the stream limit.
+// the streams it reset never outnumber the stream limit. With
+// RapidResetPercent 100 the rule is off: the same client is served on.
 func TestH3RapidReset(t *testing.T) {
-	up := upstreamtest.Start(t, upstreamtest.OK("hi"))
-	hs := startH3(t, peers(testOptions(), up.Addr()), func(o *QUICOptions) { o.H3.MaxConcurrentStreams = 10 },
-		func(s *Server) { s.H3.MaxConcurrentStreams = 10 })
-	qc := dialH3(t, hs.addr, hs.clientTLS(nil), false)
-	req := appendH3Headers(nil, []qpack.HeaderField{{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "https"},
-		{Name: ":authority", Value: "example.com"}, {Name: ":path", Value: "/"}})
-	for i := 0; i < 200; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		st, err := qc.OpenStreamSync(ctx)
-		cancel()
-		if err != nil {
-			break // closed
-		}
-		st.Write(req)
-		st.CancelWrite(quic.StreamErrorCode(h3.ErrRequestCancelled))
-		st.CancelRead(quic.StreamErrorCode(h3.ErrRequestCancelled))
-	}
-	if code, _ := appErr(t, qc); code != uint64(h3.ErrExcessiveLoad) {
-		t.Errorf("closed with %#x, want H3_EXCESSIVE_LOAD", code)
+	for _, percent := range []int{0, 100} {
+		t.Run(strconv.Itoa(percent), func(t *testing.T) {
+			up := upstreamtest.Start(t, upstreamtest.OK("hi"))
+			hs := startH3(t, peers(testOptions(), up.Addr()), func(o *QUICOptions) { o.H3.MaxConcurrentStreams = 10 },
+				func(s *Server) { s.H3.MaxConcurrentStreams, s.H3.RapidResetPercent = 10, percent })
+			qc := dialH3(t, hs.addr, hs.clientTLS(nil), false)
+			req := appendH3Headers(nil, []qpack.HeaderField{{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "https"},
+				{Name: ":authority", Value: "example.com"}, {Name: ":path", Value: "/"}})
+			for i := 0; i < 200; i++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				st, err := qc.OpenStreamSync(ctx)
+				cancel()
+				if err != nil {
+					break // closed
+				}
+				st.Write(req)
+				st.CancelWrite(quic.StreamErrorCode(h3.ErrRequestCancelled))
+				st.CancelRead(quic.StreamErrorCode(h3.ErrRequestCancelled))
+			}
+			if percent == 100 {
+				if resp, err := h3Request(qc, "GET", "/", nil); err != nil || resp.status != 200 {
+					t.Fatalf("with the rule off, after 200 resets: %v %v", resp, err)
+				}
+				return
+			}
+			if code, _ := appErr(t, qc); code != uint64(h3.ErrExcessiveLoad) {
+				t.Errorf("closed with %#x, want H3_EXCESSIVE_LOAD", code)
+			}
+		})
 	}
 }
 
