@@ -117,8 +117,9 @@ type Conn struct {
 	s     Settings
 	serve func(*Stream)
 
-	ctrlMu sync.Mutex
-	ctrl   *quic.SendStream // sluice's control stream
+	ctrlMu     sync.Mutex
+	ctrl       *quic.SendStream // sluice's control stream
+	goAwaySent bool
 
 	mu        sync.Mutex
 	nextID    uint64 // the id after the highest request stream accepted
@@ -160,6 +161,13 @@ func (c *Conn) Serve() error {
 	b = appendSettings(b, uint64(c.s.MaxHeaderList))
 	c.ctrlMu.Lock()
 	c.ctrl = ctrl
+	c.mu.Lock()
+	goingAway, id := c.goingAway, c.goAwayID
+	c.mu.Unlock()
+	if goingAway && !c.goAwaySent { // Shutdown came first
+		b = appendGoAway(b, id)
+		c.goAwaySent = true
+	}
 	_, err = ctrl.Write(b)
 	c.ctrlMu.Unlock()
 	if err != nil {
@@ -350,7 +358,8 @@ func (c *Conn) fail(e *ConnError) error {
 // H3_REQUEST_REJECTED (never processed: the client may send them again
 // anywhere), and once the last request running ends, the connection is
 // closed with H3_NO_ERROR. It may be called more than once, from any
-// goroutine.
+// goroutine, and before Serve: the GOAWAY then follows the SETTINGS, with
+// the id 0 (no request stream processed).
 func (c *Conn) Shutdown() {
 	c.mu.Lock()
 	if c.goingAway {
@@ -363,8 +372,9 @@ func (c *Conn) Shutdown() {
 	last := c.active == 0
 	c.mu.Unlock()
 	c.ctrlMu.Lock()
-	if c.ctrl != nil {
+	if c.ctrl != nil && !c.goAwaySent {
 		c.ctrl.Write(appendGoAway(nil, id))
+		c.goAwaySent = true
 	}
 	c.ctrlMu.Unlock()
 	if last {
