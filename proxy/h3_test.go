@@ -3,6 +3,8 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
+	"errors"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -560,4 +562,56 @@ func TestH3AmplificationBound(t *testing.T) {
 		t.Fatalf("server sent %d bytes (its last datagram %d) to an unvalidated address that sent %d", got, last, sent)
 	}
 	t.Logf("the server sent %d bytes to an address that sent %d, over its whole handshake", got, sent)
+}
+
+// TestQUICSocketUnlisten: a socket that stops listening takes no new
+// connection, and a server accepting on it still gets (and serves) those
+// whose handshake completed before, then its accept loop ends; Set makes
+// it listen again.
+func TestQUICSocketUnlisten(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("hi"))
+	site := newSite(t)
+	pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	qs, err := ListenQUIC(pc, QUICOptions{TLS: site.server()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qs.Close()
+	addr := pc.LocalAddr().String()
+	cfg := &tls.Config{ServerName: "example.com", RootCAs: site.ca.Pool(), NextProtos: []string{"h3"}}
+	queued := dialH3(t, addr, cfg, false) // nothing accepts yet: it waits
+	qs.Unlisten()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if qc, err := quic.DialAddr(ctx, addr, cfg, &quic.Config{HandshakeIdleTimeout: 300 * time.Millisecond}); err == nil {
+		qc.CloseWithError(0, "")
+		t.Fatal("a new connection was taken after Unlisten")
+	}
+	srv := &Server{Handler: peers(testOptions(), up.Addr())}
+	defer srv.Shutdown(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.ServeQUIC(qs.Handoff(), ListenerOptions{}) }()
+	if resp, err := h3Request(queued, "GET", "/", nil); err != nil || resp.status != 200 {
+		t.Fatalf("the connection that waited: %v %v", resp, err)
+	}
+	select {
+	case err := <-served:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("ServeQUIC: %v, want net.ErrClosed", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the accept loop did not end once the waiting connection was taken")
+	}
+	if err := qs.Set(QUICOptions{TLS: site.server()}); err != nil {
+		t.Fatal(err)
+	}
+	go func() { served <- srv.ServeQUIC(qs.Handoff(), ListenerOptions{}) }()
+	qc := dialH3(t, addr, cfg, false)
+	if resp, err := h3Request(qc, "GET", "/", nil); err != nil || resp.status != 200 {
+		t.Fatalf("listening again: %v %v", resp, err)
+	}
 }
