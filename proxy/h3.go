@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -189,6 +190,59 @@ type QUICSocket struct {
 	tls  *tls.Config
 	conf *quic.Config
 	rate rateWindow
+	hs   handshakes
+}
+
+// handshakes counts the connections of a QUICSocket whose handshake is
+// under way: begun (the Transport's ConnContext) and neither taken by an
+// Accept nor ended.
+type handshakes struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed while n is 0
+}
+
+// handshake is one of them; settle, when it is taken or ends, counts it
+// out once.
+type handshake struct {
+	hs      *handshakes
+	settled atomic.Bool
+}
+
+type handshakeKey struct{}
+
+func (h *handshakes) begin() *handshake {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == 0 {
+		h.idle = make(chan struct{})
+	}
+	h.n++
+	return &handshake{hs: h}
+}
+
+func (x *handshake) settle() {
+	if !x.settled.CompareAndSwap(false, true) {
+		return
+	}
+	h := x.hs
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n--; h.n == 0 {
+		close(h.idle)
+	}
+}
+
+// idleChan returns a channel closed once no handshake is under way.
+func (h *handshakes) idleChan() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == 0 {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return h.idle
 }
 
 // ListenQUIC starts HTTP/3's QUIC on pc, a UDP socket (a *net.UDPConn, so
@@ -199,7 +253,12 @@ func ListenQUIC(pc net.PacketConn, opts QUICOptions) (*QUICSocket, error) {
 	if err := q.Set(opts); err != nil {
 		return nil, err
 	}
-	q.tr = &quic.Transport{Conn: pc, VerifySourceAddress: q.verifySource, ConnectionIDGenerator: opts.ConnectionIDs}
+	q.tr = &quic.Transport{Conn: pc, VerifySourceAddress: q.verifySource, ConnectionIDGenerator: opts.ConnectionIDs,
+		ConnContext: func(ctx context.Context, _ *quic.ClientInfo) (context.Context, error) {
+			x := q.hs.begin()
+			context.AfterFunc(ctx, x.settle) // the handshake failed, or the connection ended
+			return context.WithValue(ctx, handshakeKey{}, x), nil
+		}}
 	q.base = &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		NextProtos: []string{h3.ALPN},
@@ -304,6 +363,18 @@ func (q *QUICSocket) verifySource(net.Addr) bool {
 	return q.rate.add(time.Now()) > limit
 }
 
+// UnlistenIdle is Unlisten once no handshake is under way (or ctx is
+// done), for a socket whose new connection attempts go elsewhere (to the
+// new process of an upgrade, see package quicshare): the handshakes begun
+// here complete, and are taken, instead of being refused.
+func (q *QUICSocket) UnlistenIdle(ctx context.Context) {
+	select {
+	case <-q.hs.idleChan():
+	case <-ctx.Done():
+	}
+	q.Unlisten()
+}
+
 // Accept returns the next connection, early (its handshake may still be
 // under way, for 0-RTT); net.ErrClosed once the socket stopped listening
 // and no connection waits.
@@ -314,6 +385,11 @@ func (q *QUICSocket) Accept(ctx context.Context) (*quic.Conn, error) {
 	c, err := ln.Accept(ctx)
 	if errors.Is(err, quic.ErrServerClosed) {
 		return nil, net.ErrClosed
+	}
+	if err == nil {
+		if x, ok := c.Context().Value(handshakeKey{}).(*handshake); ok {
+			x.settle()
+		}
 	}
 	return c, err
 }

@@ -615,3 +615,49 @@ func TestQUICSocketUnlisten(t *testing.T) {
 		t.Fatalf("listening again: %v %v", resp, err)
 	}
 }
+
+// TestQUICSocketUnlistenIdle: UnlistenIdle lets a handshake under way
+// complete, and its connection be served, before the socket stops taking
+// new ones; Unlisten at that point would refuse it.
+func TestQUICSocketUnlistenIdle(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("hi"))
+	hs := startH3(t, peers(testOptions(), up.Addr()), nil)
+	r := newRelay(t, hs.addr, true, false)
+	r.mu.Lock()
+	r.only = 1 // the first half of the ClientHello (a post-quantum key share takes two datagrams)
+	r.mu.Unlock()
+	dialed := make(chan *quic.Conn, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		qc, err := quic.DialAddr(ctx, r.addr(), hs.clientTLS(nil), &quic.Config{})
+		if err != nil {
+			t.Errorf("dial: %v", err)
+		}
+		dialed <- qc
+	}()
+	waitFor(t, "a handshake under way", func() bool {
+		hs.qs.hs.mu.Lock()
+		defer hs.qs.hs.mu.Unlock()
+		return hs.qs.hs.n == 1
+	})
+	unlistened := make(chan struct{})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		hs.qs.UnlistenIdle(ctx)
+		close(unlistened)
+	}()
+	r.mu.Lock()
+	r.only = 1 << 20 // the client's retransmissions complete it
+	r.mu.Unlock()
+	qc := <-dialed
+	if qc == nil {
+		t.FailNow()
+	}
+	defer qc.CloseWithError(0, "")
+	if resp, err := h3Request(qc, "GET", "/", nil); err != nil || resp.status != 200 {
+		t.Fatalf("the connection whose handshake was under way: %v %v", resp, err)
+	}
+	<-unlistened
+}
