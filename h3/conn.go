@@ -391,10 +391,14 @@ func (c *Conn) GoingAway() bool {
 
 // finish closes a connection that went away with no request left, once
 // the client has had time to take the last responses: closing at once
-// would throw away what of them is still unacknowledged. A client that
-// honours the GOAWAY closes it itself first.
+// would throw away what of them is still unacknowledged (quic-go does not
+// say when all is acknowledged). A client that honours the GOAWAY closes
+// it itself first, as soon as its last response is in; the wait, a
+// second or ten round trips, at most 5 s, is for those that do not. (A
+// wait of 50 ms cut the last responses of clients slowed down by a loaded
+// machine.)
 func (c *Conn) finish() {
-	linger := min(max(4*c.qc.ConnectionStats().SmoothedRTT, 50*time.Millisecond), time.Second)
+	linger := min(max(10*c.qc.ConnectionStats().SmoothedRTT, time.Second), 5*time.Second)
 	go func() {
 		t := time.NewTimer(linger)
 		defer t.Stop()
