@@ -261,6 +261,10 @@ type Request struct {
 	// without one. The engine reads the body whole before Begin,
 	// writing it to a BodyDigest as it goes.
 	Body *BodyDigest
+	// body is, when not nil, the whole body, digested in one step instead
+	// of Body (the phase's: it holds the body in memory, and so needs no
+	// hasher kept between pieces).
+	body []byte
 }
 
 // Outcome is what Begin decided, and how the request's access log line

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-proxy/sluice/h2"
 	"github.com/sluice-proxy/sluice/internal/clock"
 	"github.com/sluice-proxy/sluice/proxy/internal/park"
+	"github.com/sluice-proxy/sluice/proxy/internal/ready"
 )
 
 // conn is one client connection. Its goroutine reads a request, serves it,
@@ -41,7 +42,7 @@ type conn struct {
 	wbuf     []byte   // the write buffer, borrowed (wbufp) while serving
 	wbufp    *[]byte
 
-	ready readiness
+	ready ready.Socket
 
 	// linger is set when sluice answered and is closing while the client
 	// may still be sending: the close then waits a moment for the client's
@@ -55,9 +56,8 @@ type conn struct {
 	// flight is the try in progress of the request being served, if any,
 	// for Shutdown to cut its wait short when the drain timeout passes.
 	flight flight
-	// rbody is the body of the request being served; chunking is set
-	// while the response's body is framed here (h1down.go).
-	rbody    h1Request
+	// chunking is set while the response's body is framed here
+	// (h1down.go).
 	chunking bool
 	// h2 is the HTTP/2 engine serving the connection, once it speaks
 	// HTTP/2, for Shutdown to send its GOAWAY.
@@ -152,10 +152,10 @@ func newConn(srv *Server, nc net.Conn, l *listener) *conn {
 	if c.tls != nil || l != nil && l.tls != nil {
 		// The socket under TLS is for the ClientHello, for waking a
 		// parked connection and for the lingering reads of a close;
-		// requests are read through TLS (wait_unix.go says why).
-		c.ready.init(c.raw, &c.r, nil, false)
+		// requests are read through TLS (package ready says why).
+		c.ready.Init(c.raw, &c.r, nil, false)
 	} else {
-		c.ready.init(nc, &c.r, c.serveInline, true)
+		c.ready.Init(nc, &c.r, c.serveInline, true)
 	}
 	return c
 }
@@ -280,7 +280,7 @@ func (c *conn) awaitRequest() next {
 	}
 	for {
 		c.left = readHead
-		err := c.ready.fillIdle()
+		err := c.ready.FillIdle()
 		c.setIdle(false)
 		if err == nil {
 			if c.drainNext {
@@ -321,7 +321,7 @@ func (c *conn) awaitRequest() next {
 // accepted as the drain began too (whose bytes are there at accept, on
 // Linux).
 func (c *conn) drainWaiting() next {
-	if c.pending() {
+	if c.ready.Pending() {
 		return readHead
 	}
 	if c.drainGraced {
@@ -330,7 +330,7 @@ func (c *conn) drainWaiting() next {
 	c.drainGraced = true
 	c.nc.SetReadDeadline(clock.Now().Add(drainIdleGrace))
 	c.left = readHead
-	if err := c.ready.fillIdle(); err == nil {
+	if err := c.ready.FillIdle(); err == nil {
 		if c.drainNext { // a request came and was served inline, kept alive
 			c.drainNext = false
 			return c.drainWaiting()
@@ -362,7 +362,7 @@ func (c *conn) beginIdle() bool {
 }
 
 // serveInline is called from inside the wait for the next request
-// (readiness.fillIdle) each time bytes have come. It serves every request
+// (ready.Socket.FillIdle) each time bytes have come. It serves every request
 // in the buffer that needs nothing more from the client (see
 // Session.bodyToCome; a small body's rest is read without waiting when the
 // socket may hold it) and reports whether the connection is idle again:
@@ -379,12 +379,12 @@ func (c *conn) serveInline() bool {
 			return false
 		}
 		rest := c.s.bodyToCome()
-		if rest > 0 && !c.ready.drained {
+		if rest > 0 && !c.ready.Drained() {
 			// The head's read filled the buffer: the rest of a small
 			// body may be in the socket already. Room for a byte more
 			// than the body, so that a read that takes all there is
 			// shows the socket drained.
-			c.r.FillWith(c.ready.reader(), c.r.Buffered()+int(rest)+1)
+			c.r.FillWith(c.ready.Reader(), c.r.Buffered()+int(rest)+1)
 			rest = c.s.bodyToCome()
 		}
 		if rest != 0 {
@@ -453,7 +453,7 @@ func (c *conn) takeRequest() next {
 // no deadline: every later read from the client sets its own.
 //
 // While it waits, the bytes so far are stashed in a buffer of their size
-// (readiness.fillHead), and when no byte has come for parkAfter the
+// (ready.Socket.FillHead), and when no byte has come for parkAfter the
 // connection parks without its goroutine until the next byte or the
 // header timeout (then it returns parked). A connection that sends its
 // head a byte at a time therefore holds no goroutine and no read buffer
@@ -477,7 +477,7 @@ func (c *conn) awaitHead() next {
 			return c.headTimeout(os.ErrDeadlineExceeded)
 		}
 		c.nc.SetReadDeadline(minTime(c.headBy, parkAt))
-		err := c.ready.fillHead(max)
+		err := c.ready.FillHead(max)
 		now = clock.Now()
 		switch {
 		case err == nil:

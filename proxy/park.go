@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/proxy/internal/park"
+	"github.com/sluice-proxy/sluice/proxy/internal/ready"
 )
 
 // Client connections that wait without a goroutine (package park holds
@@ -52,7 +53,7 @@ const maxAnswering = 64
 // parked (the caller then keeps waiting with its goroutine).
 func (c *conn) park(deadline time.Time) bool {
 	p := c.srv.parker
-	return p != nil && p.Park(c, c.ready.fd, deadline)
+	return p != nil && p.Park(c, c.ready.FD(), deadline)
 }
 
 // Parked is the parker's record of c (park.Conn).
@@ -147,19 +148,19 @@ func (c *conn) lingerParked() bool {
 	// the close would reset what the client still sends.
 	sc.SetReadDeadline(time.Time{})
 	c.lingerLeft = lingerBytes
-	return p.Park(c, c.ready.fd, time.Now().Add(lingerTime))
+	return p.Park(c, c.ready.FD(), time.Now().Add(lingerTime))
 }
 
 // drainLinger reads what a lingering connection's client sent and throws
 // it away, then parks it again, or closes it at the client's end or past
 // lingerBytes.
 func (c *conn) drainLinger(scratch []byte) {
-	r := c.ready.discard()
+	r := c.ready.Discard()
 	for {
 		n, err := r.Read(scratch)
 		c.lingerLeft -= n
 		switch {
-		case err == errWouldBlock && c.lingerLeft > 0:
+		case err == ready.ErrWouldBlock && c.lingerLeft > 0:
 			if !c.park(c.slot.Deadline()) {
 				c.Close()
 			}

@@ -16,11 +16,14 @@
 // HTTP/1.1 upstream connection (h1up.go), a stream of an HTTP/2 upstream
 // connection (h2up.go, upstreamh2.go). Around them: handler.go (the
 // Handler, its hooks, peers), headers.go (hop-by-hop and forwarding
-// fields), buffers.go, wait_*.go (reading a socket without holding a
-// buffer), park_*.go (idle connections without a goroutine), hello_*.go (a
-// ClientHello waited for without one), workers.go (the goroutines that
-// serve connections), and accept.go and spare_*.go (failed accepts;
-// clients answered when sluice is out of descriptors).
+// fields), buffers.go, park.go (what becomes of a client connection that
+// waits without a goroutine), hello_*.go (a ClientHello waited for without
+// one), workers.go (the goroutines that serve connections), and accept.go
+// (failed accepts). The socket-level machinery is in rooms of its own
+// below: proxy/internal/ready (reading a socket without holding a
+// buffer), proxy/internal/park (connections held without a goroutine, in
+// one epoll set), proxy/internal/spare (clients answered when sluice is
+// out of descriptors).
 package proxy
 
 import (
