@@ -25,6 +25,7 @@ import (
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // h3Config is a config with one TLS listener serving h3, h2 and
@@ -177,11 +178,8 @@ func TestRunH3(t *testing.T) {
 		}()
 	}
 	waitCount := func(n int64) {
-		for i := 0; ok.Load() < n; i++ {
-			if i == 1000 {
-				t.Fatalf("only %d requests in 10 s, %d failed: %v\n%s", ok.Load(), failed.Load(), firstErr.Load(), s.log.String())
-			}
-			time.Sleep(10 * time.Millisecond)
+		if !wait.Until(wait.Timeout, func() bool { return ok.Load() >= n }) {
+			t.Fatalf("only %d requests in %v, %d failed: %v\n%s", ok.Load(), wait.Timeout, failed.Load(), firstErr.Load(), s.log.String())
 		}
 	}
 	waitCount(50)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // h3Load drives GETs over HTTP/3 at url from clients that honour GOAWAY
@@ -152,14 +153,10 @@ func (l *h3Load) quantile(q float64) time.Duration {
 func (l *h3Load) waitOK(t *testing.T, n int64) {
 	t.Helper()
 	target := l.ok.Load() + n
-	deadline := time.Now().Add(60 * time.Second)
-	for l.ok.Load() < target {
-		if time.Now().After(deadline) || l.failed.Load() > 50 {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			t.Fatalf("%d requests ok, %d failed, waiting for %d: %v", l.ok.Load(), l.failed.Load(), target, l.errs)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !wait.Until(60*time.Second, func() bool { return l.ok.Load() >= target || l.failed.Load() > 50 }) || l.failed.Load() > 50 {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		t.Fatalf("%d requests ok, %d failed, waiting for %d: %v", l.ok.Load(), l.failed.Load(), target, l.errs)
 	}
 }
 
@@ -209,10 +206,13 @@ pid_file: %s
 	})
 	m := log.wait(t, "listening", regexp.MustCompile(`msg=listening address=(127\.0\.0\.1:\d+) .*h3=(127\.0\.0\.1:\d+)`), 1)
 	addr := m[0][2]
-	first, err := readPIDFile(pidFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The pid file is written once the listeners serve, after they log.
+	var first int
+	wait.Within(t, processTimeout, "the pid file", func() bool {
+		var err error
+		first, err = readPIDFile(pidFile)
+		return err == nil
+	})
 	tlsConf := &tls.Config{RootCAs: ca.Pool(), ServerName: "example.com"}
 	l := startH3Load("https://"+addr+"/", tlsConf, 6, 3, 3)
 	defer l.end()
