@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
+	"reflect"
 	"testing"
 	"time"
 
@@ -71,26 +72,21 @@ func echo(t *testing.T, qc *quic.Conn, msg string) {
 }
 
 // which returns the server that accepted the connection dialed last.
+// It selects on the servers' accepted channels, so that no goroutine
+// outlives it.
 func which(t *testing.T, servers ...*echoServer) int {
 	t.Helper()
-	timeout := time.After(10 * time.Second)
-	cases := make(chan int, len(servers))
-	for i, s := range servers {
-		go func() {
-			select {
-			case <-s.accepted:
-				cases <- i
-			case <-timeout:
-			}
-		}()
+	timeout := time.NewTimer(10 * time.Second)
+	defer timeout.Stop()
+	cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timeout.C)}}
+	for _, s := range servers {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.accepted)})
 	}
-	select {
-	case i := <-cases:
-		return i
-	case <-timeout:
+	i, _, _ := reflect.Select(cases)
+	if i == 0 {
 		t.Fatal("no server accepted the connection")
-		return -1
 	}
+	return i - 1
 }
 
 // TestShare: two processes' sides of one UDP socket (here one process,
