@@ -123,7 +123,7 @@ func TestH3EarlyDataUnsafeTooEarly(t *testing.T) {
 	if qc.ConnectionState().TLS.HandshakeComplete {
 		t.Fatal("the handshake completed at once")
 	}
-	resp, err := h3Request(qc, "POST", "/order", []byte("pay 10"), "content-length", "6")
+	resp, err := r.earlyRequest(t, hs, qc, "POST", "/order", []byte("pay 10"), "content-length", "6")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,6 @@ func TestH3EarlyDataUnsafeTooEarly(t *testing.T) {
 	if n := len(up.Requests()); n != before {
 		t.Fatalf("%d requests upstream after the 425", n-before)
 	}
-	r.release()
 	select {
 	case <-qc.HandshakeComplete():
 	case <-time.After(5 * time.Second):
@@ -198,7 +197,7 @@ func TestH3EarlyDataBodyTooEarly(t *testing.T) {
 	before := len(up.Requests())
 	r := newRelay(t, hs.addr, true, true)
 	qc := dialH3(t, r.addr(), hs.clientTLS(cache), true)
-	resp, err := h3Request(qc, "GET", "/search", []byte("q=1"))
+	resp, err := r.earlyRequest(t, hs, qc, "GET", "/search", []byte("q=1"))
 	if err != nil || resp.status != 425 {
 		t.Fatalf("%v %v; want 425", resp, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,8 @@ import (
 	"github.com/quic-go/qpack"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/quicvarint"
+
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // h3harness is a proxy serving HTTP/3 on a QUICSocket on 127.0.0.1:0.
@@ -232,7 +235,9 @@ func (c *notingCache) Put(key string, cs *tls.ClientSessionState) {
 
 // relay is a UDP relay between one QUIC client and the proxy, which can
 // hold the client's datagrams that carry its handshake's end (Handshake
-// or 1-RTT packets) until released, keep the client's first flight
+// or 1-RTT packets) and every datagram of the server until released (so
+// that the client, its handshake not done, sends its requests in 0-RTT,
+// and the server, not having the client's, reads them as such), keep the client's first flight
 // (Initial and 0-RTT) for a replay, and count what the server sends.
 type relay struct {
 	t              testing.TB
@@ -241,7 +246,8 @@ type relay struct {
 	mu             sync.Mutex
 	client         *net.UDPAddr
 	hold           bool
-	held           [][]byte
+	held           [][]byte // the client's, held
+	heldFromServer [][]byte
 	first          [][]byte // the client's datagrams before any Handshake packet
 	sawEarly       chan struct{}
 	earlyOnce      sync.Once
@@ -326,6 +332,11 @@ func (r *relay) fromServerLoop() {
 		if types[3] {
 			r.retries++
 		}
+		if r.hold {
+			r.heldFromServer = append(r.heldFromServer, append([]byte(nil), buf[:n]...))
+			r.mu.Unlock()
+			continue
+		}
 		a := r.client
 		r.mu.Unlock()
 		if a != nil {
@@ -334,14 +345,49 @@ func (r *relay) fromServerLoop() {
 	}
 }
 
+// earlyRequest sends a request on qc, dialed through r, which holds the
+// client's handshake packets and the server's datagrams, so that the
+// request goes in 0-RTT and reaches the server before the handshake can
+// complete on either side, and releases them once the server logged its
+// answer. (Without the server's datagrams held, a client slowed down by a
+// loaded machine completed its handshake before it opened the stream, and
+// sent the request in 1-RTT packets, held for good; and until its
+// handshake is done the server may send only three times what it
+// received, which the retransmissions of its handshake flight, never
+// acknowledged, can use up before the answer goes out.)
+func (r *relay) earlyRequest(t testing.TB, hs *h3harness, qc *quic.Conn, method, path string, body []byte, fields ...string) (*h3resp, error) {
+	t.Helper()
+	type result struct {
+		resp *h3resp
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := h3Request(qc, method, path, body, fields...)
+		done <- result{resp, err}
+	}()
+	logged := "target=" + path + " status="
+	if !wait.Until(wait.Timeout, func() bool { return strings.Contains(hs.access.String(), logged) }) {
+		r.release()
+		<-done
+		t.Fatalf("no answer to %s %s logged; access log:\n%s", method, path, hs.access.String())
+	}
+	r.release()
+	res := <-done
+	return res.resp, res.err
+}
+
 // release stops holding, and sends what was held.
 func (r *relay) release() {
 	r.mu.Lock()
-	held := r.held
-	r.held, r.hold = nil, false
+	held, fromServer, a := r.held, r.heldFromServer, r.client
+	r.held, r.heldFromServer, r.hold = nil, nil, false
 	r.mu.Unlock()
 	for _, d := range held {
 		r.up.Write(d)
+	}
+	for _, d := range fromServer {
+		r.pc.WriteToUDP(d, a)
 	}
 }
 
