@@ -22,7 +22,6 @@ import (
 	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/compress"
 	"github.com/sluice-proxy/sluice/h2"
-	"github.com/sluice-proxy/sluice/h3"
 	"github.com/sluice-proxy/sluice/idempotency"
 	"github.com/sluice-proxy/sluice/internal/logbuf"
 	"github.com/sluice-proxy/sluice/pool"
@@ -582,11 +581,7 @@ func NewServerPool(cfg *Config, g *Generation, errorLog *slog.Logger, p *pool.Po
 			InitialWindow:        uint32(cfg.Limits.H2.InitialWindow),
 			MaxHeaderList:        uint32(cfg.Limits.H2.MaxHeaderList),
 		},
-		H3: h3.Settings{
-			MaxConcurrentStreams: cfg.Limits.H3.MaxConcurrentStreams,
-			MaxHeaderList:        int(cfg.Limits.H3.MaxHeaderList),
-			IdleTimeout:          cfg.Limits.H3.IdleTimeout,
-		},
+		H3: cfg.Limits.H3.settings(),
 		Forwarding: proxy.Forwarding{
 			NoXForwardedFor:   !cfg.Forwarded.XForwardedFor,
 			NoXForwardedProto: !cfg.Forwarded.XForwardedProto,

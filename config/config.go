@@ -438,6 +438,22 @@ type H3Limits struct {
 	// IdleTimeout (key "idle_timeout", default 30s) closes a connection
 	// with no packet either way for this long (QUIC's idle timeout).
 	IdleTimeout time.Duration
+	// RetryAbove (key "retry_above", default 1000, 0..1000000) is the rate
+	// of new connection attempts a second on the listener's socket above
+	// which each must first prove its address with a Retry token (RFC
+	// 9000 §8.1.2): a round trip more for the client, no state for a flood
+	// from spoofed addresses. 0 asks it of every new connection, as
+	// nginx's quic_retry on.
+	RetryAbove int
+	// RapidResetStreams (key "rapid_reset_streams", default twice
+	// max_concurrent_streams, 1..1000000) and RapidResetPercent (key
+	// "rapid_reset_percent", default 50, 1..100) are the rapid reset rule:
+	// once a client has opened RapidResetStreams request streams on a
+	// connection, it is closed (H3_EXCESSIVE_LOAD) when it reset more than
+	// RapidResetPercent percent of them before their answer; 100 turns
+	// the rule off. 0 RapidResetStreams is the default.
+	RapidResetStreams int
+	RapidResetPercent int
 }
 
 // PoolBound is the most idle connections the process's connection pool
@@ -1256,7 +1272,8 @@ func defaults() *Config {
 			MaxHeaders:           100,
 			MaxIdleUpstreamConns: 1024,
 			H2:                   H2Limits{MaxConcurrentStreams: 250, InitialWindow: 1 << 20, MaxHeaderList: 64 << 10},
-			H3:                   H3Limits{MaxConcurrentStreams: 100, MaxHeaderList: 64 << 10, IdleTimeout: 30 * time.Second},
+			H3: H3Limits{MaxConcurrentStreams: 100, MaxHeaderList: 64 << 10, IdleTimeout: 30 * time.Second,
+				RetryAbove: 1000, RapidResetPercent: 50},
 		},
 		AccessLog: AccessLog{Enabled: true, Format: "text", Buffer: 64 << 10, Flush: time.Second},
 		Log:       Log{Level: "info", Format: "text"},

@@ -51,7 +51,8 @@ func TestParseMinimalGetsDefaults(t *testing.T) {
 			MaxHeaders:           100,
 			MaxIdleUpstreamConns: 1024,
 			H2:                   H2Limits{MaxConcurrentStreams: 250, InitialWindow: 1 << 20, MaxHeaderList: 64 << 10},
-			H3:                   H3Limits{MaxConcurrentStreams: 100, MaxHeaderList: 64 << 10, IdleTimeout: 30 * time.Second},
+			H3: H3Limits{MaxConcurrentStreams: 100, MaxHeaderList: 64 << 10, IdleTimeout: 30 * time.Second,
+				RetryAbove: 1000, RapidResetPercent: 50},
 		},
 		AccessLog: AccessLog{Enabled: true, Format: "text", Path: "", Buffer: 64 << 10, Flush: time.Second},
 		Log:       Log{Level: "info", Format: "text"},
@@ -117,7 +118,7 @@ func TestParseEveryValue(t *testing.T) {
     https_port: 8443
   - {address: "[::1]:0", protocols: [h2c, http/1.1]}
 timeouts: {header: 5s, idle: 2m, drain: 0, body: 3s, send: 4s, stream_idle: 1h}
-limits: {max_header_bytes: 1MiB, max_headers: 10000, max_idle_upstream_conns: 0, h2: {max_concurrent_streams: 10000, initial_window: 64KiB, max_header_list: 1MiB}}
+limits: {max_header_bytes: 1MiB, max_headers: 10000, max_idle_upstream_conns: 0, h2: {max_concurrent_streams: 10000, initial_window: 64KiB, max_header_list: 1MiB}, h3: {max_concurrent_streams: 10, max_header_list: 1KiB, idle_timeout: 5s, retry_above: 0, rapid_reset_streams: 1000000, rapid_reset_percent: 100}}
 access_log: {enabled: false, format: JSON, path: /var/log/sluice.log, buffer: 0, flush: 250ms}
 log: {level: debug, format: json}
 forwarded: {x_forwarded_for: false, x_forwarded_proto: false, x_forwarded_host: false, via: false, request_id: false, trusted: [10.1.2.3/8, 127.0.0.1, "2001:db8::/32"], client_ip: x_forwarded_for}
@@ -177,7 +178,8 @@ upstreams:
 		Timeouts: Timeouts{Header: 5 * time.Second, Idle: 2 * time.Minute, Drain: 0, Body: 3 * time.Second, Send: 4 * time.Second, StreamIdle: time.Hour},
 		Limits: Limits{MaxHeaderBytes: 1 << 20, MaxHeaders: 10000, MaxIdleUpstreamConns: 0,
 			H2: H2Limits{MaxConcurrentStreams: 10000, InitialWindow: 64 << 10, MaxHeaderList: 1 << 20},
-			H3: H3Limits{MaxConcurrentStreams: 100, MaxHeaderList: 64 << 10, IdleTimeout: 30 * time.Second}},
+			H3: H3Limits{MaxConcurrentStreams: 10, MaxHeaderList: 1 << 10, IdleTimeout: 5 * time.Second,
+				RetryAbove: 0, RapidResetStreams: 1000000, RapidResetPercent: 100}},
 		AccessLog: AccessLog{Enabled: false, Format: "json", Path: "/var/log/sluice.log", Buffer: 0, Flush: 250 * time.Millisecond},
 		Log:       Log{Level: "debug", Format: "json"},
 		Forwarded: Forwarded{Trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"),

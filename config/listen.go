@@ -96,16 +96,29 @@ func (ls *Listeners) ServesH3(i int) bool {
 
 // QUIC returns the options of listener i's HTTP/3 socket (ServesH3): its
 // TLS (the listener's switch, so that a reload's certificates reach its
-// handshakes too), early data, and limits.h3.
+// handshakes too), early data, and limits.h3 (the Retry threshold with
+// them).
 func (ls *Listeners) QUIC(i int) proxy.QUICOptions {
+	retryAbove := ls.h3.RetryAbove
+	if retryAbove == 0 {
+		retryAbove = -1 // every new connection (QUICOptions: 0 is the default)
+	}
 	return proxy.QUICOptions{
-		TLS:       ls.switches[i].Config(),
-		EarlyData: ls.list[i].EarlyData == "safe",
-		H3: h3.Settings{
-			MaxConcurrentStreams: ls.h3.MaxConcurrentStreams,
-			MaxHeaderList:        int(ls.h3.MaxHeaderList),
-			IdleTimeout:          ls.h3.IdleTimeout,
-		},
+		TLS:        ls.switches[i].Config(),
+		EarlyData:  ls.list[i].EarlyData == "safe",
+		H3:         ls.h3.settings(),
+		RetryAbove: retryAbove,
+	}
+}
+
+// settings returns the h3 package's settings for l.
+func (l H3Limits) settings() h3.Settings {
+	return h3.Settings{
+		MaxConcurrentStreams: l.MaxConcurrentStreams,
+		MaxHeaderList:        int(l.MaxHeaderList),
+		IdleTimeout:          l.IdleTimeout,
+		RapidResetStreams:    l.RapidResetStreams,
+		RapidResetPercent:    l.RapidResetPercent,
 	}
 }
 

@@ -531,6 +531,9 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 						{"max_concurrent_streams", d.integer(&c.Limits.H3.MaxConcurrentStreams, between(1, 10000))},
 						{"max_header_list", d.size(&c.Limits.H3.MaxHeaderList, 1<<10, 1<<20)},
 						{"idle_timeout", d.duration(&c.Limits.H3.IdleTimeout, true)},
+						{"retry_above", d.integer(&c.Limits.H3.RetryAbove, between(0, 1000000))},
+						{"rapid_reset_streams", d.integer(&c.Limits.H3.RapidResetStreams, between(1, 1000000))},
+						{"rapid_reset_percent", d.integer(&c.Limits.H3.RapidResetPercent, between(1, 100))},
 					})
 				}},
 			})

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/acme"
+	"github.com/sluice-proxy/sluice/h3"
 	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/proxy"
 )
@@ -113,6 +114,9 @@ func TestParseTLSProblems(t *testing.T) {
 		{"an unknown protocol", listen("    protocols: [h4]"), 3, 17, "listen[0].protocols[0]", `unknown value "h4"`},
 		{"no protocol", listen("    protocols: []"), 3, 16, "listen[0].protocols", "at least one protocol"},
 		{"h2 limits", listen() + "limits: {h2: {initial_window: 1KiB}}\n", 8, 31, "limits.h2.initial_window", "between 64KiB and 16MiB"},
+		{"h3 retry_above negative", listen() + "limits: {h3: {retry_above: -1}}\n", 8, 28, "limits.h3.retry_above", "between 0 and 1000000"},
+		{"h3 rapid_reset_streams 0", listen() + "limits: {h3: {rapid_reset_streams: 0}}\n", 8, 36, "limits.h3.rapid_reset_streams", "between 1 and 1000000"},
+		{"h3 rapid_reset_percent 101", listen() + "limits: {h3: {rapid_reset_percent: 101}}\n", 8, 36, "limits.h3.rapid_reset_percent", "between 1 and 100"},
 		{"h2 upstream without tls", listen() + "    protocol: h2\n", 8, 15, "upstreams.web.protocol", "use h2c for cleartext HTTP/2"},
 		{"h2c upstream with tls", listen() + "    protocol: h2c\n    tls: {}\n", 8, 15, "upstreams.web.protocol", "has tls; use h2"},
 		{"https_port out of range", listen("    redirect_https: true", "    https_port: 70000"), 4, 17, "listen[0].https_port", "between 1 and 65535"},
@@ -245,6 +249,7 @@ func TestServerChanged(t *testing.T) {
 		{"timeouts, limits, logs", parse(plain, ""),
 			parse(plain, "timeouts: {header: 3s}\nlimits: {max_headers: 50}\naccess_log: {format: json}\nlog: {level: debug}\n"),
 			[]string{"timeouts", "limits", "access_log", "log"}},
+		{"limits.h3 (its Retry threshold taken by the socket)", parse(tlsOne, ""), parse(tlsOne, "limits: {h3: {retry_above: 10}}\n"), []string{"limits"}},
 	}
 	for _, tt := range tests {
 		if got := ServerChanged(tt.old, tt.new); !reflect.DeepEqual(got, tt.want) {
@@ -692,5 +697,54 @@ func TestBuildInternalProblems(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: Build: %v\nwant %s", tt.name, err, tt.want)
 		}
+	}
+}
+
+// An h3 listener's QUIC options carry limits.h3: the connection limits
+// and the rapid reset rule (also the server's), and the Retry threshold,
+// whose 0 (every new connection) is QUICOptions' -1.
+func TestListenersQUIC(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "test CA")
+	cert, key := ca.Server(t, "example.com").Write(t, dir, "site")
+	for _, tt := range []struct {
+		limits     string
+		retryAbove int
+		want       h3.Settings
+	}{
+		{"", 1000, h3.Settings{MaxConcurrentStreams: 100, MaxHeaderList: 64 << 10, IdleTimeout: 30 * time.Second, RapidResetPercent: 50}},
+		{"limits: {h3: {max_concurrent_streams: 7, retry_above: 0, rapid_reset_streams: 70, rapid_reset_percent: 100}}\n", -1,
+			h3.Settings{MaxConcurrentStreams: 7, MaxHeaderList: 64 << 10, IdleTimeout: 30 * time.Second, RapidResetStreams: 70, RapidResetPercent: 100}},
+		{"limits: {h3: {retry_above: 5}}\n", 5, h3.Settings{MaxConcurrentStreams: 100, MaxHeaderList: 64 << 10, IdleTimeout: 30 * time.Second, RapidResetPercent: 50}},
+	} {
+		cfg, err := Parse("t.yaml", []byte("listen:\n  - address: 127.0.0.1:8443\n    tls: {certificates: [{cert: "+cert+", key: "+key+"}]}\n"+
+			"    protocols: [h3, h2]\n"+tt.limits+rest))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := Build(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls, err := NewListeners(cfg, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ls.ServesH3(0) {
+			t.Fatalf("%q: the listener does not serve h3", tt.limits)
+		}
+		o := ls.QUIC(0)
+		if o.RetryAbove != tt.retryAbove || o.H3 != tt.want || o.TLS == nil {
+			t.Errorf("%q: QUIC options RetryAbove %d, H3 %+v, want %d, %+v", tt.limits, o.RetryAbove, o.H3, tt.retryAbove, tt.want)
+		}
+		srv, res, err := NewServer(cfg, g, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if srv.H3 != tt.want {
+			t.Errorf("%q: the server's H3 %+v, want %+v", tt.limits, srv.H3, tt.want)
+		}
+		res.Close()
+		srv.Pool.Close()
 	}
 }

@@ -49,6 +49,15 @@ type Settings struct {
 	// HeaderTimeout: 10 s. A request stream whose field section has not
 	// come whole this long after the stream opened is reset.
 	HeaderTimeout time.Duration
+	// RapidResetStreams: twice MaxConcurrentStreams; and
+	// RapidResetPercent: 50 (1..100). The rapid reset rule: once a client
+	// has opened RapidResetStreams request streams on a connection, it is
+	// closed with H3_EXCESSIVE_LOAD when it reset more than
+	// RapidResetPercent percent of them before their response ended (100:
+	// never). The stream credit (MaxConcurrentStreams) bounds the handlers
+	// such a client keeps running; this rule ends the connection.
+	RapidResetStreams int
+	RapidResetPercent int
 	// ErrorLog: nil, no logging. Receives handler panics and connection
 	// errors at debug level.
 	ErrorLog *slog.Logger
@@ -70,6 +79,15 @@ func (s *Settings) withDefaults() Settings {
 	}
 	if d.HeaderTimeout <= 0 {
 		d.HeaderTimeout = 10 * time.Second
+	}
+	if d.RapidResetStreams <= 0 {
+		d.RapidResetStreams = 2 * d.MaxConcurrentStreams
+	}
+	switch {
+	case d.RapidResetPercent <= 0:
+		d.RapidResetPercent = 50
+	case d.RapidResetPercent > 100:
+		d.RapidResetPercent = 100
 	}
 	return d
 }
@@ -99,8 +117,9 @@ type Conn struct {
 	s     Settings
 	serve func(*Stream)
 
-	ctrlMu sync.Mutex
-	ctrl   *quic.SendStream // sluice's control stream
+	ctrlMu     sync.Mutex
+	ctrl       *quic.SendStream // sluice's control stream
+	goAwaySent bool
 
 	mu        sync.Mutex
 	nextID    uint64 // the id after the highest request stream accepted
@@ -142,6 +161,13 @@ func (c *Conn) Serve() error {
 	b = appendSettings(b, uint64(c.s.MaxHeaderList))
 	c.ctrlMu.Lock()
 	c.ctrl = ctrl
+	c.mu.Lock()
+	goingAway, id := c.goingAway, c.goAwayID
+	c.mu.Unlock()
+	if goingAway && !c.goAwaySent { // Shutdown came first
+		b = appendGoAway(b, id)
+		c.goAwaySent = true
+	}
 	_, err = ctrl.Write(b)
 	c.ctrlMu.Unlock()
 	if err != nil {
@@ -292,10 +318,10 @@ func (c *Conn) done(st *Stream) {
 	if clientReset {
 		c.resets++
 	}
-	// Rapid reset: after twice the stream limit, a client that reset
-	// more than half of its streams before their response ended is
-	// closed (as Envoy's premature reset guard).
-	abuse := c.streams >= 2*c.s.MaxConcurrentStreams && c.resets*2 > c.streams
+	// Rapid reset: past RapidResetStreams, a client that reset more
+	// than RapidResetPercent of its streams before their response ended
+	// is closed (as Envoy's premature reset guard).
+	abuse := c.streams >= c.s.RapidResetStreams && c.resets*100 > c.streams*c.s.RapidResetPercent
 	last := c.goingAway && c.active == 0
 	c.mu.Unlock()
 	clear(st.header[:cap(st.header)])
@@ -332,7 +358,8 @@ func (c *Conn) fail(e *ConnError) error {
 // H3_REQUEST_REJECTED (never processed: the client may send them again
 // anywhere), and once the last request running ends, the connection is
 // closed with H3_NO_ERROR. It may be called more than once, from any
-// goroutine.
+// goroutine, and before Serve: the GOAWAY then follows the SETTINGS, with
+// the id 0 (no request stream processed).
 func (c *Conn) Shutdown() {
 	c.mu.Lock()
 	if c.goingAway {
@@ -345,8 +372,9 @@ func (c *Conn) Shutdown() {
 	last := c.active == 0
 	c.mu.Unlock()
 	c.ctrlMu.Lock()
-	if c.ctrl != nil {
+	if c.ctrl != nil && !c.goAwaySent {
 		c.ctrl.Write(appendGoAway(nil, id))
+		c.goAwaySent = true
 	}
 	c.ctrlMu.Unlock()
 	if last {
@@ -363,10 +391,14 @@ func (c *Conn) GoingAway() bool {
 
 // finish closes a connection that went away with no request left, once
 // the client has had time to take the last responses: closing at once
-// would throw away what of them is still unacknowledged. A client that
-// honours the GOAWAY closes it itself first.
+// would throw away what of them is still unacknowledged (quic-go does not
+// say when all is acknowledged). A client that honours the GOAWAY closes
+// it itself first, as soon as its last response is in; the wait, a
+// second or ten round trips, at most 5 s, is for those that do not. (A
+// wait of 50 ms cut the last responses of clients slowed down by a loaded
+// machine.)
 func (c *Conn) finish() {
-	linger := min(max(4*c.qc.ConnectionStats().SmoothedRTT, 50*time.Millisecond), time.Second)
+	linger := min(max(10*c.qc.ConnectionStats().SmoothedRTT, time.Second), 5*time.Second)
 	go func() {
 		t := time.NewTimer(linger)
 		defer t.Stop()

@@ -207,7 +207,7 @@ type proxyCollector struct{ srv ProxyState }
 
 var (
 	connectionsDesc = prometheus.NewDesc("sluice_client_connections",
-		"Open client connections, by listener address and protocol (http/1.1, h2).", []string{"listener", "protocol"}, nil)
+		"Open client connections, by listener address and protocol (http/1.1, h2, h3).", []string{"listener", "protocol"}, nil)
 	inFlightDesc = prometheus.NewDesc("sluice_requests_in_flight",
 		"Requests whose head was read and whose answer is not yet complete.", nil, nil)
 )

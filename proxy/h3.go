@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -102,14 +103,17 @@ func (srv *Server) serveQUICConn(qc *quic.Conn, l *listener) {
 	}
 	q.hc = h3.NewConn(qc, &settings, q.serveStream)
 	srv.mu.Lock()
-	if srv.draining.Load() {
-		srv.mu.Unlock()
-		qc.CloseWithError(quic.ApplicationErrorCode(h3.ErrNoError), "shutting down")
-		return
-	}
+	draining := srv.draining.Load()
 	srv.h3conns[q] = struct{}{}
-	srv.wg.Add(1)
+	srv.wg.Add(1) // the accept loop's count is held: not from 0
 	srv.mu.Unlock()
+	if draining {
+		// Its handshake completed before the socket stopped taking new
+		// connections, and Shutdown has begun: GOAWAY at once, with the
+		// id 0, so that the client sends every request it made on it
+		// again elsewhere, none processed.
+		q.hc.Shutdown()
+	}
 	go func() {
 		defer func() {
 			srv.mu.Lock()
@@ -162,6 +166,11 @@ type QUICOptions struct {
 	// larger than what they sent. 0 means 1000; a negative value sends
 	// every new client a Retry.
 	RetryAbove int
+	// ConnectionIDs makes the connection IDs the socket's connections
+	// hand out (quic-go's Transport.ConnectionIDGenerator), so that what
+	// reads the socket can tell whose a datagram is (package quicshare).
+	// nil: quic-go's, random. Read once, by ListenQUIC.
+	ConnectionIDs quic.ConnectionIDGenerator
 }
 
 // QUICSocket is an HTTP/3 listening socket: a UDP socket, quic-go's
@@ -173,12 +182,67 @@ type QUICOptions struct {
 type QUICSocket struct {
 	pc   net.PacketConn
 	tr   *quic.Transport
-	ln   *quic.EarlyListener
+	base *tls.Config
 	mu   sync.Mutex
+	ln   *quic.EarlyListener // closed once Unlisten is called, until Set
+	off  bool                // Unlisten was called
 	opts QUICOptions
 	tls  *tls.Config
 	conf *quic.Config
 	rate rateWindow
+	hs   handshakes
+}
+
+// handshakes counts the connections of a QUICSocket whose handshake is
+// under way: begun (the Transport's ConnContext) and neither taken by an
+// Accept nor ended.
+type handshakes struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed while n is 0
+}
+
+// handshake is one of them; settle, when it is taken or ends, counts it
+// out once.
+type handshake struct {
+	hs      *handshakes
+	settled atomic.Bool
+}
+
+type handshakeKey struct{}
+
+func (h *handshakes) begin() *handshake {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == 0 {
+		h.idle = make(chan struct{})
+	}
+	h.n++
+	return &handshake{hs: h}
+}
+
+func (x *handshake) settle() {
+	if !x.settled.CompareAndSwap(false, true) {
+		return
+	}
+	h := x.hs
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n--; h.n == 0 {
+		close(h.idle)
+	}
+}
+
+// idleChan returns a channel closed once no handshake is under way.
+func (h *handshakes) idleChan() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == 0 {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return h.idle
 }
 
 // ListenQUIC starts HTTP/3's QUIC on pc, a UDP socket (a *net.UDPConn, so
@@ -189,8 +253,13 @@ func ListenQUIC(pc net.PacketConn, opts QUICOptions) (*QUICSocket, error) {
 	if err := q.Set(opts); err != nil {
 		return nil, err
 	}
-	q.tr = &quic.Transport{Conn: pc, VerifySourceAddress: q.verifySource}
-	base := &tls.Config{
+	q.tr = &quic.Transport{Conn: pc, VerifySourceAddress: q.verifySource, ConnectionIDGenerator: opts.ConnectionIDs,
+		ConnContext: func(ctx context.Context, _ *quic.ClientInfo) (context.Context, error) {
+			x := q.hs.begin()
+			context.AfterFunc(ctx, x.settle) // the handshake failed, or the connection ended
+			return context.WithValue(ctx, handshakeKey{}, x), nil
+		}}
+	q.base = &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		NextProtos: []string{h3.ALPN},
 		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
@@ -208,6 +277,16 @@ func ListenQUIC(pc net.PacketConn, opts QUICOptions) (*QUICSocket, error) {
 			return cfg, nil
 		},
 	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if err := q.listen(); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+// listen starts taking new connections. q.mu is held.
+func (q *QUICSocket) listen() error {
 	conf := &quic.Config{
 		GetConfigForClient: func(*quic.ClientInfo) (*quic.Config, error) {
 			q.mu.Lock()
@@ -215,15 +294,17 @@ func ListenQUIC(pc net.PacketConn, opts QUICOptions) (*QUICSocket, error) {
 			return q.conf, nil
 		},
 	}
-	ln, err := q.tr.ListenEarly(base, conf)
+	ln, err := q.tr.ListenEarly(q.base, conf)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	q.ln = ln
-	return q, nil
+	return nil
 }
 
-// Set changes the options new handshakes take.
+// Set changes the options new handshakes take; on a socket that
+// stopped listening (Unlisten), it listens again. opts.ConnectionIDs is
+// ListenQUIC's business, and ignored.
 func (q *QUICSocket) Set(opts QUICOptions) error {
 	if opts.TLS == nil || opts.TLS.GetCertificate == nil && opts.TLS.GetConfigForClient == nil && len(opts.TLS.Certificates) == 0 {
 		return errors.New("proxy: HTTP/3 needs a TLS config with certificates")
@@ -246,9 +327,25 @@ func (q *QUICSocket) Set(opts QUICOptions) error {
 	cfg.MinVersion = tls.VersionTLS13
 	conf := h3.QUICConfig(&opts.H3, opts.EarlyData)
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	q.opts, q.tls, q.conf = opts, cfg, conf
-	q.mu.Unlock()
+	if q.off {
+		q.off = false
+		return q.listen()
+	}
 	return nil
+}
+
+// Unlisten stops taking new connections: handshakes under way are
+// refused (CONNECTION_REFUSED) and new ones dropped, while those whose
+// handshake is done wait for an Accept, which returns them and then
+// net.ErrClosed. The connections accepted stay on the socket.
+func (q *QUICSocket) Unlisten() {
+	q.mu.Lock()
+	q.off = true
+	ln := q.ln
+	q.mu.Unlock()
+	ln.Close()
 }
 
 // verifySource decides whether a new connection attempt must prove its
@@ -266,9 +363,36 @@ func (q *QUICSocket) verifySource(net.Addr) bool {
 	return q.rate.add(time.Now()) > limit
 }
 
+// UnlistenIdle is Unlisten once no handshake is under way (or ctx is
+// done), for a socket whose new connection attempts go elsewhere (to the
+// new process of an upgrade, see package quicshare): the handshakes begun
+// here complete, and are taken, instead of being refused.
+func (q *QUICSocket) UnlistenIdle(ctx context.Context) {
+	select {
+	case <-q.hs.idleChan():
+	case <-ctx.Done():
+	}
+	q.Unlisten()
+}
+
 // Accept returns the next connection, early (its handshake may still be
-// under way, for 0-RTT).
-func (q *QUICSocket) Accept(ctx context.Context) (*quic.Conn, error) { return q.ln.Accept(ctx) }
+// under way, for 0-RTT); net.ErrClosed once the socket stopped listening
+// and no connection waits.
+func (q *QUICSocket) Accept(ctx context.Context) (*quic.Conn, error) {
+	q.mu.Lock()
+	ln := q.ln
+	q.mu.Unlock()
+	c, err := ln.Accept(ctx)
+	if errors.Is(err, quic.ErrServerClosed) {
+		return nil, net.ErrClosed
+	}
+	if err == nil {
+		if x, ok := c.Context().Value(handshakeKey{}).(*handshake); ok {
+			x.settle()
+		}
+	}
+	return c, err
+}
 
 // Addr returns the socket's address.
 func (q *QUICSocket) Addr() net.Addr { return q.pc.LocalAddr() }
@@ -277,7 +401,7 @@ func (q *QUICSocket) Addr() net.Addr { return q.pc.LocalAddr() }
 // CONNECTION_CLOSE: the Servers' Shutdown sends GOAWAY first and closes
 // them as they finish). The UDP socket stays open.
 func (q *QUICSocket) Close() error {
-	q.ln.Close()
+	q.Unlisten()
 	return q.tr.Close()
 }
 

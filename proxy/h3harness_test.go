@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/quic-go/qpack"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/quicvarint"
+
 	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
@@ -61,7 +63,7 @@ func startH3(t testing.TB, h Handler, opts func(*QUICOptions), tweak ...func(*Se
 		hs.srv.ServeQUIC(qs.Handoff(), ListenerOptions{})
 	}()
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), wait.Timeout)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		hs.srv.Shutdown(ctx)
 		<-h3.done
@@ -84,7 +86,7 @@ func (h *h3harness) clientTLS(cache tls.ClientSessionCache) *tls.Config {
 // dial opens a QUIC connection to addr, its handshake complete.
 func dialH3(t testing.TB, addr string, cfg *tls.Config, early bool) *quic.Conn {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), wait.Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var qc *quic.Conn
 	var err error
@@ -111,13 +113,13 @@ type h3resp struct {
 // lowercase names) and reads the response. It writes no control stream:
 // a server must serve requests without one.
 func h3Request(qc *quic.Conn, method, path string, body []byte, fields ...string) (*h3resp, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), wait.Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	st, err := qc.OpenStreamSync(ctx)
 	if err != nil {
 		return nil, err
 	}
-	st.SetDeadline(time.Now().Add(wait.Timeout))
+	st.SetDeadline(time.Now().Add(5 * time.Second))
 	hf := []qpack.HeaderField{{Name: ":method", Value: method}, {Name: ":scheme", Value: "https"},
 		{Name: ":authority", Value: "example.com"}, {Name: ":path", Value: path}}
 	for i := 0; i+1 < len(fields); i += 2 {
@@ -203,7 +205,7 @@ func appErr(t testing.TB, qc *quic.Conn) (uint64, bool) {
 	t.Helper()
 	select {
 	case <-qc.Context().Done():
-	case <-time.After(wait.Timeout):
+	case <-time.After(5 * time.Second):
 		t.Fatal("the connection was not closed")
 	}
 	var ae *quic.ApplicationError
@@ -233,25 +235,29 @@ func (c *notingCache) Put(key string, cs *tls.ClientSessionState) {
 
 // relay is a UDP relay between one QUIC client and the proxy, which can
 // hold the client's datagrams that carry its handshake's end (Handshake
-// or 1-RTT packets) until released, keep the client's first flight
+// or 1-RTT packets) and every datagram of the server until released (so
+// that the client, its handshake not done, sends its requests in 0-RTT,
+// and the server, not having the client's, reads them as such), keep the client's first flight
 // (Initial and 0-RTT) for a replay, and count what the server sends.
 type relay struct {
-	t          testing.TB
-	pc         *net.UDPConn // the client's side
-	up         *net.UDPConn // toward the server
-	mu         sync.Mutex
-	client     *net.UDPAddr
-	hold       bool
-	held       [][]byte
-	first      [][]byte // the client's datagrams before any Handshake packet
-	sawEarly   chan struct{}
-	earlyOnce  sync.Once
-	forward    bool     // forward the client's datagrams at all
-	retries    int      // Retry packets the server sent
-	fromServer int      // bytes the server sent
-	toServer   int      // bytes forwarded to it
-	holdDown   bool     // hold the server's datagrams (holdServer)
-	down       [][]byte // the server's datagrams held
+	t              testing.TB
+	pc             *net.UDPConn // the client's side
+	up             *net.UDPConn // toward the server
+	mu             sync.Mutex
+	client         *net.UDPAddr
+	hold           bool
+	held           [][]byte // the client's, held
+	heldFromServer [][]byte
+	first          [][]byte // the client's datagrams before any Handshake packet
+	sawEarly       chan struct{}
+	earlyOnce      sync.Once
+	forward        bool // forward the client's datagrams at all
+	only           int  // when > 0, forward only the client's first only datagrams
+	retries        int  // Retry packets the server sent
+	fromServer     int  // bytes the server sent
+	lastFromServer int  // the size of its last datagram
+	toServer       int  // bytes forwarded to it
+	forwarded      int  // datagrams forwarded to it
 }
 
 func newRelay(t testing.TB, server string, forward, hold bool) *relay {
@@ -298,7 +304,11 @@ func (r *relay) fromClient() {
 			continue
 		}
 		fwd := r.forward
+		if r.only > 0 {
+			fwd = fwd && r.only > r.forwarded
+		}
 		if fwd {
+			r.forwarded++
 			r.toServer += len(d)
 		}
 		r.mu.Unlock()
@@ -318,14 +328,16 @@ func (r *relay) fromServerLoop() {
 		types := packetTypes(buf[:n])
 		r.mu.Lock()
 		r.fromServer += n
+		r.lastFromServer = n
 		if types[3] {
 			r.retries++
 		}
-		a := r.client
-		if r.holdDown {
-			r.down = append(r.down, append([]byte(nil), buf[:n]...))
-			a = nil
+		if r.hold {
+			r.heldFromServer = append(r.heldFromServer, append([]byte(nil), buf[:n]...))
+			r.mu.Unlock()
+			continue
 		}
+		a := r.client
 		r.mu.Unlock()
 		if a != nil {
 			r.pc.WriteToUDP(buf[:n], a)
@@ -333,36 +345,17 @@ func (r *relay) fromServerLoop() {
 	}
 }
 
-// holdServer makes r hold what the server sends until releaseServer.
-func (r *relay) holdServer() {
-	r.mu.Lock()
-	r.holdDown = true
-	r.mu.Unlock()
-}
-
-// releaseServer stops holding the server's datagrams, and sends the
-// client those held.
-func (r *relay) releaseServer() {
-	r.mu.Lock()
-	down, a := r.down, r.client
-	r.down, r.holdDown = nil, false
-	r.mu.Unlock()
-	for _, d := range down {
-		r.pc.WriteToUDP(d, a)
-	}
-}
-
-// early sends a request in 0-RTT on qc, dialed through r, which holds
-// the server's datagrams (holdServer) and the client's end of the
-// handshake: once the request is on its way to the server (a 0-RTT packet
-// went through), it lets the server's datagrams go, for the answer. The
-// server answers before its handshake completes. The client has all of
-// the server's handshake only once its request went: quic-go's client
-// reads the transport parameters it remembered when it opens a stream in
-// 0-RTT, and writes the server's as the handshake brings them, with
-// nothing between the two that the race detector would see ordered
-// (quic-go issue 4303, open).
-func (r *relay) early(t testing.TB, qc *quic.Conn, method, path string, body []byte, fields ...string) (*h3resp, error) {
+// earlyRequest sends a request on qc, dialed through r, which holds the
+// client's handshake packets and the server's datagrams, so that the
+// request goes in 0-RTT and reaches the server before the handshake can
+// complete on either side, and releases them once the server logged its
+// answer. (Without the server's datagrams held, a client slowed down by a
+// loaded machine completed its handshake before it opened the stream, and
+// sent the request in 1-RTT packets, held for good; and until its
+// handshake is done the server may send only three times what it
+// received, which the retransmissions of its handshake flight, never
+// acknowledged, can use up before the answer goes out.)
+func (r *relay) earlyRequest(t testing.TB, hs *h3harness, qc *quic.Conn, method, path string, body []byte, fields ...string) (*h3resp, error) {
 	t.Helper()
 	type result struct {
 		resp *h3resp
@@ -373,13 +366,13 @@ func (r *relay) early(t testing.TB, qc *quic.Conn, method, path string, body []b
 		resp, err := h3Request(qc, method, path, body, fields...)
 		done <- result{resp, err}
 	}()
-	select {
-	case <-r.sawEarly:
-	case res := <-done: // failed before anything went
-		r.releaseServer()
-		return res.resp, res.err
+	logged := "target=" + path + " status="
+	if !wait.Until(wait.Timeout, func() bool { return strings.Contains(hs.access.String(), logged) }) {
+		r.release()
+		<-done
+		t.Fatalf("no answer to %s %s logged; access log:\n%s", method, path, hs.access.String())
 	}
-	r.releaseServer()
+	r.release()
 	res := <-done
 	return res.resp, res.err
 }
@@ -387,11 +380,14 @@ func (r *relay) early(t testing.TB, qc *quic.Conn, method, path string, body []b
 // release stops holding, and sends what was held.
 func (r *relay) release() {
 	r.mu.Lock()
-	held := r.held
-	r.held, r.hold = nil, false
+	held, fromServer, a := r.held, r.heldFromServer, r.client
+	r.held, r.heldFromServer, r.hold = nil, nil, false
 	r.mu.Unlock()
 	for _, d := range held {
 		r.up.Write(d)
+	}
+	for _, d := range fromServer {
+		r.pc.WriteToUDP(d, a)
 	}
 }
 

@@ -151,6 +151,24 @@ func (in *Inherited) TakePacket(address string) (net.PacketConn, bool, error) {
 	return nil, false, nil
 }
 
+// TakeFile returns the inherited socket configured with address as a
+// file, for one that is neither a listener nor a UDP socket (a relay of
+// package quicshare), matched by address as spelled; and false when there
+// is none. The file is the caller's to close.
+func (in *Inherited) TakeFile(address string) (*os.File, bool) {
+	if in == nil {
+		return nil, false
+	}
+	for i := range in.sockets {
+		s := &in.sockets[i]
+		if !s.taken && s.address == address {
+			s.taken = true
+			return s.file, true
+		}
+	}
+	return nil, false
+}
+
 func (in *Inherited) find(address string) int {
 	for i, s := range in.sockets {
 		if !s.taken && s.address == address {

@@ -200,3 +200,43 @@ func TestInheritNothing(t *testing.T) {
 	}
 	in.Close()
 }
+
+// TakeFile returns an inherited socket by its address as spelled, once;
+// TakePacket a UDP socket likewise; Close closes what no Take returned.
+func TestTakeFileAndPacket(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	udpFile, err := pc.(*net.UDPConn).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	left, _ := os.Open(os.DevNull)
+	in := &Inherited{sockets: []inherited{{address: "udp 127.0.0.1:0", file: udpFile}, {address: "relay 127.0.0.1:0", file: r}, {address: "other", file: left}}}
+	if f, ok := in.TakeFile("relay 127.0.0.1:0"); !ok || f != r {
+		t.Fatalf("TakeFile: %v %v", f, ok)
+	}
+	if _, ok := in.TakeFile("relay 127.0.0.1:0"); ok {
+		t.Fatal("TakeFile returned a socket twice")
+	}
+	got, ok, err := in.TakePacket("udp 127.0.0.1:0")
+	if err != nil || !ok || got.LocalAddr().String() != pc.LocalAddr().String() {
+		t.Fatalf("TakePacket: %v %v %v", got, ok, err)
+	}
+	got.Close()
+	if _, ok, _ := in.TakePacket("udp 127.0.0.1:0"); ok {
+		t.Fatal("TakePacket returned a socket twice")
+	}
+	in.Close()
+	if _, err := left.Stat(); err == nil {
+		t.Error("Close left a socket no Take returned open")
+	}
+	r.Close()
+}

@@ -221,3 +221,49 @@ func (b *bench) runH2load(ctx context.Context, sc scenario, port int, d time.Dur
 	}
 	return res, requireH2(res)
 }
+
+// requireH3 says why a run of bench/h3load does not measure HTTP/3: no
+// handshake completed, one settled on another protocol, or no request
+// completed.
+func requireH3(res loadResult) error {
+	switch {
+	case res.tls.alpn == "" && res.tls.protocol == "":
+		return errors.New("h3load: no QUIC handshake completed (does the proxy serve HTTP/3?)")
+	case res.tls.alpn != "h3":
+		return fmt.Errorf("h3load: negotiated %q, not h3", res.tls.alpn)
+	case res.h2.done == 0:
+		return errors.New("h3load: no request completed")
+	}
+	return nil
+}
+
+// runH3load runs bench/h3load, pinned to the load CPU, against
+// https://127.0.0.1:port for d (rounded up to whole seconds), with
+// h2load's connections and streams: its summary is h2load's.
+func (b *bench) runH3load(ctx context.Context, sc scenario, port int, d time.Duration) (loadResult, error) {
+	if b.tools["h3load"] == "" {
+		return loadResult{}, errors.New("no bench/h3load (it is built with go)")
+	}
+	secs := wholeSeconds(d)
+	args := []string{"-c", loadCPU, b.tools["h3load"],
+		"-c", strconv.Itoa(b.opt.h2Conns), "-m", strconv.Itoa(b.opt.h2Streams),
+		"-D", strconv.Itoa(secs) + "s", "-sni", tlsName, fmt.Sprintf("https://127.0.0.1:%d%s", port, sc.path)}
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "taskset", args...)
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if b.opt.verbose {
+		fmt.Fprintf(os.Stderr, "%s%s", out, stderr.Bytes())
+	}
+	if err != nil {
+		return loadResult{}, fmt.Errorf("h3load: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	res, err := parseH2load(out)
+	if err != nil {
+		return res, err
+	}
+	return res, requireH3(res)
+}

@@ -339,7 +339,12 @@ func TestH2Table(t *testing.T) {
 		{sc: sc, name: direct.name, failure: "sits out this scenario"},
 	}
 	var out strings.Builder
-	(&bench{}).h2Table(&out, rows)
+	(&bench{}).multiplexedTable(&out, rows, false)
+	var none strings.Builder
+	(&bench{}).multiplexedTable(&none, rows, true)
+	if none.Len() != 0 {
+		t.Errorf("an HTTP/3 table of HTTP/2 rows:\n%s", none.String())
+	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(lines) != 7 { // title, blank, header, rule, sluice, haproxy, caddy; no direct
 		t.Fatalf("%d lines, want 7:\n%s", len(lines), out.String())
@@ -356,6 +361,28 @@ func TestH2Table(t *testing.T) {
 		"| caddy | — |",
 		"exit status 1",
 	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q in:\n%s", want, out.String())
+		}
+	}
+}
+
+// The HTTP/3 table is the HTTP/2 one for the HTTP/3 rows, CPU per
+// request divided by Caddy's.
+func TestH3Table(t *testing.T) {
+	sc, _ := scenarioByName("h3-small")
+	at := func(round int, cpu float64) sample {
+		return sample{wrkResult: wrkResult{requests: 1000, duration: time.Second, p50: -1, p99: -1}, cpu: cpu, round: round,
+			h2: h2Result{done: 1000, codes: [4]int64{1000, 0, 0, 0}, reqMin: time.Millisecond, reqMax: time.Second, reqMean: time.Millisecond}}
+	}
+	rows := []loadRow{
+		{sc: sc, name: "sluice", samples: []sample{at(0, 0.5), at(1, 0.6)}},
+		{sc: sc, name: "caddy", samples: []sample{at(0, 1), at(1, 1)}},
+		{sc: sc, name: "nginx", failure: "serves no HTTP/3"},
+	}
+	var out strings.Builder
+	(&bench{}).multiplexedTable(&out, rows, true)
+	for _, want := range []string{"### HTTP/3 (bench/h3load)", "CPU/req ÷ Caddy |", "| HTTP/3 small GET (bench/h3load) | sluice | 2000 |", "| 0.55 |", "serves no HTTP/3"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("no %q in:\n%s", want, out.String())
 		}

@@ -73,8 +73,8 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.conns, "connections", 64, "wrk connections")
 	fs.IntVar(&o.threads, "threads", 1, "wrk threads (all on CPU 1)")
 	fs.IntVar(&o.idleConns, "idle-conns", 10000, "connections opened in the idle scenarios")
-	fs.IntVar(&o.h2Conns, "h2-conns", 16, "h2load connections (-c) in the HTTP/2 scenarios")
-	fs.IntVar(&o.h2Streams, "h2-streams", 10, "h2load concurrent streams per connection (-m) in the HTTP/2 scenarios")
+	fs.IntVar(&o.h2Conns, "h2-conns", 16, "h2load's (bench/h3load's) connections (-c) in the HTTP/2 (HTTP/3) scenarios")
+	fs.IntVar(&o.h2Streams, "h2-streams", 10, "h2load's (bench/h3load's) concurrent streams per connection (-m) in the HTTP/2 (HTTP/3) scenarios")
 	fs.DurationVar(&o.settle, "idle-settle", 2*time.Second, "how long after the idle connections opened their RSS is read (Go forces a collection every 2 minutes: 130s leaves no handshake garbage in the Go proxies' heaps)")
 	fs.StringVar(&o.sluice, "sluice", "", "sluice `binary` to test (default: build ./cmd/sluice into the temp dir)")
 	fs.StringVar(&o.sluiceB, "sluice-b", "", "a second sluice `binary`, run as proxy sluice-b beside sluice: an A/B comparison of two builds")
@@ -114,7 +114,7 @@ func parseFlags(args []string) (options, error) {
 			for _, sc := range scenarios {
 				known = append(known, sc.name)
 			}
-			return o, fmt.Errorf("-scenarios: unknown scenario %q (known: %s; groups: plain, tls, h2, all)", name, strings.Join(known, ", "))
+			return o, fmt.Errorf("-scenarios: unknown scenario %q (known: %s; groups: plain, tls, h2, h3, all)", name, strings.Join(known, ", "))
 		}
 		o.scenarios = append(o.scenarios, name)
 	}
@@ -265,10 +265,10 @@ func (b *bench) findTools() bool {
 	builtHere := func(name string) bool {
 		return name == "go-relay" || b.opt.sluice == "" && isSluice(name) && name != "sluice-b"
 	}
-	if slices.ContainsFunc(b.opt.proxies, builtHere) || b.wants(func(sc scenario) bool { return sc.handshakes }) {
+	if slices.ContainsFunc(b.opt.proxies, builtHere) || b.wants(func(sc scenario) bool { return sc.handshakes || sc.h3 }) {
 		needs = append(needs, need{"go", "golang-go"})
 	}
-	if b.wants(func(sc scenario) bool { return sc.tls && !sc.handshakes && !sc.h2 }) {
+	if b.wants(func(sc scenario) bool { return sc.tls && !sc.handshakes && !sc.multiplexed() }) {
 		needs = append(needs, need{"openssl", "openssl"})
 	}
 	if b.wants(func(sc scenario) bool { return sc.h2 }) {
@@ -288,7 +288,7 @@ func (b *bench) findTools() bool {
 		case "wrk", "taskset", "nginx":
 			fatal = true
 		case "go":
-			b.note("sluice (unless -sluice is given), go-relay and bench/tlsload (the load of tls-close and tls-resume) skipped: no `go` to build them with")
+			b.note("sluice (unless -sluice is given), go-relay, bench/tlsload (the load of tls-close and tls-resume) and bench/h3load (of h3-small) skipped: no `go` to build them with")
 		case "openssl":
 			b.note("what each proxy negotiates with wrk's OpenSSL is not checked: no `openssl`")
 		case "h2load":
@@ -350,7 +350,7 @@ func (b *bench) setup() error {
 		b.note(fmt.Sprintf("idle scenario lowered to %d connections to fit RLIMIT_NOFILE %d", b.opt.idleConns, b.noFile))
 	}
 	for _, sc := range scenarios {
-		if sc.idle || sc.handshakes || sc.h2 {
+		if sc.idle || sc.handshakes || sc.multiplexed() {
 			continue
 		}
 		if b.scripts[sc.name], err = writeWrkScript(b.dir, sc); err != nil {
@@ -367,6 +367,13 @@ func (b *bench) setup() error {
 			b.note("tls-close and tls-resume not measured: " + firstLine(err.Error()))
 		} else {
 			b.tools["tlsload"] = path
+		}
+	}
+	if b.wants(func(sc scenario) bool { return sc.h3 }) {
+		if path, err := b.build("h3load", "bench/h3load"); err != nil {
+			b.note("the HTTP/3 scenarios are not measured: " + firstLine(err.Error()))
+		} else {
+			b.tools["h3load"] = path
 		}
 	}
 	for _, name := range b.opt.proxies {
@@ -511,7 +518,7 @@ func (b *bench) startProxy(p proxy, sc scenario, tag string) (*child, int, error
 	if sc.tls {
 		s.tls, check = b.tls, b.tls.clientTLS()
 	}
-	s.h2 = sc.h2
+	s.h2, s.h3 = sc.h2, sc.h3
 	if sc.idle {
 		s.idleTimeout = keepIdle(b.opt.settle)
 	}

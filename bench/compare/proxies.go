@@ -34,6 +34,9 @@ type site struct {
 	// nginx and HAProxy only when asked, so only in the HTTP/2 scenarios,
 	// which leaves the TLS scenarios' configs as they were.
 	h2 bool
+	// h3 makes the proxy serve HTTP/3 too, on a UDP socket at the TLS
+	// listener's port (sluice and Caddy; the others sit out).
+	h3 bool
 	// idleTimeout is how long a client keep-alive connection may idle
 	// before the proxy closes it; 0 for the proxy's own (60 s for sluice
 	// and as HAProxy is set, 75 s for nginx, 5 minutes for Caddy).
@@ -72,6 +75,8 @@ type proxy struct {
 	notIn []string
 	// noTLS makes the proxy sit out the TLS scenarios.
 	noTLS bool
+	// noH3 makes the proxy sit out the HTTP/3 scenarios.
+	noH3 bool
 }
 
 var proxies = []proxy{
@@ -87,10 +92,11 @@ var proxies = []proxy{
 	// sluice-b is the binary given with -sluice-b, configured as sluice:
 	// two builds side by side, round by round.
 	{name: "sluice-b", version: []string{"version"}, configure: sluiceConfig},
-	{name: "nginx", tool: "nginx", pkg: "nginx", version: []string{"-v"}, configure: nginxConfig},
+	// Debian's nginx (1.22) and HAProxy (2.6) are built without QUIC.
+	{name: "nginx", tool: "nginx", pkg: "nginx", version: []string{"-v"}, configure: nginxConfig, noH3: true},
 	// HAProxy logs to syslog, not to a file: it sits out the access log
 	// scenario.
-	{name: "haproxy", tool: "haproxy", pkg: "haproxy", version: []string{"-v"}, configure: haproxyConfig, notIn: []string{"logged", "static-small", "static-1m"}},
+	{name: "haproxy", tool: "haproxy", pkg: "haproxy", version: []string{"-v"}, configure: haproxyConfig, notIn: []string{"logged", "static-small", "static-1m"}, noH3: true},
 	{name: "caddy", tool: "caddy", pkg: "caddy", version: []string{"version"}, configure: caddyConfig, notIn: []string{"static-small", "static-1m"}},
 	// go-relay (bench/relay) is the least a Go proxy does per request: a
 	// goroutine per connection, Go's netpoller, pooled upstream
@@ -99,13 +105,16 @@ var proxies = []proxy{
 	// shows what the runtime costs apart from sluice's own work. It holds
 	// 68 KiB of buffers per connection, so it sits out the idle
 	// scenarios, and it writes no access log.
-	{name: "go-relay", configure: relayConfig, notIn: []string{"idle", "tls-idle", "logged", "static-small", "static-1m"}},
+	{name: "go-relay", configure: relayConfig, notIn: []string{"idle", "tls-idle", "logged", "static-small", "static-1m"}, noH3: true},
 }
 
 // sitsOutWhy says why p is left out of scenario sc; "" when it is not.
 func (p proxy) sitsOutWhy(sc scenario) string {
 	if slices.Contains(p.notIn, sc.name) || sc.tls && p.noTLS {
 		return "sits out this scenario"
+	}
+	if sc.h3 && p.noH3 {
+		return "serves no HTTP/3"
 	}
 	return ""
 }
@@ -164,7 +173,10 @@ func sluiceWith(s site, pool string) ([]string, []string, error) {
 	}
 	// h2 first is sluice's default on a TLS listener; the HTTP/2
 	// scenarios write it out, so that the config says what is measured.
-	if s.tls != nil && s.h2 {
+	switch {
+	case s.tls != nil && s.h3:
+		tlsConf += "    protocols: [h3, h2, http/1.1]\n"
+	case s.tls != nil && s.h2:
 		tlsConf += "    protocols: [h2, http/1.1]\n"
 	}
 	timeouts := ""
@@ -353,11 +365,15 @@ func caddyConfig(s site) ([]string, []string, error) {
 	}
 	// Over TLS: the run's certificate, TLS 1.3 only, HTTP/1.1 and HTTP/2
 	// (Caddy's default without HTTP/3, whose QUIC listener nobody here
-	// uses); the cipher suite and session tickets are Go's, as sluice's.
+	// uses), and HTTP/3 in the HTTP/3 scenarios; the cipher suite and
+	// session tickets are Go's, as sluice's.
 	scheme, servers, siteTLS := "http", "", ""
 	if s.tls != nil {
 		scheme = "https"
 		servers = "\t\tprotocols h1 h2\n"
+		if s.h3 {
+			servers = "\t\tprotocols h1 h2 h3\n"
+		}
 		siteTLS = fmt.Sprintf("\ttls %s %s {\n\t\tprotocols tls1.3\n\t}\n", s.tls.cert, s.tls.key)
 	}
 	if s.idleTimeout > 0 {

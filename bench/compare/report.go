@@ -230,7 +230,7 @@ func (b *bench) report(w io.Writer, e environment, loads []loadRow, idles []idle
 		"RLIMIT_NOFILE %d. Run took %s.\n",
 		proxyCPU, b.opt.threads, b.opt.conns, loadCPU, b.opt.rounds, b.opt.duration, b.opt.warmup, min(b.opt.rounds, idleRounds),
 		b.noFile, e.elapsed.Round(time.Second))
-	if b.wants(func(sc scenario) bool { return sc.tls && !sc.h2 }) {
+	if b.wants(func(sc scenario) bool { return sc.tls && !sc.multiplexed() }) {
 		fmt.Fprintf(w, "\nTLS scenarios: every proxy serves the same certificate, made for the run (ECDSA P-256, signed by a CA made for the run), "+
 			"TLS 1.3 only, with the cipher suite Go's servers choose, TLS_AES_128_GCM_SHA256 (nginx and HAProxy are set to it), "+
 			"and session tickets as each issues them by default; the upstream stays plain HTTP. "+
@@ -251,6 +251,14 @@ func (b *bench) report(w io.Writer, e environment, loads []loadRow, idles []idle
 			"Errors are every request that got no 2xx: h2load's failed (non-2xx/3xx statuses, and the errored: resets, connection errors, timeouts) and its 3xx.\n",
 			loadCPU, b.opt.h2Conns, b.opt.h2Streams)
 	}
+	if b.wants(func(sc scenario) bool { return sc.h3 }) {
+		fmt.Fprintf(w, "\nHTTP/3 scenarios: bench/h3load (quic-go's HTTP/3 client, GOMAXPROCS=1 on CPU %s, %d QUIC connections × %d requests in flight, "+
+			"each connection on a UDP socket of its own) prints h2load's summary; the certificate is the TLS scenarios'. "+
+			"sluice and Caddy serve HTTP/3 on a UDP socket at their TLS listener's port beside h2 and HTTP/1.1 (sluice `protocols: [h3, h2, http/1.1]`, "+
+			"Caddy `protocols h1 h2 h3`), both on quic-go; nginx 1.22 and HAProxy 2.6 as Debian builds them have no QUIC and sit out. "+
+			"Errors are counted as for HTTP/2.\n",
+			loadCPU, b.opt.h2Conns, b.opt.h2Streams)
+	}
 	if len(b.notes) > 0 {
 		fmt.Fprintln(w)
 		for _, n := range b.notes {
@@ -260,7 +268,8 @@ func (b *bench) report(w io.Writer, e environment, loads []loadRow, idles []idle
 	if len(loads) > 0 {
 		b.loadTable(w, loads)
 		b.tlsTable(w, loads)
-		b.h2Table(w, loads)
+		b.multiplexedTable(w, loads, false)
+		b.multiplexedTable(w, loads, true)
 	}
 	for _, name := range b.opt.scenarios {
 		var rows []idleRow
@@ -339,6 +348,8 @@ func (b *bench) tlsTable(w io.Writer, rows []loadRow) {
 		switch {
 		case r.sc.h2:
 			by = "h2load, its first connection in every round"
+		case r.sc.h3:
+			by = "bench/h3load, its first connection in every round"
 		case r.sc.handshakes:
 			by = "bench/tlsload, every handshake of the rounds"
 			if total := r.tls.full + r.tls.resumed; total > 0 {
@@ -353,27 +364,33 @@ func (b *bench) tlsTable(w io.Writer, rows []loadRow) {
 	}
 }
 
-// h2Table gives what h2load reports beyond the load table: the requests
-// by outcome, summed over the rounds, and the time for a request as h2load
-// sums it up (no percentiles): the least and the most over the rounds,
-// the mean, the deviation and the share within mean ± sd as medians. CPU
-// per request is divided by HAProxy's too, the proxy sluice is held to
-// over HTTP/2.
-func (b *bench) h2Table(w io.Writer, rows []loadRow) {
-	if !slices.ContainsFunc(rows, func(r loadRow) bool { return r.sc.h2 }) {
+// multiplexedTable gives what h2load (over HTTP/2) or bench/h3load (over
+// HTTP/3, h3) reports beyond the load table: the requests by outcome,
+// summed over the rounds, and the time for a request as h2load sums it up
+// (no percentiles): the least and the most over the rounds, the mean, the
+// deviation and the share within mean ± sd as medians. CPU per request is
+// divided by that of the proxy sluice is held to: HAProxy over HTTP/2,
+// Caddy over HTTP/3.
+func (b *bench) multiplexedTable(w io.Writer, rows []loadRow, h3 bool) {
+	in := func(r loadRow) bool { return r.sc.h2 && !h3 || r.sc.h3 && h3 }
+	if !slices.ContainsFunc(rows, in) {
 		return
 	}
-	fmt.Fprintf(w, "\n### HTTP/2 (h2load)\n\n")
-	fmt.Fprintln(w, "| scenario | proxy | requests done | 2xx | 3xx | 4xx | 5xx | errored | time for request: min | mean | sd | max | within mean ± sd | CPU/req ÷ HAProxy |")
+	title, refName, refTitle := "HTTP/2 (h2load)", "haproxy", "HAProxy"
+	if h3 {
+		title, refName, refTitle = "HTTP/3 (bench/h3load)", "caddy", "Caddy"
+	}
+	fmt.Fprintf(w, "\n### %s\n\n", title)
+	fmt.Fprintf(w, "| scenario | proxy | requests done | 2xx | 3xx | 4xx | 5xx | errored | time for request: min | mean | sd | max | within mean ± sd | CPU/req ÷ %s |\n", refTitle)
 	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	ref := map[string]loadRow{}
 	for _, r := range rows {
-		if r.sc.h2 && r.name == "haproxy" && len(r.samples) > 0 {
+		if in(r) && r.name == refName && len(r.samples) > 0 {
 			ref[r.sc.name] = r
 		}
 	}
 	for _, r := range rows {
-		if !r.sc.h2 || r.name == direct.name {
+		if !in(r) || r.name == direct.name {
 			continue
 		}
 		if len(r.samples) == 0 {

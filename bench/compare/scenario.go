@@ -30,6 +30,10 @@ type scenario struct {
 	// h2 makes the load h2load, HTTP/2 over TLS: the proxies offer h2 by
 	// ALPN beside HTTP/1.1, and the upstream stays HTTP/1.1.
 	h2 bool
+	// h3 makes the load bench/h3load, HTTP/3 (h2load's figures): the
+	// proxies that can serve HTTP/3 on a UDP socket at their TLS
+	// listener's port, beside h2 and HTTP/1.1; the others sit out.
+	h3 bool
 	// static makes the proxies serve path from files, the upstream's
 	// www/static directory, themselves (sluice's static route, nginx's
 	// alias); the upstream is not asked.
@@ -50,19 +54,21 @@ var scenarios = []scenario{
 	{name: "tls-1m", title: "TLS 1 MiB GET", path: "/1m", tls: true},
 	{name: "tls-idle", title: "idle TLS connections", idle: true, tls: true},
 	{name: "h2-small", title: "HTTP/2 small GET (h2load)", path: "/small", tls: true, h2: true},
+	{name: "h3-small", title: "HTTP/3 small GET (bench/h3load)", path: "/small", tls: true, h3: true},
 	{name: "static-small", title: "small file, static route", path: "/static/small.txt", static: true},
 	{name: "static-1m", title: "1 MiB file, static route", path: "/static/1m.bin", static: true},
 }
 
 // scenarioGroups are names -scenarios takes for several scenarios. The
-// HTTP/2 ones are a group of their own, so that the TLS set still needs
-// no more than wrk and openssl.
+// HTTP/2 and HTTP/3 ones are groups of their own, so that the TLS set
+// still needs no more than wrk and openssl.
 var scenarioGroups = map[string]func(scenario) bool{
 	"all":    func(scenario) bool { return true },
 	"plain":  func(sc scenario) bool { return !sc.tls && !sc.static },
 	"static": func(sc scenario) bool { return sc.static },
-	"tls":    func(sc scenario) bool { return sc.tls && !sc.h2 },
+	"tls":    func(sc scenario) bool { return sc.tls && !sc.multiplexed() },
 	"h2":     func(sc scenario) bool { return sc.h2 },
+	"h3":     func(sc scenario) bool { return sc.h3 },
 }
 
 // expandScenarios replaces each group name in names by its scenarios, in
@@ -86,6 +92,10 @@ func expandScenarios(names []string) []string {
 	return out
 }
 
+// multiplexed reports whether the scenario's load is h2load or
+// bench/h3load: many streams on few connections, h2load's figures.
+func (sc scenario) multiplexed() bool { return sc.h2 || sc.h3 }
+
 func scenarioByName(name string) (scenario, bool) {
 	for _, sc := range scenarios {
 		if sc.name == name {
@@ -104,7 +114,7 @@ type sample struct {
 	upConns    int64         // connections the upstream accepted during the run; -1 if not known
 	round      int           // which round it was measured in
 	tls        negotiated    // the handshakes of the run, as bench/tlsload counted them; h2load's first
-	h2         h2Result      // the rest of h2load's summary
+	h2         h2Result      // the rest of h2load's (or bench/h3load's) summary
 }
 
 // upstreamPer1k is the upstream connections opened per 1000 requests
@@ -174,7 +184,7 @@ func (b *bench) loadScenario(sc scenario) []loadRow {
 			defer c.stop()
 			l.c, l.port = c, port
 			// h2load says what it negotiated itself, in every run.
-			if sc.tls && !sc.handshakes && !sc.h2 {
+			if sc.tls && !sc.handshakes && !sc.multiplexed() {
 				b.checkTLS(ctx, sc, l)
 			}
 		}
@@ -201,7 +211,7 @@ func (b *bench) loadScenario(sc scenario) []loadRow {
 			}
 			s.round = r
 			l.row.samples = append(l.row.samples, s)
-			if sc.h2 {
+			if sc.multiplexed() {
 				fmt.Fprintf(os.Stderr, "compare: [%s] round %d/%d %-7s %8.0f req/s  %s  time for request mean %s max %s  errors %d (failed %d, errored %d, 3xx %d)  proxy CPU %s  others on CPU0 %s  CPU1 busy %s\n",
 					sc.name, r+1, b.opt.rounds, l.p.name, rate(s.requests, s.duration), s.tls, fmtLatency(s.h2.reqMean), fmtLatency(s.h2.reqMax),
 					s.sockErrs+s.status, s.h2.failed, s.h2.errored, s.h2.codes[1], fmtPct(s.cpu/s.wall.Seconds()), fmtPct(s.others0()), fmtPct(s.cpu1))
@@ -220,7 +230,7 @@ func (b *bench) loadScenario(sc scenario) []loadRow {
 		if l.c != nil {
 			l.row.peakKB = groupUsage(l.c.pid()).hwmKB
 		}
-		if (sc.handshakes || sc.h2) && len(l.row.samples) > 0 {
+		if (sc.handshakes || sc.multiplexed()) && len(l.row.samples) > 0 {
 			l.row.tls, l.row.tlsErr = sumHandshakes(l.row.samples)
 		}
 	}

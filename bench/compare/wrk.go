@@ -69,6 +69,8 @@ func (b *bench) runLoad(ctx context.Context, sc scenario, port int, d time.Durat
 		return b.runTLSLoad(ctx, sc, port, d)
 	case sc.h2:
 		return b.runH2load(ctx, sc, port, d)
+	case sc.h3:
+		return b.runH3load(ctx, sc, port, d)
 	}
 	res, err := b.runWrk(ctx, sc, port, d)
 	return loadResult{wrkResult: res}, err

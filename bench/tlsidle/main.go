@@ -2,7 +2,7 @@
 // TLS handshakes cost the sluice binary, and whether other clients are
 // served meanwhile:
 //
-//	go run ./bench/tlsidle [-conns 10000] [-halfopen 10000] [-settle 130s] [-curves default|x25519] [-proto http/1.1|h2] [-sluice BIN] [-keep]
+//	go run ./bench/tlsidle [-conns 10000] [-halfopen 10000] [-settle 130s] [-curves default|x25519] [-proto http/1.1|h2|h3] [-sluice BIN] [-keep]
 //
 // It runs sluice with one TLS listener (a certificate made for the run,
 // ECDSA P-256) in front of a Go HTTP upstream, warms it up and reads its
@@ -19,7 +19,13 @@
 //     number, read 3 s after they opened and later, up to -settle. With
 //     -proto h2 they speak HTTP/2 (ALPN h2, one GET on stream 1, SETTINGS
 //     acknowledged); an idle HTTP/2 connection parks too, its engine
-//     stopped between frames.
+//     stopped between frames. With -proto h3 they are QUIC connections
+//     (quic-go's client, all on one UDP socket of this process) to the
+//     listener's HTTP/3 socket, each after one GET on a request stream.
+//
+// With the RSS it prints sluice's goroutines (its admin listener's
+// /debug/pprof/goroutine), after the warm-up and with the idle
+// connections open.
 //
 // The clients run in this process, so sluice's RSS is its own. Everything
 // listens on 127.0.0.1; sluice runs in a temp dir, killed on exit.
@@ -71,7 +77,7 @@ func main() {
 	flag.IntVar(&o.halfOpen, "halfopen", 10000, "half-open TLS handshakes")
 	flag.DurationVar(&o.settle, "settle", 130*time.Second, "how long RSS is read with the idle connections open (3s, 30s, 60s, 130s)")
 	flag.StringVar(&o.curves, "curves", "default", "the clients' key shares: default (X25519MLKEM768 first, as Go's and browsers') or x25519")
-	flag.StringVar(&o.proto, "proto", "http/1.1", "what the idle connections speak: http/1.1 or h2")
+	flag.StringVar(&o.proto, "proto", "http/1.1", "what the idle connections speak: http/1.1, h2 or h3")
 	flag.StringVar(&o.sluice, "sluice", "", "sluice `binary` (default: build ./cmd/sluice into the temp dir)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp dir (config, certificate and logs) and print its path")
 	flag.Parse()
@@ -107,12 +113,12 @@ func run(o options) error {
 	}
 	idleClient := client
 	switch o.proto {
-	case "h2":
+	case "h2", "h3":
 		idleClient = client.Clone()
-		idleClient.NextProtos = []string{"h2"}
+		idleClient.NextProtos = []string{o.proto}
 	case "http/1.1":
 	default:
-		return fmt.Errorf("-proto %q: want http/1.1 or h2", o.proto)
+		return fmt.Errorf("-proto %q: want http/1.1, h2 or h3", o.proto)
 	}
 
 	upstream, err := rig.ServeOK()
@@ -120,7 +126,7 @@ func run(o options) error {
 		return err
 	}
 	start := func(name string) (*sluice, error) {
-		return startSluice(ctx, bin, filepath.Join(dir, name), certFile, keyFile, upstream, client)
+		return startSluice(ctx, bin, filepath.Join(dir, name), certFile, keyFile, upstream, client, o.proto == "h3")
 	}
 	fmt.Printf("sluice %s; clients' key shares: %s; idle connections speak %s\n", bin, o.curves, o.proto)
 
@@ -157,8 +163,21 @@ func run(o options) error {
 		return err
 	}
 	defer sl.Stop()
+	baseGoroutines, err := goroutines(sl.admin)
+	if err != nil {
+		return err
+	}
 	t0 = time.Now()
-	idle, failed, firstErr := openIdle(ctx, sl.Addr, idleClient, o.conns)
+	var idle []io.Closer
+	if o.proto == "h3" {
+		var socket io.Closer
+		idle, socket, failed, firstErr = openIdleH3(ctx, sl.Addr, idleClient, o.conns)
+		if socket != nil {
+			defer socket.Close() // after the connections' closes
+		}
+	} else {
+		idle, failed, firstErr = openIdle(ctx, sl.Addr, idleClient, o.conns)
+	}
 	opened := time.Now()
 	fmt.Printf("%d idle TLS connections opened in %v (%d failed%s)\n", len(idle), opened.Sub(t0).Round(time.Millisecond), failed, errText(firstErr))
 	for _, after := range []time.Duration{3 * time.Second, 30 * time.Second, 60 * time.Second, 130 * time.Second} {
@@ -172,6 +191,10 @@ func run(o options) error {
 		kb := rig.RSSKB(sl.Pid)
 		fmt.Printf("RSS after warm-up %d KiB, %v after they opened %d KiB: %.2f KiB per idle TLS connection (%s)\n",
 			sl.base, after, kb, float64(int64(kb)-int64(sl.base))/float64(max(len(idle), 1)), o.proto)
+		if n, err := goroutines(sl.admin); err == nil {
+			fmt.Printf("goroutines after warm-up %d, %v after they opened %d: %.2f per idle connection\n",
+				baseGoroutines, after, n, float64(n-baseGoroutines)/float64(max(len(idle), 1)))
+		}
 	}
 	for _, c := range idle {
 		c.Close()
@@ -182,25 +205,33 @@ func run(o options) error {
 // sluice is a running sluice, warmed up.
 type sluice struct {
 	*rig.Sluice
-	base uint64 // RSS after the warm-up, KiB
+	base  uint64 // RSS after the warm-up, KiB
+	admin string // its admin listener's address
 }
 
 // startSluice runs bin in dir with a TLS listener for certFile and keyFile
-// in front of upstream, and warms it up with 200 GETs, each on a new TLS
-// connection.
-func startSluice(ctx context.Context, bin, dir, certFile, keyFile, upstream string, client *tls.Config) (*sluice, error) {
+// (serving HTTP/3 too when h3) in front of upstream, and warms it up with
+// 200 GETs, each on a new TLS connection.
+func startSluice(ctx context.Context, bin, dir, certFile, keyFile, upstream string, client *tls.Config, h3 bool) (*sluice, error) {
 	addr := fmt.Sprintf("127.0.0.1:%d", rig.FreePort())
+	admin := fmt.Sprintf("127.0.0.1:%d", rig.FreePort())
+	protocols := ""
+	if h3 {
+		protocols = "\n    protocols: [h3, h2, http/1.1]"
+	}
 	cfg := fmt.Sprintf(`listen:
   - address: %q
-    tls: {certificates: [{cert: %q, key: %q}]}
+    tls: {certificates: [{cert: %q, key: %q}]}%s
 timeouts: {header: 120s, idle: 600s}
+limits: {h3: {idle_timeout: 600s}}
 access_log: {enabled: false}
 log: {level: error}
+admin: {address: %q, pprof: true}
 routes: [{upstream: web}]
 upstreams:
   web:
     servers: [{address: %q}]
-`, addr, certFile, keyFile, upstream)
+`, addr, certFile, keyFile, protocols, admin, upstream)
 	sl, err := rig.Start(bin, dir, addr, cfg)
 	if err != nil {
 		return nil, err
@@ -215,7 +246,27 @@ upstreams:
 		sl.Stop()
 		return nil, err
 	}
-	return &sluice{Sluice: sl, base: base}, nil
+	return &sluice{Sluice: sl, base: base, admin: admin}, nil
+}
+
+// goroutines returns the number of goroutines of the sluice whose admin
+// listener is at admin, from its goroutine profile's first line
+// ("goroutine profile: total N").
+func goroutines(admin string) (int, error) {
+	resp, err := http.Get("http://" + admin + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil {
+		return 0, fmt.Errorf("goroutine profile: %w", err)
+	}
+	var n int
+	if _, err := fmt.Sscanf(line, "goroutine profile: total %d", &n); err != nil {
+		return 0, fmt.Errorf("goroutine profile %q: %w", line, err)
+	}
+	return n, nil
 }
 
 func errText(err error) string {
@@ -226,7 +277,7 @@ func errText(err error) string {
 }
 
 // openIdle opens n TLS connections, 200 at a time, each after one GET.
-func openIdle(ctx context.Context, addr string, cfg *tls.Config, n int) (conns []net.Conn, failed int, first error) {
+func openIdle(ctx context.Context, addr string, cfg *tls.Config, n int) (conns []io.Closer, failed int, first error) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 200)

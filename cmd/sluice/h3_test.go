@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/quicvarint"
 
+	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 	"github.com/sluice-proxy/sluice/internal/wait"
@@ -176,7 +178,10 @@ func TestRunH3(t *testing.T) {
 		}()
 	}
 	waitCount := func(n int64) {
+<<<<<<< HEAD
 		t.Helper()
+=======
+>>>>>>> h3-rest
 		if !wait.Until(wait.Timeout, func() bool { return ok.Load() >= n }) {
 			t.Fatalf("only %d requests in %v, %d failed: %v\n%s", ok.Load(), wait.Timeout, failed.Load(), firstErr.Load(), s.log.String())
 		}
@@ -212,4 +217,82 @@ func asStreamErr(err error, se **quic.StreamError) bool {
 		err = u.Unwrap()
 	}
 	return false
+}
+
+// TestReloadDropsH3: a reload that keeps a listener but takes h3 from its
+// protocols stops taking HTTP/3 connections there at once; the
+// connections open get GOAWAY and drain, and the UDP socket closes once
+// they have (its port free again). A reload that serves h3 there again
+// before that takes the socket back, connections and all; one after
+// binds it anew.
+func TestReloadDropsH3(t *testing.T) {
+	release := make(chan struct{})
+	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+		if r.Target == "/held" {
+			<-release
+		}
+		c.Respond(200, "ok")
+	})
+	defer close(release)
+	dir := t.TempDir()
+	cfg, ca := h3Config(t, dir, up.Addr(), "10s")
+	noH3 := strings.Replace(strings.Replace(cfg, "protocols: [h3, h2, http/1.1]", "protocols: [h2, http/1.1]", 1), "    early_data: safe\n", "", 1)
+	s := startRunning(t, cfg)
+	addr := s.addr(0)
+	tlsConf := &tls.Config{RootCAs: ca.Pool(), ServerName: "example.com", NextProtos: []string{"h3"}}
+	dial := func() *quic.Conn {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		qc, err := quic.DialAddr(ctx, addr, tlsConf, &quic.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { qc.CloseWithError(0, "") })
+		return qc
+	}
+	udp := s.sockets[0].udp
+
+	// Taken away, given back while a request holds the old server: the
+	// same socket serves on.
+	held := dial()
+	heldDone := make(chan int, 1)
+	go func() {
+		status, _, _ := h3Get(held, "/held")
+		heldDone <- status
+	}()
+	proxytest.WaitFor(t, "the held request upstream", func() bool { return up.Count("GET", "/held") == 1 })
+	s.reloadWith(t, noH3)
+	if !strings.Contains(s.log.String(), "stopped serving HTTP/3") || s.sockets[0].udp != nil || s.sockets[0].retired == nil {
+		t.Fatalf("after a reload without h3: udp %v, retired %v\n%s", s.sockets[0].udp, s.sockets[0].retired, s.log.String())
+	}
+	s.reloadWith(t, strings.Replace(cfg, "header: 10s", "header: 9s", 1))
+	if s.sockets[0].udp != udp {
+		t.Fatal("h3 given back before the drain: a new socket, not the one taken away")
+	}
+	if status, body, err := h3Get(dial(), "/"); err != nil || status != 200 || body != "ok" {
+		t.Fatalf("after h3 came back: %d %q %v", status, body, err)
+	}
+	release <- struct{}{}
+	if status := <-heldDone; status != 200 {
+		t.Fatalf("the request held across the reloads: %d", status)
+	}
+
+	// Taken away for good: once the old server has drained, the socket
+	// closes.
+	s.reloadWith(t, noH3)
+	r := s.sockets[0].retired
+	proxytest.WaitFor(t, "the HTTP/3 socket closed after the drain", func() bool { return !r.open() })
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		t.Fatalf("the UDP port is still taken after the drain: %v", err)
+	}
+	pc.Close()
+	s.reloadWith(t, cfg)
+	if s.sockets[0].udp == nil || s.sockets[0].udp == udp {
+		t.Fatal("h3 given back after the drain: no new socket")
+	}
+	if status, body, err := h3Get(dial(), "/"); err != nil || status != 200 || body != "ok" {
+		t.Fatalf("h3 bound again: %d %q %v", status, body, err)
+	}
 }

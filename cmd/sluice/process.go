@@ -273,7 +273,7 @@ func (r *running) serveAll(srv *proxy.Server, listeners *config.Listeners, socke
 			s.stop()
 		}
 		s.serve(srv, o, r.failed)
-		if listeners.ServesH3(i) && s.udp != nil {
+		if listeners.ServesH3(i) {
 			if err := s.serveQUIC(srv, listeners.QUIC(i), proxy.ListenerOptions{Handler: o.Handler}, r.failed); err != nil {
 				return err
 			}
@@ -359,8 +359,30 @@ func serveMetrics(ln net.Listener, m *observe.Metrics, log *slog.Logger) (stop f
 
 // upgraded is the outcome of a binary upgrade.
 type upgraded struct {
-	pid int
-	err error
+	pid    int
+	err    error
+	relays []relay // the HTTP/3 sockets' relays to the new process
+}
+
+// relay is this process's side of the relay by which it passes on to the
+// new process of an upgrade the datagrams of the new one's connections
+// (quicshare), for a socket.
+type relay struct {
+	s    *socket
+	keep *net.UnixConn
+}
+
+// handOver makes the HTTP/3 sockets pass, from now on, the datagrams not
+// of this process's connections to the new process that serves; or, when
+// the upgrade failed, closes the relays.
+func (u upgraded) handOver() {
+	for _, r := range u.relays {
+		if u.err != nil || r.s.udp == nil {
+			r.keep.Close()
+			continue
+		}
+		r.s.udp.Forward(r.keep)
+	}
 }
 
 // serve runs until SIGINT or SIGTERM, or a binary upgrade's new process
@@ -399,6 +421,7 @@ wait:
 				if upgrading { // its outcome first: the sockets are being handed over
 					r.log.Info("shutting down once the binary upgrade under way is over", "signal", s.String())
 					u := <-upgrades
+					u.handOver()
 					if u.err == nil {
 						r.log.Info("binary upgrade: the new process serves; draining", "pid", u.pid, "drain", r.cfg.Timeouts.Drain)
 						r.notify.send(fmt.Sprintf("MAINPID=%d", u.pid), "READY=1", "STATUS=serving")
@@ -413,6 +436,7 @@ wait:
 			}
 		case u := <-upgrades:
 			upgrading = false
+			u.handOver()
 			if u.err != nil {
 				r.upgradeFailed(u.err)
 				continue
@@ -470,10 +494,21 @@ func (r *running) startUpgrade(done chan<- upgraded) {
 	// The sockets stay open until the outcome is known: the signal loop
 	// neither reloads nor stops while an upgrade is under way.
 	var socks []upgrade.Socket
+	var relays []relay
+	var gives []*os.File
 	for _, s := range r.sockets {
 		socks = append(socks, upgrade.Socket{Address: s.address, Conn: s.ln})
 		if s.udp != nil {
 			socks = append(socks, upgrade.Socket{Address: udpSocket + s.address, Conn: s.udp})
+			keep, give, err := s.udp.Successor()
+			if err != nil {
+				// Both processes read the socket while this one drains.
+				r.log.Warn("binary upgrade: HTTP/3 datagrams cannot be passed on to the new process", "address", s.address, "error", err)
+				continue
+			}
+			relays = append(relays, relay{s: s, keep: keep})
+			gives = append(gives, give)
+			socks = append(socks, upgrade.Socket{Address: relaySocket + s.address, Conn: give})
 		}
 	}
 	if sc, ok := r.metricsLn.(syscall.Conn); ok {
@@ -486,11 +521,14 @@ func (r *running) startUpgrade(done chan<- upgraded) {
 	exe, args := r.exe, []string{"run", "-c", r.path}
 	go func() {
 		p, err := upgrade.Start(r.ctx, exe, args, socks, upgradeTimeout)
+		for _, f := range gives {
+			f.Close() // the new process has its copy, or has failed
+		}
 		if err != nil {
-			done <- upgraded{err: err}
+			done <- upgraded{err: err, relays: relays}
 			return
 		}
-		done <- upgraded{pid: p.Pid}
+		done <- upgraded{pid: p.Pid, relays: relays}
 	}()
 }
 
@@ -508,6 +546,14 @@ func (r *running) stop(handedOver bool) {
 		}
 		disown(r.metricsLn)
 		disown(r.adminLn)
+		// New HTTP/3 connection attempts go to the new process now
+		// (quicshare): the handshakes begun here complete first, and are
+		// served, instead of being refused.
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeouts.Drain)
+		for _, s := range r.sockets {
+			s.unlistenQUIC(ctx)
+		}
+		cancel()
 	}
 	for _, s := range r.sockets {
 		s.close()
@@ -526,6 +572,11 @@ func (r *running) stop(handedOver bool) {
 	}
 	r.draining.Wait()
 	for _, s := range r.sockets {
+		if s.udp != nil {
+			if n, _ := s.udp.Counts(); n > 0 {
+				r.log.Info("HTTP/3: datagrams passed on to the new process while draining", "address", addrString(s.udp.LocalAddr()), "datagrams", n)
+			}
+		}
 		s.closeQUIC() // its connections drained with the server
 	}
 	r.cancel()

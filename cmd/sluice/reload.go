@@ -212,7 +212,18 @@ func (r *running) replaceServer(cfg *config.Config, gen *config.Generation, old 
 	}
 
 	// Nothing fails from here on: a kept TLS socket keeps its switch, and
-	// with it its session ticket keys.
+	// with it its session ticket keys. A kept socket whose listener no
+	// longer serves h3 stops taking HTTP/3 connections now, and its UDP
+	// socket closes once the old server has drained.
+	var retired []*retiredQUIC
+	for j, s := range next {
+		if kept[s] && !listeners.ServesH3(j) {
+			if q := s.retireQUIC(); q != nil {
+				retired = append(retired, q)
+				r.log.Info("stopped serving HTTP/3; its connections drain", "address", addrString(s.ln.Addr()))
+			}
+		}
+	}
 	for j, s := range next {
 		for k, o := range r.sockets {
 			if kept[s] && o == s {
@@ -257,6 +268,9 @@ func (r *running) replaceServer(cfg *config.Config, gen *config.Generation, old 
 		}
 		for _, s := range gone {
 			s.closeQUIC()
+		}
+		for _, q := range retired {
+			q.close()
 		}
 		oldRes.Close()
 	}()

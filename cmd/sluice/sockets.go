@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -15,6 +16,7 @@ import (
 	"github.com/sluice-proxy/sluice/internal/sock"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/upgrade"
+	"github.com/sluice-proxy/sluice/upgrade/quicshare"
 )
 
 // socket is one listening socket of the process, bound once (or inherited
@@ -29,11 +31,57 @@ type socket struct {
 	serving *handoff
 	// udp is the HTTP/3 socket at the same address, when the listener
 	// serves h3 (bound once, kept across reloads, handed over in an
-	// upgrade as the TCP one is); quic is QUIC on it, and quicServing the
-	// Server taking its connections now.
-	udp         *net.UDPConn
+	// upgrade as the TCP one is, and shared with the new process while
+	// this one drains: see quicshare); quic is QUIC on it, and
+	// quicServing the Server taking its connections now. retired is the
+	// HTTP/3 socket of a listener that a reload kept without h3, open
+	// until the old server drains, unless a later reload takes it back.
+	udp         *quicshare.Conn
 	quic        *proxy.QUICSocket
 	quicServing *quicServe
+	retired     *retiredQUIC
+}
+
+// retiredQUIC is the HTTP/3 socket of a listener that a reload kept
+// without h3: it takes no new connection, and closes once the server that
+// served on it has drained (close), unless a later reload that serves h3
+// on the listener again takes it back first (take). Its methods are safe
+// for concurrent use: the drain runs in the background.
+type retiredQUIC struct {
+	mu   sync.Mutex
+	quic *proxy.QUICSocket
+	udp  *quicshare.Conn
+	done bool // closed or taken back
+}
+
+// close closes the socket, unless taken back.
+func (r *retiredQUIC) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return
+	}
+	r.done = true
+	r.quic.Close()
+	r.udp.Close()
+}
+
+// take returns the socket, unless closed.
+func (r *retiredQUIC) take() (*proxy.QUICSocket, *quicshare.Conn, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return nil, nil, false
+	}
+	r.done = true
+	return r.quic, r.udp, true
+}
+
+// open reports whether the socket is neither closed nor taken back.
+func (r *retiredQUIC) open() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.done
 }
 
 // quicServe is one Server's accept loop on a socket's QUIC.
@@ -43,15 +91,21 @@ type quicServe struct {
 }
 
 // udpSocket is the name a listener's HTTP/3 socket is handed over under
-// in an upgrade: "udp " and the listen address.
-const udpSocket = "udp "
+// in an upgrade: "udp " and the listen address; relaySocket the name of
+// the relay by which the old process passes on the datagrams of the new
+// one's connections while it drains (quicshare).
+const (
+	udpSocket   = "udp "
+	relaySocket = "udp-relay "
+)
 
-// bindUDP binds the listener's HTTP/3 socket, unless bound: the one
-// inherited from the process an upgrade replaced when there is one (in),
-// else a new one on the TCP socket's address and port as bound (so that
-// a port 0 gets the same number for both).
+// bindUDP binds the listener's HTTP/3 socket, unless bound (or retired by
+// a reload and still open: serveQUIC takes it back): the one inherited
+// from the process an upgrade replaced when there is one (in), with the
+// relay from it, else a new one on the TCP socket's address and port as
+// bound (so that a port 0 gets the same number for both).
 func (s *socket) bindUDP(in *upgrade.Inherited) error {
-	if s.udp != nil {
+	if s.udp != nil || s.retired != nil && s.retired.open() {
 		return nil
 	}
 	pc, inherited, err := in.TakePacket(udpSocket + s.address)
@@ -68,14 +122,42 @@ func (s *socket) bindUDP(in *upgrade.Inherited) error {
 		pc.Close()
 		return fmt.Errorf("%s: the inherited HTTP/3 socket is not UDP", s.address)
 	}
-	s.udp = uc
+	var from *net.UnixConn
+	if f, ok := in.TakeFile(relaySocket + s.address); ok && inherited {
+		if from, err = quicshare.FromFile(f); err != nil {
+			uc.Close()
+			return fmt.Errorf("%s: HTTP/3: %w", s.address, err)
+		}
+	} else if ok {
+		f.Close()
+	}
+	c, err := quicshare.New(uc, from)
+	if err != nil {
+		uc.Close()
+		if from != nil {
+			from.Close()
+		}
+		return fmt.Errorf("%s: HTTP/3: %w", s.address, err)
+	}
+	s.udp = c
 	return nil
 }
 
 // serveQUIC starts srv's accept loop on s's QUIC, made on its UDP socket
-// with opts the first time, else given opts (a reload's).
+// with opts the first time, else given opts (a reload's); a socket a
+// reload retired is taken back, or bound again once closed.
 func (s *socket) serveQUIC(srv *proxy.Server, qopts proxy.QUICOptions, opts proxy.ListenerOptions, failed chan<- error) error {
+	if r := s.retired; r != nil && s.udp == nil {
+		s.retired = nil
+		if q, udp, ok := r.take(); ok {
+			s.quic, s.udp = q, udp
+		}
+	}
+	if err := s.bindUDP(nil); err != nil {
+		return err
+	}
 	if s.quic == nil {
+		qopts.ConnectionIDs = s.udp.IDs()
 		q, err := proxy.ListenQUIC(s.udp, qopts)
 		if err != nil {
 			return fmt.Errorf("%s: HTTP/3: %w", s.address, err)
@@ -299,10 +381,48 @@ func (s *socket) stop() {
 	s.ln.SetDeadline(time.Time{})
 }
 
-// close stops the accept loop and closes the socket.
+// close stops taking connections on s (unlistenQUIC, stop) and closes
+// its TCP socket; its HTTP/3 socket stays open for the connections on it
+// (closeQUIC).
 func (s *socket) close() {
+	s.unlistenQUIC(nil)
 	s.stop()
 	s.ln.Close()
+}
+
+// unlistenQUIC makes s's HTTP/3 socket take no new connection, at once
+// (handshakes under way refused) or, with idle, once no handshake is
+// under way or idle is done; and returns once the accept loop on it, if
+// one runs, has taken those whose handshake was done and ended: its
+// server serves them (with GOAWAY once it drains), where closing the loop
+// at once would leave them waiting.
+func (s *socket) unlistenQUIC(idle context.Context) {
+	if s.quic == nil {
+		return
+	}
+	if idle != nil {
+		s.quic.UnlistenIdle(idle)
+	} else {
+		s.quic.Unlisten()
+	}
+	if qs := s.quicServing; qs != nil {
+		<-qs.done
+		s.quicServing = nil
+	}
+}
+
+// retireQUIC takes s's HTTP/3 socket from it, for a reload that keeps the
+// listener without h3: no new connection is taken, the accept loop ends
+// (unlistenQUIC), and the socket is returned for closing once the server
+// that served on it has drained.
+func (s *socket) retireQUIC() *retiredQUIC {
+	if s.quic == nil {
+		return nil
+	}
+	s.unlistenQUIC(nil)
+	r := &retiredQUIC{quic: s.quic, udp: s.udp}
+	s.quic, s.udp, s.retired = nil, nil, r
+	return r
 }
 
 // closeQUIC closes the HTTP/3 socket, if any, once the servers whose

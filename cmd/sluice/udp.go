@@ -27,17 +27,34 @@ func warnUDPBuffers(log *slog.Logger) {
 		if os.Geteuid() == 0 {
 			return // quic-go forces the size past the caps (SO_RCVBUFFORCE)
 		}
-		for _, name := range []string{"rmem_max", "wmem_max"} {
-			b, err := os.ReadFile("/proc/sys/net/core/" + name)
-			if err != nil {
-				return
-			}
-			n, err := strconv.Atoi(strings.TrimSpace(string(b)))
-			if err == nil && n < quicBuffer {
-				log.Warn("HTTP/3: the kernel caps UDP socket buffers below what QUIC asks for; packets may be dropped under load",
-					"sysctl", "net.core."+name, "value", n, "want", quicBuffer,
-					"fix", "sysctl -w net.core.rmem_max=7500000 net.core.wmem_max=7500000")
-			}
+		for _, c := range udpBufferCaps(os.ReadFile) {
+			log.Warn("HTTP/3: the kernel caps UDP socket buffers below what QUIC asks for; packets may be dropped under load",
+				"sysctl", c.sysctl, "value", c.value, "want", quicBuffer,
+				"fix", "sysctl -w net.core.rmem_max=7500000 net.core.wmem_max=7500000")
 		}
 	})
+}
+
+// udpBufferCap is a kernel cap on UDP socket buffers below quicBuffer.
+type udpBufferCap struct {
+	sysctl string // net.core.rmem_max or net.core.wmem_max
+	value  int
+}
+
+// udpBufferCaps returns the caps on UDP socket buffers (net.core.rmem_max,
+// net.core.wmem_max, read with readFile from /proc/sys) that are below
+// quicBuffer; a cap that cannot be read or parsed is left out.
+func udpBufferCaps(readFile func(name string) ([]byte, error)) []udpBufferCap {
+	var low []udpBufferCap
+	for _, name := range []string{"rmem_max", "wmem_max"} {
+		b, err := readFile("/proc/sys/net/core/" + name)
+		if err != nil {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err == nil && n < quicBuffer {
+			low = append(low, udpBufferCap{"net.core." + name, n})
+		}
+	}
+	return low
 }
