@@ -30,6 +30,12 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 	out, reusable := up.out()
 	s.respOut = out
 	stripHopByHop(&resp.Header, false)
+	if h := s.hooks.upstreamResponse; h != nil && peer != localPeer {
+		if r := h.UpstreamResponseFilter(s, peer, resp); r != nil {
+			s.replaceResponse(peer, a, r, out, reusable)
+			return
+		}
+	}
 	s.teeHead(resp)
 	if rf := s.hooks.responseFilter; rf != nil {
 		rf.ResponseFilter(s, peer, resp)
@@ -118,6 +124,34 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 	if s.up != nil {
 		s.releaseUpstream(a, reusable)
 	}
+}
+
+// replaceResponse answers with r instead of the upstream's response, whose
+// head an UpstreamResponseFilter saw: the try ends, its connection kept
+// when the response has no body to read, and the tees, which saw nothing
+// of it, are told it did not come.
+func (s *Session) replaceResponse(peer *Peer, a *Attempt, r *Response, out outBody, reusable bool) {
+	if out.none || out.length == 0 {
+		// Nothing to read: the end of the response is at hand (an HTTP/2
+		// stream's END_STREAM, say), and the connection stays.
+		body := s.up.response(true, s.readTimeout(peer))
+		for !body.done() {
+			if _, err := body.next(); err != nil && err != io.EOF {
+				reusable = false
+				break
+			}
+		}
+		s.releaseUpstream(a, reusable)
+	} else {
+		s.dropUpstream()
+	}
+	s.teeAbort()
+	s.tees = s.tees[:0]
+	if r.AsUpstream {
+		s.serveLocal(r)
+		return
+	}
+	s.answer(r, true)
 }
 
 // readTimeout bounds each wait for the response body of peer: for a gRPC

@@ -111,6 +111,7 @@ type Server struct {
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
 	streams   map[*h2exchange]struct{} // the HTTP/2 streams being served
+	spawned   map[*nobody]struct{}     // the spawned requests running (Session.Spawn)
 	draining  atomic.Bool              // read on every request
 	// inFlight counts the requests between their head and their end
 	// (Session.serve). It changes twice per request, from every core, so
@@ -212,6 +213,7 @@ type hooks struct {
 	h                     Handler
 	requestFilter         RequestFilter
 	upstreamRequestFilter UpstreamRequestFilter
+	upstreamResponse      UpstreamResponseFilter
 	responseFilter        ResponseFilter
 	answerFilter          AnswerFilter
 	failToConnect         FailToConnect
@@ -249,6 +251,7 @@ func newHooks(h Handler) *hooks {
 	hk := &hooks{h: h}
 	hk.requestFilter, _ = h.(RequestFilter)
 	hk.upstreamRequestFilter, _ = h.(UpstreamRequestFilter)
+	hk.upstreamResponse, _ = h.(UpstreamResponseFilter)
 	hk.responseFilter, _ = h.(ResponseFilter)
 	hk.answerFilter, _ = h.(AnswerFilter)
 	hk.failToConnect, _ = h.(FailToConnect)
@@ -282,6 +285,7 @@ func (srv *Server) init() {
 	srv.listeners = make(map[net.Listener]struct{})
 	srv.conns = make(map[*conn]struct{})
 	srv.streams = make(map[*h2exchange]struct{})
+	srv.spawned = make(map[*nobody]struct{})
 	srv.workers = workers.New((*conn).serve, maxIdleWorkers, workerIdle)
 	srv.expire, srv.cancelDials = context.WithCancel(context.Background())
 	srv.parker = newParker(srv)
@@ -474,6 +478,9 @@ func (srv *Server) expireDrain(done <-chan struct{}) {
 	for x := range srv.streams {
 		x.flight.cut(now)
 	}
+	for n := range srv.spawned {
+		n.flight.cut(now)
+	}
 	srv.mu.Unlock()
 	select {
 	case <-done:
@@ -488,6 +495,9 @@ func (srv *Server) expireDrain(done <-chan struct{}) {
 	for x := range srv.streams {
 		x.abort()
 		x.flight.cut(now)
+	}
+	for n := range srv.spawned {
+		n.flight.cut(now)
 	}
 	srv.mu.Unlock()
 	<-done
