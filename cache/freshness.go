@@ -58,7 +58,7 @@ func (f *freshness) staleBy(now time.Time) time.Duration {
 // cache, which replace Cache-Control's for it when there are any (as
 // Fastly and Akamai read them).
 type respView struct {
-	cc, sc   directives
+	cc, sc    directives
 	surrogate bool // sc has directives for this cache and governs
 }
 

@@ -41,6 +41,10 @@ type Meta struct {
 	// past every window in which it could still answer, with nothing to
 	// revalidate it by. Zero keeps it until it is evicted.
 	Discard time.Time
+
+	// fr is the freshness the cache worked out when it made the Meta
+	// (nil in one decoded from storage): set before the Meta is shared.
+	fr *freshness
 }
 
 // metaOverhead is what a store counts for an entry beyond its bytes: the

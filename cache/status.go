@@ -12,14 +12,14 @@ import (
 type fwd uint8
 
 const (
-	fwdNone    fwd = iota // a hit
-	fwdBypass             // the cache was configured not to handle it
-	fwdMethod             // the method is not cacheable
-	fwdURIMiss            // nothing stored for the URI
-	fwdVaryMiss           // stored, but not for the request's variant
-	fwdMiss               // stored, but not usable (and not validated)
-	fwdRequest            // the request asked for it (only-if-cached aside)
-	fwdStale              // stored and stale: validated
+	fwdNone     fwd = iota // a hit
+	fwdBypass              // the cache was configured not to handle it
+	fwdMethod              // the method is not cacheable
+	fwdURIMiss             // nothing stored for the URI
+	fwdVaryMiss            // stored, but not for the request's variant
+	fwdMiss                // stored, but not usable (and not validated)
+	fwdRequest             // the request asked for it (only-if-cached aside)
+	fwdStale               // stored and stale: validated
 )
 
 var fwdNames = [...]string{fwdBypass: "bypass", fwdMethod: "method", fwdURIMiss: "uri-miss",
@@ -52,7 +52,7 @@ func (c *cacheStatus) appendTo(b []byte, name string) []byte {
 	}
 	if c.hasTTL {
 		b = append(b, "; ttl="...)
-		b = strconv.AppendInt(b, int64(c.ttl/time.Second), 10)
+		b = strconv.AppendInt(b, int64(c.ttl.Round(time.Second)/time.Second), 10)
 	}
 	if c.stored {
 		b = append(b, "; stored"...)
