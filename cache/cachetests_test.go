@@ -32,12 +32,12 @@ const cacheTestsVersion = "0.4.5"
 // the README says the same. A required test failing that is not here
 // fails TestCacheTests.
 var requiredExplained = map[string]string{
-	"stale-close-must-revalidate":  "depends on the check stale-close, which no cache passes: the suite reads a cache's own 502 as coming from the cache",
-	"stale-close-proxy-revalidate": "depends on the check stale-close (as above)",
-	"stale-close-no-cache":         "depends on the check stale-close (as above)",
-	"stale-close-s-maxage=2":       "depends on the check stale-close (as above)",
-	"age-parse-prefix":             "expects `Age: 0,7200` reused although its name says such a response is stale; sluice reads an Age that is not one integer as stale, as the group's other eleven tests ask",
-	"headers-store-Set-Cookie":     "sluice does not store a response that sets a cookie (the cookie rule)",
+	"stale-close-must-revalidate":         "depends on the check stale-close, which no cache passes: the suite reads a cache's own 502 as coming from the cache",
+	"stale-close-proxy-revalidate":        "depends on the check stale-close (as above)",
+	"stale-close-no-cache":                "depends on the check stale-close (as above)",
+	"stale-close-s-maxage=2":              "depends on the check stale-close (as above)",
+	"age-parse-prefix":                    "expects `Age: 0,7200` reused although its name says such a response is stale; sluice reads an Age that is not one integer as stale, as the group's other eleven tests ask",
+	"headers-store-Set-Cookie":            "sluice does not store a response that sets a cookie (the cookie rule)",
 	"304-etag-update-response-Set-Cookie": "its first response sets a cookie, so it is not stored and there is nothing to validate (the cookie rule)",
 }
 
