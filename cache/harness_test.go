@@ -2,6 +2,8 @@ package cache
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,7 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/internal/proxytest"
+	"golang.org/x/net/http2"
+
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/route"
 )
@@ -74,7 +77,34 @@ func testProxy(t testing.TB, o *origin, c *Cache, phases ...any) string {
 	}
 	tbl := route.New(route.Route{Upstream: picker{&proxy.Peer{Addr: addr, Options: opts}}, Phases: append([]any{c}, phases...)})
 	srv := &proxy.Server{Handler: tbl, ErrorLog: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	return proxytest.Serve(t, srv)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.ServeWith(ln, proxy.ListenerOptions{Protocols: []string{"http/1.1", "h2c"}})
+	}()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		<-done
+	})
+	return ln.Addr().String()
+}
+
+// h2Client is an HTTP/2 client (h2c, prior knowledge) that opens as many
+// connections as its streams need.
+func h2Client(t testing.TB) *http.Client {
+	tr := &http2.Transport{AllowHTTP: true,
+		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 20 * time.Second}
 }
 
 // newTestCache is a cache on a memory store of 64 MiB.
@@ -135,4 +165,18 @@ func (c *conn) do(method, target string, extra ...string) (*http.Response, strin
 func (c *conn) get(target string, extra ...string) (*http.Response, string) {
 	c.t.Helper()
 	return c.do("GET", target, extra...)
+}
+
+// waiting returns how many requests wait on flights of c.
+func waiting(c *Cache, _ string) int {
+	n := 0
+	for i := range c.locks.shards {
+		sh := &c.locks.shards[i]
+		sh.mu.Lock()
+		for _, f := range sh.m {
+			n += int(f.waiters.Load())
+		}
+		sh.mu.Unlock()
+	}
+	return n
 }

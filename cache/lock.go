@@ -3,6 +3,7 @@ package cache
 import (
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -34,6 +35,8 @@ type flight struct {
 	// released is set (under the locks' mutex) once the flight left the
 	// table: no new waiter finds it.
 	released bool
+	// waiters counts the requests waiting for the outcome.
+	waiters atomic.Int32
 }
 
 // locks is the table of flights, by key.
@@ -140,6 +143,8 @@ func (f *flight) wait(deadline time.Time) bool {
 		return true
 	default:
 	}
+	f.waiters.Add(1)
+	defer f.waiters.Add(-1)
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
 	select {
