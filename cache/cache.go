@@ -21,8 +21,9 @@ import (
 // Options configure a Cache. The zero value (but for Store) is the
 // config's cache: {}.
 type Options struct {
-	// Name names the cache in metrics and logs (its route's label).
-	Name string
+	// Name names the cache in metrics and logs (its route's label);
+	// StoreName names its store there.
+	Name, StoreName string
 	// Store keeps the responses; required.
 	Store Store
 	// Key says what a response is stored under; the zero Key is
@@ -68,6 +69,7 @@ const (
 // the Cache-Status of sluice's own. It is safe for concurrent use.
 type Cache struct {
 	name        string
+	storeName   string
 	store       Store
 	key         Key
 	lockTimeout time.Duration
@@ -109,6 +111,7 @@ func New(opts Options) (*Cache, error) {
 	}
 	c := &Cache{
 		name:        opts.Name,
+		storeName:   opts.StoreName,
 		store:       opts.Store,
 		key:         opts.Key,
 		lockTimeout: opts.LockTimeout,
@@ -144,6 +147,9 @@ func (c *Cache) Store() Store { return c.store }
 
 // Name returns the cache's name.
 func (c *Cache) Name() string { return c.name }
+
+// StoreName returns the name of the cache's store.
+func (c *Cache) StoreName() string { return c.storeName }
 
 // Counts returns what the cache did.
 func (c *Cache) Counts() Counts {
