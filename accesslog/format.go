@@ -60,7 +60,8 @@ const (
 	fUser
 	fBasicAuth
 	fForwardAuth
-	lastAttr = fForwardAuth
+	fIdempotency
+	lastAttr = fIdempotency
 )
 
 const (
@@ -87,6 +88,7 @@ var keys = [lastAttr + 1]string{
 	fAccess: "access", fBodyLimit: "body_limit", fCompressed: "compressed", fRateLimited: "rate_limited",
 	fRateLimitStore: "rate_limit_store", fStatic: "static", fStripped: "stripped",
 	fRewritten: "rewritten", fUser: "user", fBasicAuth: "basic_auth", fForwardAuth: "forward_auth",
+	fIdempotency: "idempotency",
 }
 
 // names maps every name a format may use to its field: the JSON line's

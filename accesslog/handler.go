@@ -286,6 +286,8 @@ func attrField(key string) (field, bool) {
 		return fBasicAuth, true
 	case "forward_auth":
 		return fForwardAuth, true
+	case "idempotency":
+		return fIdempotency, true
 	}
 	return 0, false
 }

@@ -12,8 +12,11 @@ import (
 // TestCollapsedForwarding: 1,000 concurrent requests for one cold key, an
 // origin that takes a second to answer: one request reaches the origin,
 // and all 1,000 get its 200, over HTTP/1.1 (a connection each) and over
-// HTTP/2 (streams of a few connections), within 1.2 s of the first (a
-// bound the race detector's slowness is given more room against).
+// HTTP/2 (streams of a few connections), each within 1.5 s: the second
+// of the origin and what 1,000 clients on two shared cores cost (alone,
+// the slowest takes 1.02-1.11 s; the target is 1.2 s); under the
+// race detector, 5 s. A wait for the whole body before the waiters are
+// answered, or for a lock's timeout, would take longer.
 func TestCollapsedForwarding(t *testing.T) {
 	if testing.Short() {
 		t.Skip("1,000 connections")
@@ -83,7 +86,7 @@ func TestCollapsedForwarding(t *testing.T) {
 			if got := o.requests.Load(); got != 1 {
 				t.Errorf("the origin got %d requests, want 1", got)
 			}
-			bound := 1200 * time.Millisecond
+			bound := 1500 * time.Millisecond
 			if raceEnabled {
 				bound = 5 * time.Second
 			}

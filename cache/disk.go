@@ -623,9 +623,13 @@ func validFileName(f string) bool {
 }
 
 // sweep removes the files a crash left behind: temporary ones, and those
-// the index does not name, older than the store's opening at opened (the
-// files made since are this process's). It runs once, after open.
+// the index does not name, made before the store opened at opened (those
+// made since are this process's). A file's time comes from the kernel's
+// coarse clock, a tick behind: only files older than two seconds before
+// the opening go, and those a crash left just before it stay until the
+// next one.
 func (d *Disk) sweep(entries []*diskEntry, opened time.Time) {
+	opened = opened.Add(-2 * time.Second)
 	known := make(map[string]bool, len(entries))
 	for _, e := range entries {
 		known[e.file] = true

@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-proxy/sluice/cache"
 	"github.com/sluice-proxy/sluice/compress"
 	"github.com/sluice-proxy/sluice/h2"
+	"github.com/sluice-proxy/sluice/h3"
 	"github.com/sluice-proxy/sluice/idempotency"
 	"github.com/sluice-proxy/sluice/internal/logbuf"
 	"github.com/sluice-proxy/sluice/pool"
@@ -179,7 +180,8 @@ func serverLimits(l Limits) Limits {
 func listenShape(ls []Listener) []Listener {
 	shape := make([]Listener, len(ls))
 	for i, l := range ls {
-		shape[i] = Listener{Address: l.Address, RedirectHTTPS: l.RedirectHTTPS, HTTPSPort: l.HTTPSPort, Protocols: l.Protocols}
+		shape[i] = Listener{Address: l.Address, RedirectHTTPS: l.RedirectHTTPS, HTTPSPort: l.HTTPSPort, Protocols: l.Protocols,
+			EarlyData: l.EarlyData}
 		if l.TLS != nil {
 			shape[i].TLS = &ListenerTLS{}
 		}
@@ -325,7 +327,7 @@ func Build(cfg *Config) (_ *Generation, err error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s:%d: route idempotency: %w", cfg.File, r.Idempotency.Line, err)
 			}
-			rt.Idempotency = l
+			rt.Phases = append(rt.Phases, l.Phase())
 		}
 		if r.Cache != nil {
 			// After the phases that refuse requests (access, rate limit,
@@ -615,6 +617,11 @@ func NewServerPool(cfg *Config, g *Generation, errorLog *slog.Logger, p *pool.Po
 			MaxConcurrentStreams: uint32(cfg.Limits.H2.MaxConcurrentStreams),
 			InitialWindow:        uint32(cfg.Limits.H2.InitialWindow),
 			MaxHeaderList:        uint32(cfg.Limits.H2.MaxHeaderList),
+		},
+		H3: h3.Settings{
+			MaxConcurrentStreams: cfg.Limits.H3.MaxConcurrentStreams,
+			MaxHeaderList:        int(cfg.Limits.H3.MaxHeaderList),
+			IdleTimeout:          cfg.Limits.H3.IdleTimeout,
 		},
 		Forwarding: proxy.Forwarding{
 			NoXForwardedFor:   !cfg.Forwarded.XForwardedFor,

@@ -193,8 +193,20 @@ type Listener struct {
 	// knowledge), beside HTTP/1.1, which a plain listener always serves
 	// (default [http/1.1]); "h2" there is an error (h2 is HTTP/2 over
 	// TLS). An "Upgrade: h2c" request is served as HTTP/1.1, and its
-	// Upgrade field is not forwarded.
+	// Upgrade field is not forwarded. "h3" on a listener with tls also
+	// serves HTTP/3 on a UDP socket bound to the same address and port,
+	// and the answers of the TCP listener carry Alt-Svc: h3=":PORT" so
+	// that clients move to it; on a plain listener it is an error (QUIC
+	// has TLS built in).
 	Protocols []string
+	// EarlyData (key "early_data", default "off") is whether HTTP/3
+	// clients may send requests in 0-RTT (TLS early data) on a listener
+	// that serves h3: "off" refuses 0-RTT, every request waits for the
+	// handshake; "safe" accepts it, forwards a request that came in it
+	// only when its method is safe (GET, HEAD, OPTIONS) and it has no
+	// body, with Early-Data: 1 upstream, and answers any other 425 Too
+	// Early (RFC 8470), which the client repeats after the handshake.
+	EarlyData string
 	// Line is the line of the listener in the file, for messages.
 	Line int
 }
@@ -412,6 +424,24 @@ type Limits struct {
 	MaxIdleUpstreamConns int
 	// H2 (key "h2") bounds what a client may do on an HTTP/2 connection.
 	H2 H2Limits
+	// H3 (key "h3") bounds what a client may do on an HTTP/3 connection.
+	H3 H3Limits
+}
+
+// H3Limits bound each downstream HTTP/3 connection.
+type H3Limits struct {
+	// MaxConcurrentStreams (key "max_concurrent_streams", default 100,
+	// 1..10000) is the most request streams a client may have open at
+	// once, those whose answer sluice is still making included (QUIC's
+	// MAX_STREAMS: the client cannot open more).
+	MaxConcurrentStreams int
+	// MaxHeaderList (key "max_header_list", default 64KiB, 1KiB..1MiB)
+	// bounds a request's decoded field section, pseudo-fields included;
+	// a larger one is answered 431.
+	MaxHeaderList int64
+	// IdleTimeout (key "idle_timeout", default 30s) closes a connection
+	// with no packet either way for this long (QUIC's idle timeout).
+	IdleTimeout time.Duration
 }
 
 // PoolBound is the most idle connections the process's connection pool
@@ -1234,6 +1264,7 @@ func defaults() *Config {
 			MaxHeaders:           100,
 			MaxIdleUpstreamConns: 1024,
 			H2:                   H2Limits{MaxConcurrentStreams: 250, InitialWindow: 1 << 20, MaxHeaderList: 64 << 10},
+			H3:                   H3Limits{MaxConcurrentStreams: 100, MaxHeaderList: 64 << 10, IdleTimeout: 30 * time.Second},
 		},
 		AccessLog: AccessLog{Enabled: true, Format: "text", Buffer: 64 << 10, Flush: time.Second},
 		Log:       Log{Level: "info", Format: "text"},

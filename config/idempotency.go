@@ -49,6 +49,10 @@ type Idempotency struct {
 	// the answers kept (fields, body and trailers); a larger one is not
 	// kept, and retries get 409.
 	MaxResponse int64
+	// MaxRequest (key "max_request", default 1MiB, 0..64MiB) bounds the
+	// body of a keyed request, read whole for its digest before it goes
+	// upstream; a larger one is answered 413.
+	MaxRequest int64
 	// ReleaseStatuses (key "release_statuses", default [408, 425, 429,
 	// 5xx]) are the statuses whose answers are not kept and free the key
 	// instead, so that a retry goes through: statuses (100..599) or
@@ -92,6 +96,7 @@ func (d *decoder) routeIdempotency(n *yaml.Node, path string) *Idempotency {
 		TTL:             idempotency.DefaultTTL,
 		Lease:           idempotency.DefaultLease,
 		MaxResponse:     idempotency.DefaultMaxResponse,
+		MaxRequest:      idempotency.DefaultMaxRequest,
 		ReleaseStatuses: []string{"408", "425", "429", "5xx"},
 		Store:           "local",
 		OnStoreError:    "deny",
@@ -119,6 +124,7 @@ func (d *decoder) routeIdempotency(n *yaml.Node, path string) *Idempotency {
 			}
 		}},
 		{"max_response", d.size(&id.MaxResponse, 0, 64<<20)},
+		{"max_request", d.size(&id.MaxRequest, 0, 64<<20)},
 		{"release_statuses", func(n *yaml.Node, path string) { id.ReleaseStatuses = d.releaseStatuses(n, path) }},
 		{"store", func(n *yaml.Node, path string) {
 			id.storeLine, id.storeColumn = n.Line, n.Column
@@ -254,9 +260,13 @@ func (g *Generation) idempotencyLayer(cfg *Config, r Route) (*idempotency.Layer,
 		TTL:         id.TTL,
 		Lease:       id.Lease,
 		MaxResponse: id.MaxResponse,
+		MaxRequest:  id.MaxRequest,
 	}
 	if o.MaxResponse == 0 {
 		o.MaxResponse = -1 // max_response: 0 keeps no body
+	}
+	if o.MaxRequest == 0 {
+		o.MaxRequest = 1 // max_request: 0 takes no body
 	}
 	for _, s := range id.Scope {
 		sc, err := idempotency.ParseScope(s)

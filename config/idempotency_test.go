@@ -21,14 +21,14 @@ func TestParseIdempotency(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Idempotency{Header: "Idempotency-Key", Methods: []string{"POST", "PATCH"}, Scope: []string{"route", "client_ip"},
-		TTL: 24 * time.Hour, Lease: 30 * time.Second, MaxResponse: 1 << 20, ReleaseStatuses: []string{"408", "425", "429", "5xx"},
+		TTL: 24 * time.Hour, Lease: 30 * time.Second, MaxResponse: 1 << 20, MaxRequest: 1 << 20, ReleaseStatuses: []string{"408", "425", "429", "5xx"},
 		Store: "local", OnStoreError: "deny", UnknownOutcome: "refuse", MaxKeys: 100000, MaxBytes: 64 << 20, Line: 4}
 	if id := c.Routes[0].Idempotency; id == nil || !reflect.DeepEqual(*id, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", id, want)
 	}
 	c, err = Parse("t.yaml", []byte(withIdempotency(
 		`{header: X-Request-Key, methods: [post, PUT, DELETE], required: true, scope: ["header:Authorization", route],
-      ttl: 1h, lease: 10s, max_response: 64KiB, release_statuses: [5xx, 409], store: redis, on_store_error: allow,
+      ttl: 1h, lease: 10s, max_response: 64KiB, max_request: 8KiB, release_statuses: [5xx, 409], store: redis, on_store_error: allow,
       unknown_outcome: forward}`,
 		"redis: {address: \"redis.internal:6379\", timeout: 20ms}\n")))
 	if err != nil {
@@ -36,7 +36,7 @@ func TestParseIdempotency(t *testing.T) {
 	}
 	id := c.Routes[0].Idempotency
 	want = Idempotency{Header: "X-Request-Key", Methods: []string{"POST", "PUT", "DELETE"}, Required: true,
-		Scope: []string{"header:Authorization", "route"}, TTL: time.Hour, Lease: 10 * time.Second, MaxResponse: 64 << 10,
+		Scope: []string{"header:Authorization", "route"}, TTL: time.Hour, Lease: 10 * time.Second, MaxResponse: 64 << 10, MaxRequest: 8 << 10,
 		ReleaseStatuses: []string{"5xx", "409"}, Store: "redis", OnStoreError: "allow", UnknownOutcome: "forward",
 		MaxKeys: 100000, MaxBytes: 64 << 20, Line: 4, storeLine: id.storeLine, storeColumn: id.storeColumn}
 	if !reflect.DeepEqual(*id, want) {

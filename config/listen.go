@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/sluice-proxy/sluice/acme"
+	"github.com/sluice-proxy/sluice/h3"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/tlsterm"
 )
@@ -22,12 +24,13 @@ import (
 type Listeners struct {
 	list     []Listener
 	switches []*tlsterm.Switch // for each listener; nil for a plain one
+	h3       H3Limits
 }
 
 // NewListeners readies the listeners of cfg, whose Generation g holds their
 // TLS settings.
 func NewListeners(cfg *Config, g *Generation) (*Listeners, error) {
-	ls := &Listeners{list: cfg.Listen, switches: make([]*tlsterm.Switch, len(cfg.Listen))}
+	ls := &Listeners{list: cfg.Listen, switches: make([]*tlsterm.Switch, len(cfg.Listen)), h3: cfg.Limits.H3}
 	for i := range cfg.Listen {
 		if i < len(g.TLS) && g.TLS[i] != nil {
 			sw, err := tlsterm.NewSwitch(*g.TLS[i])
@@ -51,6 +54,16 @@ func (ls *Listeners) Options(i int, bound []net.Addr) proxy.ListenerOptions {
 	o := proxy.ListenerOptions{Protocols: ls.list[i].Protocols}
 	if sw := ls.switches[i]; sw != nil {
 		o.TLS = sw.Config()
+		if ls.ServesH3(i) {
+			// HTTP/3 is the UDP socket's; the TCP one offers the rest,
+			// and says where HTTP/3 is (its port, as bound).
+			o.Protocols = slices.DeleteFunc(slices.Clone(o.Protocols), func(p string) bool { return p == "h3" })
+			if i < len(bound) {
+				if ta, ok := bound[i].(*net.TCPAddr); ok {
+					o.AltSvc = proxy.AltSvcH3(ta.Port)
+				}
+			}
+		}
 	} else {
 		o.Filter = acme.HTTPChallenges{}
 	}
@@ -73,6 +86,27 @@ func (ls *Listeners) Options(i int, bound []net.Addr) proxy.ListenerOptions {
 		o.Handler = &proxy.RedirectHTTPS{Port: port}
 	}
 	return o
+}
+
+// ServesH3 reports whether listener i serves HTTP/3 too (h3 in its
+// protocols, on a listener with tls).
+func (ls *Listeners) ServesH3(i int) bool {
+	return ls.switches[i] != nil && slices.Contains(ls.list[i].Protocols, "h3")
+}
+
+// QUIC returns the options of listener i's HTTP/3 socket (ServesH3): its
+// TLS (the listener's switch, so that a reload's certificates reach its
+// handshakes too), early data, and limits.h3.
+func (ls *Listeners) QUIC(i int) proxy.QUICOptions {
+	return proxy.QUICOptions{
+		TLS:       ls.switches[i].Config(),
+		EarlyData: ls.list[i].EarlyData == "safe",
+		H3: h3.Settings{
+			MaxConcurrentStreams: ls.h3.MaxConcurrentStreams,
+			MaxHeaderList:        int(ls.h3.MaxHeaderList),
+			IdleTimeout:          ls.h3.IdleTimeout,
+		},
+	}
 }
 
 // acmeReadyWait bounds StartACME's wait for the certificates in storage.

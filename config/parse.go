@@ -456,7 +456,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 		{"listen", func(n *yaml.Node, path string) {
 			count := d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
 				l := Listener{Line: n.Line}
-				var redirectNode, portNode, protocolsNode, modeNode *yaml.Node
+				var redirectNode, portNode, protocolsNode, modeNode, earlyNode *yaml.Node
 				present := d.mapping(n, path, []field{
 					{"address", func(n *yaml.Node, path string) {
 						if d.address(&l.Address, n, path, true) {
@@ -480,6 +480,10 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 						modeNode = n
 						d.fileMode(&l.Mode)(n, path)
 					}},
+					{"early_data", func(n *yaml.Node, path string) {
+						earlyNode = n
+						d.enum(&l.EarlyData, "off", "safe")(n, path)
+					}},
 				})
 				d.required(n, path, present, "address")
 				l.Mode = d.unixMode(l.Address, l.Mode, modeNode, path)
@@ -491,6 +495,9 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 				}
 				if protocolsNode != nil {
 					d.checkProtocols(protocolsNode, join(path, "protocols"), &l)
+				}
+				if earlyNode != nil && l.EarlyData == "safe" && !slices.Contains(l.Protocols, "h3") {
+					d.addf(earlyNode, join(path, "early_data"), "is HTTP/3's 0-RTT: list h3 in protocols")
 				}
 				if portNode != nil && !l.RedirectHTTPS {
 					d.addf(portNode, join(path, "https_port"), "only used with redirect_https: true")
@@ -521,6 +528,13 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 						{"max_concurrent_streams", d.integer(&c.Limits.H2.MaxConcurrentStreams, between(1, 10000))},
 						{"initial_window", d.size(&c.Limits.H2.InitialWindow, 64<<10, 16<<20)},
 						{"max_header_list", d.size(&c.Limits.H2.MaxHeaderList, 1<<10, 1<<20)},
+					})
+				}},
+				{"h3", func(n *yaml.Node, path string) {
+					d.mapping(n, path, []field{
+						{"max_concurrent_streams", d.integer(&c.Limits.H3.MaxConcurrentStreams, between(1, 10000))},
+						{"max_header_list", d.size(&c.Limits.H3.MaxHeaderList, 1<<10, 1<<20)},
+						{"idle_timeout", d.duration(&c.Limits.H3.IdleTimeout, true)},
 					})
 				}},
 			})

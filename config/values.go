@@ -582,7 +582,7 @@ func (d *decoder) protocols(dst *[]string) func(*yaml.Node, string) {
 		list := []string{}
 		d.sequence(n, path, func(_ int, n *yaml.Node, path string) {
 			var p string
-			d.enum(&p, "h2", "http/1.1", "h2c")(n, path)
+			d.enum(&p, "h3", "h2", "http/1.1", "h2c")(n, path)
 			switch {
 			case p == "":
 			case slices.Contains(list, p):
@@ -607,6 +607,12 @@ func (d *decoder) checkProtocols(n *yaml.Node, path string, l *Listener) {
 			d.addf(n, path, "h2 is HTTP/2 over TLS and this listener has no tls; use h2c for cleartext HTTP/2")
 		case p == "h2c" && l.TLS != nil:
 			d.addf(n, path, "h2c is cleartext HTTP/2 and this listener has tls; use h2")
+		case p == "h3" && l.TLS == nil:
+			d.addf(n, path, "h3 is HTTP/3 over QUIC, which has TLS built in, and this listener has no tls")
+		case p == "h3" && isUnix(l.Address):
+			d.addf(n, path, "h3 is HTTP/3 over QUIC (UDP); a Unix socket listener cannot serve it")
+		case p == "h3" && len(l.Protocols) == 1:
+			d.addf(n, path, "h3 needs h2 or http/1.1 beside it: clients find HTTP/3 by the Alt-Svc of a TCP answer")
 		}
 	}
 }
@@ -696,4 +702,10 @@ func (d *decoder) trusted(f *Forwarded) func(*yaml.Node, string) {
 		})
 		f.Trusted = list
 	}
+}
+
+// isUnix reports whether a listen address is a Unix socket's.
+func isUnix(address string) bool {
+	_, unix := sock.UnixPath(address)
+	return unix
 }

@@ -121,12 +121,13 @@ func (c *Claim) Lost() bool { return c.lost.Load() }
 // claim.
 func (c *Claim) Recorder() *Recorder { return &Recorder{c: c} }
 
-// Recorder keeps a copy of an answer as the engine streams it to the
-// client, and ends its claim with it: Head, then Body for each piece,
-// then Trailers if there are any, then End (Keep) or Abort. Feed it what
-// goes downstream, after the response filters, so that a replay is what
-// the first client got. It copies; it never blocks nor writes to the
-// store before End or Abort, so that keeping costs the client nothing.
+// Recorder keeps a copy of an answer as it is relayed, and ends its claim
+// with it: Head, then Body for each piece, then Trailers if there are
+// any, then End (Keep) or Abort. The phase (Layer.Phase) feeds it the
+// upstream's answer as it came, before the route's response phases, and
+// replays it through them again, so that the same request gets the same
+// bytes. It copies; it never blocks nor writes to the store before End or
+// Abort, so that keeping costs the client nothing.
 // Past the layer's max_response it stops copying (and frees what it
 // held): the answer then ends as not kept.
 //

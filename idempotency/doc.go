@@ -6,10 +6,11 @@
 //
 // A Layer (one per route) decides each request in Begin: pass it, forward
 // it under a Claim, or answer it itself (a replay, 409, 422, 400, 502,
-// 503). The engine forwards a claimed request, feeds the answer to the
-// claim's Recorder as it streams to the client, and ends the claim with
-// what it knows of the tries (Keep, Release, Unknown). Records live in a
-// Store: Local (this process) or Redis (a fleet).
+// 503). Layer.Phase puts it on the proxy's main line as a route phase,
+// which forwards a claimed request, feeds the upstream's answer to the
+// claim's Recorder as it is relayed, and ends the claim with what the
+// main line knows of the tries (Keep, Release, Unknown). Records live in
+// a Store: Local (this process) or Redis (a fleet).
 //
 // The answers the layer makes itself carry a Proxy-Status field (RFC
 // 9209) naming sluice and one of these error types, and an RFC 9457

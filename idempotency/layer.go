@@ -20,6 +20,9 @@ const (
 	DefaultTTL         = 24 * time.Hour
 	DefaultLease       = 30 * time.Second
 	DefaultMaxResponse = 1 << 20
+	// DefaultMaxRequest bounds the request bodies of keyed requests, read
+	// whole for their digest before they go upstream.
+	DefaultMaxRequest = 1 << 20
 )
 
 // DefaultMethods are the methods whose keyed requests the layer handles
@@ -89,6 +92,10 @@ type Options struct {
 	// 409. 0 means DefaultMaxResponse; < 0 keeps only answers of no
 	// bytes (in practice none).
 	MaxResponse int64
+	// MaxRequest bounds the body of a keyed request, read whole for its
+	// digest before it goes upstream; a larger one is answered 413. 0
+	// means DefaultMaxRequest.
+	MaxRequest int64
 	// Release are the statuses whose answers are not kept and free the
 	// key instead, so that a retry goes through; nil means
 	// DefaultRelease().
@@ -124,6 +131,7 @@ type Layer struct {
 	scope    []Scope
 	terms    Terms
 	maxResp  int64
+	maxReq   int64
 	release  *StatusSet
 	store    Store
 	onError  StoreAction
@@ -148,6 +156,7 @@ func New(o Options) (*Layer, error) {
 		scope:    o.Scope,
 		terms:    Terms{Lease: o.Lease, TTL: o.TTL, Retake: o.UnknownOutcome == Forward},
 		maxResp:  o.MaxResponse,
+		maxReq:   o.MaxRequest,
 		release:  o.Release,
 		store:    o.Store,
 		onError:  o.OnStoreError,
@@ -194,6 +203,12 @@ func New(o Options) (*Layer, error) {
 		l.maxResp = DefaultMaxResponse
 	case l.maxResp < 0:
 		l.maxResp = 0
+	}
+	switch {
+	case l.maxReq == 0:
+		l.maxReq = DefaultMaxRequest
+	case l.maxReq < 0:
+		return nil, errors.New("idempotency: a negative max_request")
 	}
 	if l.release == nil {
 		l.release = DefaultRelease()

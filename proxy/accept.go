@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/internal/clock"
+	"github.com/sluice-proxy/sluice/proxy/internal/spare"
 )
 
 // ShedObserver is an optional interface of an Observer. Shed is called
@@ -38,7 +39,7 @@ const shedAfter = 100 * time.Millisecond
 type acceptState struct {
 	backoff time.Duration
 	short   time.Time // when accepts began failing for want of descriptors; zero while they work
-	spare   *spare
+	spare   *spare.Spare
 	lines   logSampler
 	// shed is what a client turned away is sent: shedAnswer on a plain
 	// listener; nothing on a TLS one, whose client waits for a
@@ -47,16 +48,16 @@ type acceptState struct {
 	shed []byte
 }
 
-func newAcceptState(shed []byte) *acceptState { return &acceptState{spare: holdSpare(), shed: shed} }
+func newAcceptState(shed []byte) *acceptState { return &acceptState{spare: spare.Hold(), shed: shed} }
 
 // close gives the spare descriptor back, as Serve returns.
-func (st *acceptState) close() { st.spare.release() }
+func (st *acceptState) close() { st.spare.Release() }
 
 // accepted resets the state after an accept that worked, and takes the
 // spare descriptor again if it was lost.
 func (st *acceptState) accepted() {
 	st.backoff, st.short = 0, time.Time{}
-	st.spare.hold()
+	st.spare.Hold()
 }
 
 // acceptFailed is the accept loop's answer to Accept failing with err:
@@ -64,7 +65,7 @@ func (st *acceptState) accepted() {
 // A timeout, or a shortage of descriptors or memory, is waited out, as
 // net/http does, doubling the wait from 5 ms up to a second. Out of
 // descriptors for shedAfter, it answers the clients waiting 503 with the
-// spare descriptor (spare_linux.go), and waits at most shedAfter between
+// spare descriptor (package spare), and waits at most shedAfter between
 // tries, so that the clients who come while the shortage lasts wait about
 // that long for a descriptor at most, and then are answered.
 func (srv *Server) acceptFailed(ln net.Listener, st *acceptState, err error) (time.Duration, bool) {
@@ -146,4 +147,16 @@ func (srv *Server) logAcceptFailed(err error, delay time.Duration, lines *logSam
 		}
 	}
 	srv.ErrorLog.LogAttrs(context.Background(), slog.LevelWarn, "accept failed; retrying", attrs...)
+}
+
+// shed answers the clients waiting on ln with the spare descriptor (see
+// spare.Spare.Shed) when an accept failed with err for want of
+// descriptors, and logs them within lines. It returns how many it
+// answered.
+func (srv *Server) shed(ln net.Listener, sp *spare.Spare, answer []byte, err error, lines *logSampler) int {
+	n := sp.Shed(ln, answer)
+	if n > 0 {
+		srv.noteShed(n, err, lines)
+	}
+	return n
 }

@@ -49,7 +49,11 @@ func (s *Session) answer(r *Response, keep bool) {
 	resp := &s.resp
 	resp.Reset()
 	resp.Status, resp.Minor = status, 1
-	resp.SetReason(h1.StatusText(status))
+	if r.Reason != "" && status == r.Status {
+		resp.SetReason(r.Reason)
+	} else {
+		resp.SetReason(h1.StatusText(status))
+	}
 	addAnswerFields(&resp.Header, &r.Header)
 	if hk := s.hooks; hk != nil && hk.answerFilter != nil {
 		// The hook changes a copy: r may be shared by many requests.
@@ -545,6 +549,8 @@ func (s *Session) logAccess() {
 // head that did not parse.
 func (s *Session) protocol() string {
 	switch {
+	case s.http3:
+		return "HTTP/3"
 	case s.Stream != 0:
 		return "HTTP/2"
 	case s.Request.Method() == "":

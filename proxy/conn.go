@@ -17,6 +17,8 @@ import (
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/h2"
 	"github.com/sluice-proxy/sluice/internal/clock"
+	"github.com/sluice-proxy/sluice/proxy/internal/park"
+	"github.com/sluice-proxy/sluice/proxy/internal/ready"
 )
 
 // conn is one client connection. Its goroutine reads a request, serves it,
@@ -40,7 +42,7 @@ type conn struct {
 	wbuf     []byte   // the write buffer, borrowed (wbufp) while serving
 	wbufp    *[]byte
 
-	ready readiness
+	ready ready.Socket
 
 	// linger is set when sluice answered and is closing while the client
 	// may still be sending: the close then waits a moment for the client's
@@ -91,16 +93,13 @@ type conn struct {
 	headBy time.Time
 
 	// The parker's record of the connection while it waits without a
-	// goroutine (park_linux.go); guarded by the parker's lock. lingerLeft
-	// counts the bytes it may still discard while it lingers there (0: not
-	// lingering); answerSlot is set when the parker started its goroutine
-	// to answer an expired head, in one of a few slots.
-	parkID       uint64
-	parkArmed    bool
-	parkDeadline time.Time
-	parkIndex    int
-	lingerLeft   int
-	answerSlot   bool
+	// goroutine (park.go). lingerLeft counts the bytes it may still
+	// discard while it lingers there (0: not lingering); answerSlot is set
+	// when the parker started its goroutine to answer an expired head, in
+	// one of a few slots.
+	slot       park.Slot
+	lingerLeft int
+	answerSlot bool
 
 	// helloBy is when the TLS handshake must be done (the header
 	// timeout, counted from accept); zero until its wait begins. early
@@ -154,10 +153,10 @@ func newConn(srv *Server, nc net.Conn, l *listener) *conn {
 	if c.tls != nil || l != nil && l.tls != nil {
 		// The socket under TLS is for the ClientHello, for waking a
 		// parked connection and for the lingering reads of a close;
-		// requests are read through TLS (wait_unix.go says why).
-		c.ready.init(c.raw, &c.r, nil, false)
+		// requests are read through TLS (package ready says why).
+		c.ready.Init(c.raw, &c.r, nil, false)
 	} else {
-		c.ready.init(nc, &c.r, c.serveInline, true)
+		c.ready.Init(nc, &c.r, c.serveInline, true)
 	}
 	return c
 }
@@ -282,7 +281,7 @@ func (c *conn) awaitRequest() next {
 	}
 	for {
 		c.left = readHead
-		err := c.ready.fillIdle()
+		err := c.ready.FillIdle()
 		c.setIdle(false)
 		if err == nil {
 			if c.drainNext {
@@ -301,7 +300,7 @@ func (c *conn) awaitRequest() next {
 		}
 		// parkAfter has passed: park, or wait on with the goroutine.
 		c.parkDue = false
-		if c.srv.parker.park(c, c.idleEnd) {
+		if c.park(c.idleEnd) {
 			return parked
 		}
 		if !c.idleUntil(c.idleEnd) {
@@ -323,7 +322,7 @@ func (c *conn) awaitRequest() next {
 // accepted as the drain began too (whose bytes are there at accept, on
 // Linux).
 func (c *conn) drainWaiting() next {
-	if c.pending() {
+	if c.ready.Pending() {
 		return readHead
 	}
 	if c.drainGraced {
@@ -332,7 +331,7 @@ func (c *conn) drainWaiting() next {
 	c.drainGraced = true
 	c.nc.SetReadDeadline(clock.Now().Add(drainIdleGrace))
 	c.left = readHead
-	if err := c.ready.fillIdle(); err == nil {
+	if err := c.ready.FillIdle(); err == nil {
 		if c.drainNext { // a request came and was served inline, kept alive
 			c.drainNext = false
 			return c.drainWaiting()
@@ -364,7 +363,7 @@ func (c *conn) beginIdle() bool {
 }
 
 // serveInline is called from inside the wait for the next request
-// (readiness.fillIdle) each time bytes have come. It serves every request
+// (ready.Socket.FillIdle) each time bytes have come. It serves every request
 // in the buffer that needs nothing more from the client (see
 // Session.bodyToCome; a small body's rest is read without waiting when the
 // socket may hold it) and reports whether the connection is idle again:
@@ -381,12 +380,12 @@ func (c *conn) serveInline() bool {
 			return false
 		}
 		rest := c.s.bodyToCome()
-		if rest > 0 && !c.ready.drained {
+		if rest > 0 && !c.ready.Drained() {
 			// The head's read filled the buffer: the rest of a small
 			// body may be in the socket already. Room for a byte more
 			// than the body, so that a read that takes all there is
 			// shows the socket drained.
-			c.r.FillWith(c.ready.reader(), c.r.Buffered()+int(rest)+1)
+			c.r.FillWith(c.ready.Reader(), c.r.Buffered()+int(rest)+1)
 			rest = c.s.bodyToCome()
 		}
 		if rest != 0 {
@@ -420,7 +419,7 @@ func (c *conn) takeRequest() next {
 		c.answerSlot = false
 		n := c.awaitHead()
 		if slot {
-			srv.parker.answered()
+			srv.answered()
 		}
 		if n != readHead {
 			return n
@@ -455,7 +454,7 @@ func (c *conn) takeRequest() next {
 // no deadline: every later read from the client sets its own.
 //
 // While it waits, the bytes so far are stashed in a buffer of their size
-// (readiness.fillHead), and when no byte has come for parkAfter the
+// (ready.Socket.FillHead), and when no byte has come for parkAfter the
 // connection parks without its goroutine until the next byte or the
 // header timeout (then it returns parked). A connection that sends its
 // head a byte at a time therefore holds no goroutine and no read buffer
@@ -479,7 +478,7 @@ func (c *conn) awaitHead() next {
 			return c.headTimeout(os.ErrDeadlineExceeded)
 		}
 		c.nc.SetReadDeadline(minTime(c.headBy, parkAt))
-		err := c.ready.fillHead(max)
+		err := c.ready.FillHead(max)
 		now = clock.Now()
 		switch {
 		case err == nil:
@@ -491,7 +490,7 @@ func (c *conn) awaitHead() next {
 			c.headBy = time.Time{}
 			srv.clientFault(nil, c.client, InHead, clientErr(err, "reading the request head"))
 			return closeIt
-		case now.Before(c.headBy) && srv.parker != nil && !srv.Draining() && srv.parker.park(c, c.headBy):
+		case now.Before(c.headBy) && !srv.Draining() && c.park(c.headBy):
 			return parked
 		}
 		parkAt = c.headBy // could not park: wait on with the goroutine
@@ -509,7 +508,7 @@ func (c *conn) headTimeout(err error) next {
 	c.s.headFault = true
 	c.s.answerError(&fault.Error{Kind: fault.ClientTimeout, Source: fault.Downstream, Context: "reading the request head", Cause: err})
 	c.s.finish()
-	if c.linger && c.srv.parker != nil && c.srv.parker.linger(c) {
+	if c.linger && c.lingerParked() {
 		// The parker reads what the client still sends, and closes
 		// it, with no goroutine waiting: a thousand heads timing out
 		// together cost no thousand goroutines.

@@ -35,7 +35,7 @@ func (b *h1Request) prefetch(n int64) {
 	r := &b.c.r
 	need := int(n) + r.Buffered()
 	for int64(r.Buffered()) < n {
-		if _, err := r.FillWith(b.c.ready.reader(), need); err != nil {
+		if _, err := r.FillWith(b.c.ready.Reader(), need); err != nil {
 			return
 		}
 	}

@@ -53,7 +53,7 @@ func (c *conn) runH2(prefix []byte) {
 		hc = c.startH2(prefix)
 	}
 	for hc.Serve() == h2.ErrIdle {
-		if c.srv.parker.park(c, hc.IdleDeadline()) {
+		if c.park(hc.IdleDeadline()) {
 			parked = true // the parker owns the connection now
 			return
 		}

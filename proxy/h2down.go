@@ -106,6 +106,8 @@ func (x *h2exchange) reset(st *h2.Stream, c *conn) {
 		pay: x.pay[:0], seen: x.seen}
 }
 
+func (x *h2exchange) inFlight() *flight { return &x.flight }
+
 // abandon ends the wait for the upstream of the try in progress, if any:
 // the stream's client is gone. It runs on the HTTP/2 connection's
 // goroutine.

@@ -146,6 +146,9 @@ type Logger interface {
 // an upstream's (AsUpstream).
 type Response struct {
 	Status int
+	// Reason is the reason phrase of an HTTP/1.1 status line; "" means
+	// the status's standard one.
+	Reason string
 	Header h1.Header // Content-Length is set from Body (or File, or Stream's Size)
 	Body   []byte
 	// File, when set, is the body instead of Body: bytes of an open file,
@@ -407,6 +410,15 @@ type Attempt struct {
 // upstream had already closed fails (retry.Stale): the keep-alive race,
 // not the server's fault.
 func (a *Attempt) Stale() bool { return retry.Stale(a.Reused, a.Read, a.Err) }
+
+// Unsent reports whether nothing of the request can have reached the
+// upstream's HTTP server on this try (retry.Facts.Unsent): nothing of it
+// was written, the server refused the stream (HTTP/2), or its TLS layer
+// refused the connection.
+func (a *Attempt) Unsent() bool {
+	f := retry.Facts{Err: a.Err, Reused: a.Reused, Wrote: a.Wrote, Read: a.Read}
+	return f.Unsent()
+}
 
 // Excludes reports whether the try rules its server out for the rest of the
 // request (retry.Excludes): it timed out after the request was sent, or the

@@ -119,6 +119,10 @@ func (s *Session) buildUpstreamRequest(peer *Peer) {
 	if !fw.NoVia {
 		r.Header.Add("Via", "1.1 sluice")
 	}
+	if s.Early && !r.Header.Has("Early-Data") {
+		// RFC 8470 §5.1: the origin may answer 425 itself.
+		r.Header.Add("Early-Data", "1")
+	}
 	if s.idOwn {
 		// Not the trusted peer's: any the client sent is replaced.
 		if r.Header.Has(RequestIDHeader) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 
 	"github.com/sluice-proxy/sluice/internal/clock"
+	"github.com/sluice-proxy/sluice/proxy/internal/ready"
 )
 
 // awaitHello waits for the first TLS record of a new connection, its
@@ -29,7 +30,7 @@ import (
 // once, which answers or refuses them.
 func (c *conn) awaitHello() next {
 	srv := c.srv
-	if srv.parker == nil || c.ready.rc == nil || c.tls != nil {
+	if srv.parker == nil || !c.ready.Raw() || c.tls != nil {
 		return readHead // the handshake waits, with the goroutine
 	}
 	now := clock.Now()
@@ -49,7 +50,7 @@ func (c *conn) awaitHello() next {
 		if !c.idleUntil(minTime(c.helloBy, parkAt)) {
 			return closeIt
 		}
-		err := c.ready.readable()
+		err := c.ready.Readable()
 		c.setIdle(false)
 		now = clock.Now()
 		switch {
@@ -60,7 +61,7 @@ func (c *conn) awaitHello() next {
 			return closeIt
 		case !isTimeout(err):
 			return readHead
-		case now.Before(c.helloBy) && srv.parker.park(c, c.helloBy):
+		case now.Before(c.helloBy) && c.park(c.helloBy):
 			return parked
 		}
 		parkAt = c.helloBy // could not park: wait on with the goroutine
@@ -79,10 +80,10 @@ func (c *conn) readHello() (bool, error) {
 	buf := append((*bp)[:0], c.early...)
 	var err error
 	for len(buf) < cap(buf) && !helloWhole(buf) {
-		n, rerr := c.ready.discard().Read(buf[len(buf):cap(buf)])
+		n, rerr := c.ready.Discard().Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if rerr != nil {
-			if rerr != errWouldBlock {
+			if rerr != ready.ErrWouldBlock {
 				err = rerr
 			}
 			break
@@ -113,15 +114,4 @@ func helloWhole(b []byte) bool {
 		return false
 	}
 	return len(b) >= 5+(int(b[3])<<8|int(b[4]))
-}
-
-// readable waits, within the socket's read deadline, for bytes to come,
-// reading none.
-func (w *readiness) readable() error {
-	waited := false
-	return w.rc.Read(func(uintptr) bool {
-		done := waited
-		waited = true
-		return done
-	})
 }

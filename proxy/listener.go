@@ -29,6 +29,11 @@ type ListenerOptions struct {
 	// serves HTTP/2 to a client that opens with its preface (prior
 	// knowledge); HTTP/1.1 is always served there.
 	Protocols []string
+	// AltSvc, when set, is the Alt-Svc field every answer on the
+	// listener carries (RFC 7838): h3=":443"; ma=86400 on a TCP listener
+	// whose address also serves HTTP/3 (ServeQUIC), so that clients move
+	// to it. AltSvcH3 makes it.
+	AltSvc string
 }
 
 // listener is what a connection knows of the listener it came from.
@@ -45,6 +50,8 @@ type listener struct {
 	// addr is the address the listener is bound to, for
 	// Server.Connections.
 	addr string
+	// altSvc is ListenerOptions.AltSvc.
+	altSvc string
 	// shed is what a client turned away at accept is sent (accept.go):
 	// a 503 on a plain listener, nothing on a TLS one, whose client
 	// waits for a handshake.
@@ -91,7 +98,8 @@ func (srv *Server) ServeTLS(ln net.Listener, config *tls.Config) error {
 // done, as the RFC has the CA do, and the handshake counted as any other.
 func (srv *Server) ServeWith(ln net.Listener, opts ListenerOptions) error {
 	srv.init()
-	l := &listener{shed: shedAnswer, filter: opts.Filter, h2c: opts.TLS == nil && slices.Contains(opts.Protocols, "h2c")}
+	l := &listener{shed: shedAnswer, filter: opts.Filter, h2c: opts.TLS == nil && slices.Contains(opts.Protocols, "h2c"),
+		altSvc: opts.AltSvc}
 	if opts.Handler != nil {
 		l.hooks = newHooks(opts.Handler)
 	}

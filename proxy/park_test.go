@@ -18,12 +18,13 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/proxy/internal/park"
 )
 
 // Idle keep-alive connections give up their goroutines after parkAfter
 // (on Linux) and come back when their next request arrives.
 func TestIdleConnectionsPark(t *testing.T) {
-	if newParker(&Server{}) == nil {
+	if !park.Supported {
 		t.Skip("no parker on this platform: idle connections keep their goroutine")
 	}
 	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
@@ -232,7 +233,7 @@ func (c *h2Raw) closed(d time.Duration) bool {
 // stops, its goroutine ends), and comes back on its next request; at
 // Shutdown it gets the graceful close's two GOAWAYs, not a bare close.
 func TestH2ConnectionsPark(t *testing.T) {
-	if newParker(&Server{}) == nil {
+	if !park.Supported {
 		t.Skip("no parker on this platform: idle connections keep their goroutine")
 	}
 	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
@@ -291,7 +292,7 @@ func TestH2ParkedConnectionIdleTimeout(t *testing.T) {
 // race detector watches the hand-over of each connection between its
 // goroutines and the parker.
 func TestH2ParkResumeChurn(t *testing.T) {
-	if newParker(&Server{}) == nil {
+	if !park.Supported {
 		t.Skip("no parker on this platform")
 	}
 	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
@@ -346,7 +347,7 @@ func TestH2ParkResumeChurn(t *testing.T) {
 // request on the same connection: the parker waits on the socket under
 // TLS, and the engine parks only after a read that found no whole record.
 func TestH2OverTLSParks(t *testing.T) {
-	if newParker(&Server{}) == nil {
+	if !park.Supported {
 		t.Skip("no parker on this platform")
 	}
 	site := newSite(t)
@@ -377,4 +378,13 @@ func TestH2OverTLSParks(t *testing.T) {
 		}
 		waitFor(t, "the connection to park", func() bool { return parkedConns(hs.srv) == 1 })
 	}
+}
+
+// parkedConns returns how many connections srv's parker holds (0 where
+// there is none).
+func parkedConns(srv *Server) int {
+	if srv.parker == nil {
+		return 0
+	}
+	return srv.parker.Len()
 }

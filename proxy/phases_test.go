@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/h1"
@@ -131,8 +132,14 @@ func (r *recordingTee) Abort() {
 	close(r.done)
 }
 
+// result waits for the tee to hear how the response ended: a test that
+// would hang without it fails instead.
 func (r *recordingTee) result() (int, string, string, string) {
-	<-r.done
+	select {
+	case <-r.done:
+	case <-time.After(10 * time.Second):
+		return 0, "", "", "never told how it ended"
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.status, r.body.String(), r.trailers, r.ended
@@ -195,6 +202,10 @@ func TestTee(t *testing.T) {
 // upstream's body is read to its end and the tee is told it came whole.
 // Without, the reset cuts the wait and the tee is told it was cut.
 func TestTeeWhole(t *testing.T) {
+	// The wait is cut at once at a reset: no grace for an answer about to
+	// come, which would let a try end whole without the tee's say.
+	defer func(g time.Duration) { cancelGrace = g }(cancelGrace)
+	cancelGrace = 0
 	for _, whole := range []bool{true, false} {
 		release := make(chan struct{})
 		up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
@@ -219,7 +230,9 @@ func TestTeeWhole(t *testing.T) {
 		cancel() // the client resets its stream with half the body
 		resp.Body.Close()
 		if whole {
-			// The try goes on: the rest comes once released.
+			// The try goes on: the rest comes once released, as late as
+			// the client's reset reached the proxy.
+			waitFor(t, "the reset to reach the proxy", func() bool { return streamsGone(hs.srv) })
 			close(release)
 		} else {
 			// The try is cut at once: the tee hears of it before the
@@ -291,4 +304,23 @@ func TestOnce(t *testing.T) {
 			t.Errorf("once %v: %d, want %d", once, resp.StatusCode, want)
 		}
 	}
+}
+
+// streamsGone reports whether the client of every HTTP/2 stream srv serves
+// has reset it (and there is one).
+func streamsGone(srv *Server) bool {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	for x := range srv.streams {
+		x2, ok := x.(*h2exchange)
+		if !ok {
+			return false
+		}
+		select {
+		case <-x2.st.Done():
+		default:
+			return false
+		}
+	}
+	return len(srv.streams) > 0
 }

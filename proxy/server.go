@@ -16,11 +16,14 @@
 // HTTP/1.1 upstream connection (h1up.go), a stream of an HTTP/2 upstream
 // connection (h2up.go, upstreamh2.go). Around them: handler.go (the
 // Handler, its hooks, peers), headers.go (hop-by-hop and forwarding
-// fields), buffers.go, wait_*.go (reading a socket without holding a
-// buffer), park_*.go (idle connections without a goroutine), hello_*.go (a
-// ClientHello waited for without one), workers.go (the goroutines that
-// serve connections), and accept.go and spare_*.go (failed accepts;
-// clients answered when sluice is out of descriptors).
+// fields), buffers.go, park.go (what becomes of a client connection that
+// waits without a goroutine), hello_*.go (a ClientHello waited for without
+// one), workers.go (the goroutines that serve connections), and accept.go
+// (failed accepts). The socket-level machinery is in rooms of its own
+// below: proxy/internal/ready (reading a socket without holding a
+// buffer), proxy/internal/park (connections held without a goroutine, in
+// one epoll set), proxy/internal/spare (clients answered when sluice is
+// out of descriptors).
 package proxy
 
 import (
@@ -34,8 +37,10 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/h2"
+	"github.com/sluice-proxy/sluice/h3"
 	"github.com/sluice-proxy/sluice/internal/workers"
 	"github.com/sluice-proxy/sluice/pool"
+	"github.com/sluice-proxy/sluice/proxy/internal/park"
 )
 
 // Server serves HTTP/1.1 and HTTP/2 clients on its listeners, plain or
@@ -83,6 +88,11 @@ type Server struct {
 	// H2Upstream bounds what an HTTP/2 upstream may do on a connection
 	// (PeerOptions.Protocol); its zero fields take h2's defaults.
 	H2Upstream h2.ClientSettings
+	// H3 bounds what a client may do on an HTTP/3 connection (ServeQUIC):
+	// its header lists; its streams and idle timeout are the QUICSocket's
+	// (QUICOptions.H3). Its HeaderTimeout is HeaderTimeout's, and a nil
+	// ErrorLog is ErrorLog.
+	H3 h3.Settings
 
 	// Pool holds idle upstream connections; nil means a pool of at most
 	// 1024 idle connections, created by the first Serve and closed by
@@ -110,9 +120,11 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
-	streams   map[*h2exchange]struct{} // the HTTP/2 streams being served
-	spawned   map[*nobody]struct{}     // the spawned requests running (Session.Spawn)
-	draining  atomic.Bool              // read on every request
+	streams   map[stream]struct{}       // the HTTP/2 and HTTP/3 streams being served
+	quic      map[QUICListener]struct{} // the HTTP/3 listeners (h3.go)
+	h3conns   map[*quicConn]struct{}    // the HTTP/3 connections (h3.go)
+	spawned   map[*nobody]struct{}      // the spawned requests running (Session.Spawn)
+	draining  atomic.Bool               // read on every request
 	// inFlight counts the requests between their head and their end
 	// (Session.serve). It changes twice per request, from every core, so
 	// it has a cache line of its own, away from draining's.
@@ -127,6 +139,7 @@ type Server struct {
 	expire      context.Context
 	cancelDials context.CancelFunc
 	parker      *parker              // holds idle client connections without goroutines; nil where unsupported
+	answering   chan struct{}        // a slot per goroutine answering a parked head that expired
 	workers     *workers.Pool[*conn] // the goroutines that serve connections (workers.go)
 	ownPool     bool
 	muxClosed   bool // Shutdown let mux go (under mu)
@@ -284,11 +297,14 @@ func (srv *Server) init() {
 	}
 	srv.listeners = make(map[net.Listener]struct{})
 	srv.conns = make(map[*conn]struct{})
-	srv.streams = make(map[*h2exchange]struct{})
+	srv.streams = make(map[stream]struct{})
+	srv.quic = make(map[QUICListener]struct{})
+	srv.h3conns = make(map[*quicConn]struct{})
 	srv.spawned = make(map[*nobody]struct{})
 	srv.workers = workers.New((*conn).serve, maxIdleWorkers, workerIdle)
 	srv.expire, srv.cancelDials = context.WithCancel(context.Background())
-	srv.parker = newParker(srv)
+	srv.parker = park.New[*conn]()
+	srv.answering = make(chan struct{}, maxAnswering)
 }
 
 func (srv *Server) headerTimeout() time.Duration { return orDefault(srv.HeaderTimeout, 10*time.Second) }
@@ -418,6 +434,12 @@ func (srv *Server) Shutdown(ctx context.Context) error {
 	for ln := range srv.listeners {
 		ln.Close()
 	}
+	for ln := range srv.quic {
+		ln.Close()
+	}
+	for qc := range srv.h3conns {
+		qc.hc.Shutdown() // GOAWAY: the streams open finish, no new one starts
+	}
 	for c := range srv.conns {
 		c.wakeIfIdle()
 		if hc := c.h2.Load(); hc != nil {
@@ -425,9 +447,7 @@ func (srv *Server) Shutdown(ctx context.Context) error {
 		}
 	}
 	srv.mu.Unlock()
-	if srv.parker != nil {
-		srv.parker.closeAll()
-	}
+	srv.closeParked()
 
 	done := make(chan struct{})
 	go func() {
@@ -476,7 +496,7 @@ func (srv *Server) expireDrain(done <-chan struct{}) {
 		c.flight.cut(now)
 	}
 	for x := range srv.streams {
-		x.flight.cut(now)
+		x.inFlight().cut(now)
 	}
 	for n := range srv.spawned {
 		n.flight.cut(now)
@@ -494,7 +514,10 @@ func (srv *Server) expireDrain(done <-chan struct{}) {
 	}
 	for x := range srv.streams {
 		x.abort()
-		x.flight.cut(now)
+		x.inFlight().cut(now)
+	}
+	for qc := range srv.h3conns {
+		qc.hc.Close()
 	}
 	for n := range srv.spawned {
 		n.flight.cut(now)
@@ -511,9 +534,9 @@ func (srv *Server) Draining() bool { return srv.draining.Load() }
 func (srv *Server) InFlight() int64 { return srv.inFlight.n.Load() }
 
 // Connections reports each open client connection with the address of
-// the listener that accepted it and its protocol: "h2" once it speaks
-// HTTP/2, "http/1.1" before (a TLS connection still in its handshake
-// included). It holds the server's lock while it reports: report must
+// the listener that accepted it and its protocol: "h3" for a QUIC
+// connection, "h2" once it speaks HTTP/2, "http/1.1" before (a TLS
+// connection still in its handshake included). It holds the server's lock while it reports: report must
 // not call back into the Server. For metrics, at scrape time.
 func (srv *Server) Connections(report func(listener, protocol string)) {
 	srv.mu.Lock()
@@ -529,6 +552,17 @@ func (srv *Server) Connections(report func(listener, protocol string)) {
 		}
 		report(addr, proto)
 	}
+	for qc := range srv.h3conns {
+		report(qc.c.ln.addr, "h3")
+	}
+}
+
+// stream is a stream of a multiplexed client connection being served
+// (h2exchange, h3exchange), for Shutdown to cut short when the drain
+// timeout passes.
+type stream interface {
+	inFlight() *flight
+	abort()
 }
 
 func (srv *Server) forget(c *conn) {

@@ -54,8 +54,16 @@ type Session struct {
 	// finished: the client connection (an HTTP/2 client's stream) was
 	// cut.
 	Aborted bool
-	// Stream is the request's HTTP/2 stream id; 0 for HTTP/1.x.
+	// Stream is the request's HTTP/2 stream id; 0 for HTTP/1.x and
+	// HTTP/3.
 	Stream uint32
+	// Early is set when the request came in TLS early data (QUIC 0-RTT),
+	// which anyone who captured it may have replayed (RFC 8470): it is
+	// forwarded only when its method is safe (GET, HEAD, OPTIONS) and it
+	// has no body, with Early-Data: 1 added upstream; any other is
+	// answered 425 Too Early, so that the client repeats it after the
+	// handshake (invariant 10).
+	Early bool
 
 	srv       *Server
 	c         *conn      // the client's connection: its addresses, TLS state, listener
@@ -63,6 +71,7 @@ type Session struct {
 	wbuf      *[]byte    // the downstream's write buffer, which a try borrows for a request head
 	flight    *flight    // where Shutdown and a client's reset find the try in progress
 	grpc      bool       // a gRPC call (Content-Type application/grpc)
+	http3     bool       // the request came on an HTTP/3 stream
 	deadline  time.Time  // the call's grpc-timeout, as a time; zero: none
 	hooks     *hooks
 	framing   h1.Framing // of the request body, or frameErr: invalid
@@ -140,6 +149,9 @@ func (s *Session) reset() {
 		s.flight.whole.Store(false)
 	}
 	s.extra.Reset()
+	if l := s.c.ln; l != nil && l.altSvc != "" {
+		s.extra.Add("Alt-Svc", l.altSvc)
+	}
 	s.Request.Reset()
 	s.Client, s.Peer = s.c.client, s.c.client
 	s.ClientIP = s.c.clientIP
@@ -268,6 +280,11 @@ func (s *Session) handle() bool {
 	}
 	if err := s.normalizeTarget(); err != nil {
 		s.answerBadRequest(err)
+		return false
+	}
+	if s.Early && !earlySafe(req.Method(), f) {
+		s.answer(tooEarly, false)
+		s.finish()
 		return false
 	}
 	if exp := req.Header.Get("Expect"); exp != nil {

@@ -49,12 +49,7 @@ func TestSlowHeadAllocations(t *testing.T) {
 		return m.HeapInuse
 	}
 	serving := func() int { return runtime.NumGoroutine() - hs.srv.workers.Idle() }
-	parked := func() int {
-		p := hs.srv.parker
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return len(p.due)
-	}
+	parked := func() int { return parkedConns(hs.srv) }
 	before, stacksBefore, base := inUse(), stacks, serving()
 
 	// Plain connections: the harness's clients each hold a 4 KiB

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/proxy/internal/park"
 )
 
 // tlsSite is a CA and a server certificate for example.com signed by it.
@@ -436,7 +437,7 @@ func TestTLSBadRequestAnsweredBeforeClose(t *testing.T) {
 // arrives; the parker closes them at their idle timeout, and Shutdown
 // closes those still parked.
 func TestTLSIdleConnectionsPark(t *testing.T) {
-	if newParker(&Server{}) == nil {
+	if !park.Supported {
 		t.Skip("no parker on this platform: idle connections keep their goroutine")
 	}
 	up := upstreamtest.Start(t, upstreamtest.OK("ok"))

@@ -70,12 +70,7 @@ func TestTLSIdleMemory(t *testing.T) {
 		stacks = m.StackInuse
 		return m.HeapInuse
 	}
-	parked := func() int {
-		p := hs.srv.parker
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return len(p.due)
-	}
+	parked := func() int { return parkedConns(hs.srv) }
 	for _, curves := range []string{"default", "x25519"} {
 		before, stacksBefore := inUse(), stacks
 		stop := idleClients(t, hs.addr, n, site, curves)
@@ -263,12 +258,7 @@ func TestH2IdleMemory(t *testing.T) {
 		return k
 	}
 	heapBefore, stackBefore := inUse()
-	parked := func() int {
-		p := hs.srv.parker
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return len(p.due)
-	}
+	parked := func() int { return parkedConns(hs.srv) }
 	stop := idleClientsOf(t, hs.addr, n, site, "default", "h2")
 	waitFor(t, "the HTTP/2 connections", func() bool { return speaking() == n })
 	waitFor(t, "the HTTP/2 connections to park", func() bool { return parked() == n })
@@ -311,12 +301,7 @@ func TestHalfOpenHandshakeMemory(t *testing.T) {
 		runtime.ReadMemStats(&m)
 		return m.HeapInuse, m.StackInuse
 	}
-	parked := func() int {
-		p := hs.srv.parker
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return len(p.due)
-	}
+	parked := func() int { return parkedConns(hs.srv) }
 	heap0, stack0 := inUse()
 	for i := 0; i < n; i++ {
 		c := hs.dial(t)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/h1"
-	"github.com/sluice-proxy/sluice/idempotency"
 	"github.com/sluice-proxy/sluice/proxy"
 )
 
@@ -62,10 +61,6 @@ type Route struct {
 	// makes itself to the requests the route matched (a phase's own, an
 	// error's).
 	Phases []any
-	// Idempotency, when not nil, is the route's Idempotency-Key layer:
-	// the engine asks it about each request (Table.Idempotency) before
-	// forwarding it.
-	Idempotency *idempotency.Layer
 
 	request  []proxy.RequestFilter
 	upstream []proxy.UpstreamRequestFilter
@@ -253,17 +248,6 @@ func (t *Table) route(s *proxy.Session) *Route {
 		return r
 	}
 	return t.Match(s.Request.Header.Get("Host"), s.Request.Path())
-}
-
-// Idempotency returns the Idempotency-Key layer of the session's route,
-// or nil when the route has none (or no route matches): the engine calls
-// it after RequestFilter, and hands a keyed request to the layer's Begin
-// before its first try.
-func (t *Table) Idempotency(s *proxy.Session) *idempotency.Layer {
-	if r := t.route(s); r != nil {
-		return r.Idempotency
-	}
-	return nil
 }
 
 // UpstreamPeer asks the picker of the session's route for a peer.

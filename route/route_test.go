@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-proxy/sluice/h1"
-	"github.com/sluice-proxy/sluice/idempotency"
 	"github.com/sluice-proxy/sluice/proxy"
 )
 
@@ -101,46 +99,5 @@ func TestMatchPaths(t *testing.T) {
 		if r == nil || r.Name != tt.want {
 			t.Errorf("Match(%q, %q) = %v, want %s", tt.host, tt.path, r, tt.want)
 		}
-	}
-}
-
-// TestIdempotency checks that the table hands the engine the layer of the
-// session's route: the one RequestFilter matched (kept in Ctx), or one
-// matched from the request when Ctx is not the table's.
-func TestIdempotency(t *testing.T) {
-	layer, err := idempotency.New(idempotency.Options{Name: "*/api/"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tbl := New(
-		Route{PathPrefix: "/api/", Name: "api", Upstream: named("a"), Idempotency: layer},
-		Route{Name: "default", Upstream: named("d")},
-	)
-	session := func(target string) *proxy.Session {
-		s := new(proxy.Session)
-		if err := h1.ParseRequest(&s.Request, []byte("POST "+target+" HTTP/1.1\r\nHost: h\r\n\r\n"), 10); err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	for _, tt := range []struct {
-		target string
-		want   *idempotency.Layer
-	}{{"/api/orders", layer}, {"/other", nil}} {
-		s := session(tt.target)
-		if got := tbl.Idempotency(s); got != tt.want {
-			t.Errorf("%s, before RequestFilter: layer %p, want %p", tt.target, got, tt.want)
-		}
-		tbl.RequestFilter(s)
-		if got := tbl.Idempotency(s); got != tt.want {
-			t.Errorf("%s, after RequestFilter: layer %p, want %p", tt.target, got, tt.want)
-		}
-	}
-	// A phase that rewrites the path does not change the route's layer.
-	s := session("/api/orders")
-	tbl.RequestFilter(s)
-	s.Request.SetTarget("/other")
-	if tbl.Idempotency(s) != layer {
-		t.Error("the layer changed with the path")
 	}
 }

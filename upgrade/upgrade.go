@@ -129,6 +129,28 @@ func (in *Inherited) Take(address string) (net.Listener, bool, error) {
 	return ln, true, nil
 }
 
+// TakePacket is Take for a UDP socket (an HTTP/3 listener's), matched by
+// address as spelled only.
+func (in *Inherited) TakePacket(address string) (net.PacketConn, bool, error) {
+	if in == nil {
+		return nil, false, nil
+	}
+	for i := range in.sockets {
+		s := &in.sockets[i]
+		if s.taken || s.address != address {
+			continue
+		}
+		s.taken = true
+		pc, err := net.FilePacketConn(s.file) // a copy of the descriptor
+		s.file.Close()
+		if err != nil {
+			return nil, false, fmt.Errorf("upgrade: inherited socket for %s: %w", s.address, err)
+		}
+		return pc, true, nil
+	}
+	return nil, false, nil
+}
+
 func (in *Inherited) find(address string) int {
 	for i, s := range in.sockets {
 		if !s.taken && s.address == address {

@@ -11,7 +11,22 @@ import (
 // README shows it as it is (its leading comment aside). Package e2e runs
 // it (TestDjangoExample).
 func TestDjangoExampleConfig(t *testing.T) {
-	const file = "../../examples/django/sluice.yaml"
+	checkExampleConfig(t, "examples/django/sluice.yaml")
+}
+
+// TestQuickstartExampleConfig: examples/quickstart/sluice.yaml is valid,
+// and the README's Quickstart shows it as it is (its leading comment
+// aside). TestQuickstartExample runs it.
+func TestQuickstartExampleConfig(t *testing.T) {
+	checkExampleConfig(t, "examples/quickstart/sluice.yaml")
+}
+
+// checkExampleConfig checks that the config file at path (from the
+// repository's root) passes sluice validate, and that the first YAML block
+// after the README's first link to it is the file from its "listen:" on.
+func checkExampleConfig(t *testing.T, path string) {
+	t.Helper()
+	file := "../../" + path
 	t.Setenv("STATE_DIRECTORY", t.TempDir()) // the local CA's storage, checked, not made
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"validate", "-c", file}, &stdout, &stderr); code != 0 {
@@ -26,12 +41,13 @@ func TestDjangoExampleConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, after, ok := strings.Cut(string(readme), "[`examples/django/sluice.yaml`](examples/django/sluice.yaml)")
+	link := "[`" + path + "`](" + path + ")"
+	_, after, ok := strings.Cut(string(readme), link)
 	if !ok {
-		t.Fatal("the README does not link examples/django/sluice.yaml")
+		t.Fatalf("the README does not link %s", path)
 	}
 	_, block, ok := strings.Cut(after, "```yaml\n")
 	if block, _, _ = strings.Cut(block, "```\n"); !ok || block != config {
-		t.Errorf("the README's config after its link to examples/django/sluice.yaml is not the file's:\n%s\nwant\n%s", block, config)
+		t.Errorf("the README's config after its link to %s is not the file's:\n%s\nwant\n%s", path, block, config)
 	}
 }

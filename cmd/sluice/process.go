@@ -20,8 +20,8 @@ import (
 	"github.com/sluice-proxy/sluice/admin"
 	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/config"
-	"github.com/sluice-proxy/sluice/internal/sock"
 	"github.com/sluice-proxy/sluice/idempotency"
+	"github.com/sluice-proxy/sluice/internal/sock"
 	"github.com/sluice-proxy/sluice/observe"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/proxy"
@@ -160,6 +160,9 @@ func start(path string, cfg *config.Config, l loaded, stderr io.Writer, log *slo
 		quick, stop := context.WithTimeout(context.Background(), time.Second)
 		srv.Shutdown(quick) // the clients accepted before the failure
 		stop()
+		for _, s := range run.sockets {
+			s.closeQUIC()
+		}
 		if run.stopMetrics != nil {
 			run.stopMetrics()
 		}
@@ -190,19 +193,27 @@ func start(path string, cfg *config.Config, l loaded, stderr io.Writer, log *slo
 			return nil, fmt.Errorf("admin: %w", err)
 		}
 	}
-	for _, l := range cfg.Listen {
+	for i, l := range cfg.Listen {
 		s, err := bind(l.Address, l.Mode, in)
 		if err != nil {
 			return nil, err
 		}
 		run.sockets = append(run.sockets, s)
+		if listeners.ServesH3(i) {
+			if err := s.bindUDP(in); err != nil {
+				return nil, err
+			}
+			warnUDPBuffers(log)
+		}
 	}
 	// The ACME managers start once their challenges' listeners are bound,
 	// before serving; their certificates come in the background.
 	if err = listeners.StartACME(ctx, gen, run.bound()); err != nil {
 		return nil, fmt.Errorf("starting ACME: %w", err)
 	}
-	run.serveAll(srv, listeners, run.sockets, nil, log)
+	if err = run.serveAll(srv, listeners, run.sockets, nil, log); err != nil {
+		return nil, err
+	}
 	if run.admin != nil {
 		run.admin.SetListening(true) // connections queue until served
 	}
@@ -241,7 +252,7 @@ func (r *running) bound() []net.Addr {
 // serveAll starts srv's accept loops on sockets, as listeners say, each
 // logged as listening; those in kept are handed over from the server that
 // accepts on them (their loops stopped first).
-func (r *running) serveAll(srv *proxy.Server, listeners *config.Listeners, sockets []*socket, kept map[*socket]bool, log *slog.Logger) {
+func (r *running) serveAll(srv *proxy.Server, listeners *config.Listeners, sockets []*socket, kept map[*socket]bool, log *slog.Logger) error {
 	bound := make([]net.Addr, len(sockets))
 	for i, s := range sockets {
 		bound[i] = s.ln.Addr()
@@ -262,8 +273,15 @@ func (r *running) serveAll(srv *proxy.Server, listeners *config.Listeners, socke
 			s.stop()
 		}
 		s.serve(srv, o, r.failed)
+		if listeners.ServesH3(i) && s.udp != nil {
+			if err := s.serveQUIC(srv, listeners.QUIC(i), proxy.ListenerOptions{Handler: o.Handler}, r.failed); err != nil {
+				return err
+			}
+			attrs = append(attrs, "h3", addrString(s.udp.LocalAddr()))
+		}
 		log.Info("listening", attrs...)
 	}
+	return nil
 }
 
 // metricsListener returns a listener on addr for the metrics endpoint:
@@ -454,6 +472,9 @@ func (r *running) startUpgrade(done chan<- upgraded) {
 	var socks []upgrade.Socket
 	for _, s := range r.sockets {
 		socks = append(socks, upgrade.Socket{Address: s.address, Conn: s.ln})
+		if s.udp != nil {
+			socks = append(socks, upgrade.Socket{Address: udpSocket + s.address, Conn: s.udp})
+		}
 	}
 	if sc, ok := r.metricsLn.(syscall.Conn); ok {
 		socks = append(socks, upgrade.Socket{Address: metricsSocket + r.cfg.Metrics.Address, Conn: sc})
@@ -504,6 +525,9 @@ func (r *running) stop(handedOver bool) {
 		r.log.Warn("drain timeout passed; remaining connections closed", "error", err)
 	}
 	r.draining.Wait()
+	for _, s := range r.sockets {
+		s.closeQUIC() // its connections drained with the server
+	}
 	r.cancel()
 	r.res.Close()
 	r.pool.Close()

@@ -187,12 +187,28 @@ func (r *running) replaceServer(cfg *config.Config, gen *config.Generation, old 
 			for k, s := range next {
 				if s != nil && !kept[s] && k < j {
 					s.close()
+					s.closeQUIC()
 				}
 			}
 			res.Close()
 			return 0, err
 		}
 		next[j] = s
+	}
+	for j, s := range next {
+		if !listeners.ServesH3(j) {
+			continue
+		}
+		if err := s.bindUDP(nil); err != nil {
+			for _, s := range next {
+				if !kept[s] {
+					s.close()
+					s.closeQUIC()
+				}
+			}
+			res.Close()
+			return 0, err
+		}
 	}
 
 	// Nothing fails from here on: a kept TLS socket keeps its switch, and
@@ -216,10 +232,14 @@ func (r *running) replaceServer(cfg *config.Config, gen *config.Generation, old 
 	// Its HTTP/1.1 tries share the pool; its HTTP/2 ones the old
 	// server's connections too.
 	srv.ShareUpstreamConns(r.srv)
-	r.serveAll(srv, listeners, next, kept, log)
+	if err := r.serveAll(srv, listeners, next, kept, log); err != nil {
+		r.log.Error("reload: serving HTTP/3", "error", err)
+	}
+	var gone []*socket
 	for _, s := range r.sockets {
 		if !kept[s] {
 			s.close()
+			gone = append(gone, s)
 			r.log.Info("stopped listening; its connections drain", "address", addrString(s.ln.Addr()))
 		}
 	}
@@ -234,6 +254,9 @@ func (r *running) replaceServer(cfg *config.Config, gen *config.Generation, old 
 		defer cancel()
 		if err := oldSrv.Shutdown(ctx); err != nil {
 			log.Warn("reload: drain timeout passed; the old server's remaining connections closed", "error", err)
+		}
+		for _, s := range gone {
+			s.closeQUIC()
 		}
 		oldRes.Close()
 	}()

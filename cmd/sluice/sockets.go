@@ -27,6 +27,76 @@ type socket struct {
 	mode    fs.FileMode // a Unix socket's file mode; 0 for TCP
 	// serving is the accept loop on the socket; nil when none runs.
 	serving *handoff
+	// udp is the HTTP/3 socket at the same address, when the listener
+	// serves h3 (bound once, kept across reloads, handed over in an
+	// upgrade as the TCP one is); quic is QUIC on it, and quicServing the
+	// Server taking its connections now.
+	udp         *net.UDPConn
+	quic        *proxy.QUICSocket
+	quicServing *quicServe
+}
+
+// quicServe is one Server's accept loop on a socket's QUIC.
+type quicServe struct {
+	h    proxy.QUICListener
+	done chan struct{}
+}
+
+// udpSocket is the name a listener's HTTP/3 socket is handed over under
+// in an upgrade: "udp " and the listen address.
+const udpSocket = "udp "
+
+// bindUDP binds the listener's HTTP/3 socket, unless bound: the one
+// inherited from the process an upgrade replaced when there is one (in),
+// else a new one on the TCP socket's address and port as bound (so that
+// a port 0 gets the same number for both).
+func (s *socket) bindUDP(in *upgrade.Inherited) error {
+	if s.udp != nil {
+		return nil
+	}
+	pc, inherited, err := in.TakePacket(udpSocket + s.address)
+	if err != nil {
+		return err
+	}
+	if !inherited {
+		if pc, err = net.ListenPacket("udp", s.ln.Addr().String()); err != nil {
+			return listenError("udp "+s.address, err)
+		}
+	}
+	uc, ok := pc.(*net.UDPConn)
+	if !ok {
+		pc.Close()
+		return fmt.Errorf("%s: the inherited HTTP/3 socket is not UDP", s.address)
+	}
+	s.udp = uc
+	return nil
+}
+
+// serveQUIC starts srv's accept loop on s's QUIC, made on its UDP socket
+// with opts the first time, else given opts (a reload's).
+func (s *socket) serveQUIC(srv *proxy.Server, qopts proxy.QUICOptions, opts proxy.ListenerOptions, failed chan<- error) error {
+	if s.quic == nil {
+		q, err := proxy.ListenQUIC(s.udp, qopts)
+		if err != nil {
+			return fmt.Errorf("%s: HTTP/3: %w", s.address, err)
+		}
+		s.quic = q
+	} else if err := s.quic.Set(qopts); err != nil {
+		return fmt.Errorf("%s: HTTP/3: %w", s.address, err)
+	}
+	qs := &quicServe{h: s.quic.Handoff(), done: make(chan struct{})}
+	s.quicServing = qs
+	go func() {
+		defer close(qs.done)
+		err := srv.ServeQUIC(qs.h, opts)
+		if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, proxy.ErrServerClosed) {
+			select {
+			case failed <- fmt.Errorf("%s (HTTP/3): %w", s.address, err):
+			default:
+			}
+		}
+	}()
+	return nil
 }
 
 // listener is a listening socket sluice binds: a *net.TCPListener, or a
@@ -212,6 +282,13 @@ func (s *socket) serve(srv *proxy.Server, opts proxy.ListenerOptions, failed cha
 // returned; the socket stays open, its queue of connections kept for the
 // next loop.
 func (s *socket) stop() {
+	if qs := s.quicServing; qs != nil {
+		// The Server's connections stay on the socket's Transport, to
+		// finish as its Shutdown has them.
+		qs.h.Close()
+		<-qs.done
+		s.quicServing = nil
+	}
 	h := s.serving
 	if h == nil {
 		return
@@ -226,6 +303,19 @@ func (s *socket) stop() {
 func (s *socket) close() {
 	s.stop()
 	s.ln.Close()
+}
+
+// closeQUIC closes the HTTP/3 socket, if any, once the servers whose
+// connections are on it have drained: what is still open on it ends.
+func (s *socket) closeQUIC() {
+	if s.quic != nil {
+		s.quic.Close()
+		s.quic = nil
+	}
+	if s.udp != nil {
+		s.udp.Close()
+		s.udp = nil
+	}
 }
 
 // SyscallConn is the socket's, for the accept loop's own accepts when

@@ -1,11 +1,11 @@
-package proxy
+package spare
 
 import (
 	"net"
 	"syscall"
 )
 
-// spare is a descriptor an accept loop holds in reserve (/dev/null, read
+// Spare is a descriptor an accept loop holds in reserve (/dev/null, read
 // only) for the moment the process has no other: accept(2) then fails
 // with EMFILE before it looks at the queue, and without a descriptor to
 // spare the clients waiting there get no answer at all, only their own
@@ -20,59 +20,65 @@ import (
 // may take the descriptor in the moment it is free (a dial): the loop then
 // backs off, and takes one again at its next try or accept that finds one
 // free.
-type spare struct {
-	fd    int  // -1 when not held
+//
+// The zero Spare holds nothing, and takes its descriptor at its first Hold.
+type Spare struct {
+	fd    int // when held
+	held  bool
 	never bool // /dev/null cannot be opened here (a chroot): no reserve
 }
 
-func holdSpare() *spare {
-	sp := &spare{fd: -1}
-	sp.hold()
+// Hold returns a Spare holding its descriptor, if one can be had.
+func Hold() *Spare {
+	sp := new(Spare)
+	sp.Hold()
 	return sp
 }
 
-// hold opens the spare descriptor if it is not held; it fails quietly.
-func (sp *spare) hold() {
-	if sp.fd >= 0 || sp.never {
+// Hold opens the spare descriptor if it is not held; it fails quietly.
+func (sp *Spare) Hold() {
+	if sp.held || sp.never {
 		return
 	}
 	fd, err := syscall.Open("/dev/null", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	switch {
 	case err == nil:
-		sp.fd = fd
+		sp.fd, sp.held = fd, true
 	case err != syscall.EMFILE && err != syscall.ENFILE && err != syscall.EINTR:
 		sp.never = true // not once per accepted connection
 	}
 }
 
-// release closes the spare descriptor if it is held.
-func (sp *spare) release() {
-	if sp.fd >= 0 {
+// Held reports whether the spare descriptor is held.
+func (sp *Spare) Held() bool { return sp.held }
+
+// Release closes the spare descriptor if it is held.
+func (sp *Spare) Release() {
+	if sp.held {
 		syscall.Close(sp.fd)
-		sp.fd = -1
+		sp.held = false
 	}
 }
 
-// shedMax bounds the clients one call of shed turns away, so that the
+// shedMax bounds the clients one call of Shed turns away, so that the
 // accept loop soon tries again to accept normally.
 const shedMax = 256
 
-// shed answers the clients waiting on ln when an accept failed with err
-// for want of descriptors: with the spare descriptor released, it accepts
-// them one by one, answers each with answer (shedAnswer's 503; nothing on
-// a TLS listener) and closes it, and then
-// holds the spare again; it logs them within lines. It returns how many it
-// answered: none when no spare is held (it tries to take one first), ln
-// has no socket to reach, no client was waiting, or another goroutine took
-// the released descriptor first.
+// Shed answers the clients waiting on ln when an accept failed for want of
+// descriptors: with the spare descriptor released, it accepts them one by
+// one, answers each with answer (nothing when it is empty) and closes it,
+// and then holds the spare again. It returns how many it answered: none
+// when no spare is held (it tries to take one first), ln has no socket to
+// reach, no client was waiting, or another goroutine took the released
+// descriptor first.
 //
 // The accepts are raw accept4(2) calls on ln's descriptor, non-blocking: a
 // client turned away costs no poller registration, only a write, a read
 // and a close.
-func (srv *Server) shed(ln net.Listener, sp *spare, answer []byte, err error, lines *logSampler) int {
-	sp.hold() // if it was taken while released, and one is free now
+func (sp *Spare) Shed(ln net.Listener, answer []byte) int {
+	sp.Hold() // if it was taken while released, and one is free now
 	sc, ok := ln.(syscall.Conn)
-	if !ok || sp.fd < 0 {
+	if !ok || !sp.held {
 		return 0
 	}
 	rc, rerr := sc.SyscallConn()
@@ -81,7 +87,7 @@ func (srv *Server) shed(ln net.Listener, sp *spare, answer []byte, err error, li
 	}
 	n := 0
 	var buf []byte
-	sp.release()
+	sp.Release()
 	rc.Control(func(lfd uintptr) {
 		for n < shedMax {
 			fd, _, aerr := syscall.Accept4(int(lfd), syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC)
@@ -101,10 +107,7 @@ func (srv *Server) shed(ln net.Listener, sp *spare, answer []byte, err error, li
 			n++
 		}
 	})
-	sp.hold()
-	if n > 0 {
-		srv.noteShed(n, err, lines)
-	}
+	sp.Hold()
 	return n
 }
 

@@ -1,6 +1,6 @@
 //go:build unix
 
-package proxy
+package ready
 
 import (
 	"errors"
@@ -12,12 +12,14 @@ import (
 	"github.com/sluice-proxy/sluice/internal/sock"
 )
 
-var errWouldBlock = errors.New("would block")
+// ErrWouldBlock is what a reader of what the socket holds now returns when
+// it holds nothing.
+var ErrWouldBlock = errors.New("would block")
 
-// readiness reads a client connection through its raw socket, for two
+// Socket reads a client connection through its raw socket, for two
 // reads the net package cannot do:
 //
-//   - fillIdle waits for the next request holding no read buffer: it takes
+//   - FillIdle waits for the next request holding no read buffer: it takes
 //     a buffer from the pool only when bytes are there, so an idle
 //     keep-alive connection costs only its goroutine and small structures.
 //     Each time bytes come it lets inline serve what it can, and goes on
@@ -25,27 +27,27 @@ var errWouldBlock = errors.New("would block")
 //     wait makes the system calls of a plain Read (a read that finds
 //     nothing, then the poller, then the read that succeeds); the waits
 //     after inline served a request skip the read that finds nothing.
-//   - fillHead waits for more of a request head that has begun, holding
+//   - FillHead waits for more of a request head that has begun, holding
 //     its bytes so far in a buffer of their size (h1.Reader.Stash): a read
 //     buffer is taken only when bytes are there, and given back when the
 //     read leaves the head incomplete, so a client that sends its head a
 //     byte at a time costs little more than an idle one.
-//   - reader reads what the socket holds now, never waiting.
+//   - Reader reads what the socket holds now, never waiting.
 //
 // On a TLS connection none of these reads the socket: what it holds is
 // records, not requests, and crypto/tls may hold records already read from
 // it (a request that came with the one before, say) while the socket is
-// empty, so that a wait for the socket's readiness could miss a request
+// empty, so that a wait for the socket's Socket could miss a request
 // that has come. There the waits read through TLS, holding a read buffer
 // while they wait, and give it back when they time out; reader finds
 // nothing; inline serving is off. What stays is the parker (park_linux.go):
 // a connection parks only after a read through TLS timed out, and such a
 // read reads the socket only when crypto/tls holds no whole record, so
 // that the next request must bring bytes to the socket, which wake it.
-// discard reads the socket itself, for a close's lingering reads, whose
+// Discard reads the socket itself, for a close's lingering reads, whose
 // bytes are thrown away.
-type readiness struct {
-	fd      int // the socket, for the parker; -1 when unknown
+type Socket struct {
+	fd      int // the socket, for a parker; -1 when unknown
 	rc      syscall.RawConn
 	inline  func() bool // serveInline, or nil
 	fill    func(fd uintptr) bool
@@ -64,11 +66,11 @@ type readiness struct {
 	head int
 }
 
-// init readies w to read nc into r, serving requests inline when inline
+// Init readies w to read nc into r, serving requests inline when inline
 // is set. requests says whether nc's bytes are requests: false for the
 // socket under a TLS connection, whose reads then go through r's own
 // source, the TLS connection.
-func (w *readiness) init(nc net.Conn, r *h1.Reader, inline func() bool, requests bool) {
+func (w *Socket) Init(nc net.Conn, r *h1.Reader, inline func() bool, requests bool) {
 	rc, fd, ok := sock.Raw(nc)
 	w.fd, w.r = fd, r
 	if !ok {
@@ -79,7 +81,7 @@ func (w *readiness) init(nc net.Conn, r *h1.Reader, inline func() bool, requests
 		n, err := syscall.Read(int(fd), w.nb.p)
 		switch {
 		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
-			w.nb.n, w.nb.err = 0, errWouldBlock
+			w.nb.n, w.nb.err = 0, ErrWouldBlock
 		case err != nil:
 			w.nb.n, w.nb.err = 0, err
 		case n == 0:
@@ -145,9 +147,9 @@ func (w *readiness) init(nc net.Conn, r *h1.Reader, inline func() bool, requests
 	}
 }
 
-// fillIdle reads the next bytes into r, waiting (within the connection's
+// FillIdle reads the next bytes into r, waiting (within the connection's
 // read deadline) without holding a buffer.
-func (w *readiness) fillIdle() error {
+func (w *Socket) FillIdle() error {
 	if w.fill == nil {
 		err := w.r.Fill()
 		if err != nil {
@@ -161,10 +163,10 @@ func (w *readiness) fillIdle() error {
 	return w.err
 }
 
-// fillHead reads more of a request head of at most max bytes into r,
+// FillHead reads more of a request head of at most max bytes into r,
 // waiting (within the connection's read deadline) with the bytes so far
 // stashed. When it returns, r holds a read buffer again only if bytes came.
-func (w *readiness) fillHead(max int) error {
+func (w *Socket) FillHead(max int) error {
 	if w.fill == nil {
 		err := w.r.FillHead(max)
 		if err != nil {
@@ -182,9 +184,9 @@ func (w *readiness) fillHead(max int) error {
 }
 
 // nonblock reads what the socket holds now: one read(2), whose EAGAIN
-// comes back as errWouldBlock.
+// comes back as ErrWouldBlock.
 type nonblock struct {
-	w   *readiness
+	w   *Socket
 	p   []byte
 	n   int
 	err error
@@ -200,18 +202,18 @@ func (nb *nonblock) Read(p []byte) (int, error) {
 	return nb.n, nb.err
 }
 
-// reader returns a reader of the requests the socket holds now, never
+// Reader returns a reader of the requests the socket holds now, never
 // waiting; on TLS, it finds nothing.
-func (w *readiness) reader() io.Reader {
+func (w *Socket) Reader() io.Reader {
 	if w.fill == nil {
 		return neverReader{}
 	}
 	return &w.nb
 }
 
-// discard returns a reader of what the socket holds now, never waiting,
+// Discard returns a reader of what the socket holds now, never waiting,
 // TLS or not: for bytes to throw away.
-func (w *readiness) discard() io.Reader {
+func (w *Socket) Discard() io.Reader {
 	if w.rc == nil {
 		return neverReader{}
 	}
@@ -220,4 +222,43 @@ func (w *readiness) discard() io.Reader {
 
 type neverReader struct{}
 
-func (neverReader) Read([]byte) (int, error) { return 0, errWouldBlock }
+func (neverReader) Read([]byte) (int, error) { return 0, ErrWouldBlock }
+
+// FD returns the socket's descriptor, for a parker to watch; -1 when
+// unknown (a net.Pipe in tests).
+func (w *Socket) FD() int { return w.fd }
+
+// Raw reports whether the raw socket can be read (Init found one).
+func (w *Socket) Raw() bool { return w.rc != nil }
+
+// Drained reports whether the last read left the socket empty.
+func (w *Socket) Drained() bool { return w.drained }
+
+// Pending reports whether bytes from the client wait unread on the
+// socket: one non-blocking MSG_PEEK. It is false where the socket is
+// unknown.
+func (w *Socket) Pending() bool {
+	if w.rc == nil {
+		return false
+	}
+	var n int
+	var b [1]byte
+	w.rc.Control(func(fd uintptr) {
+		n, _, _ = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	})
+	return n > 0
+}
+
+// Readable waits, within the socket's read deadline, for bytes to come,
+// reading none.
+func (w *Socket) Readable() error {
+	if w.rc == nil {
+		return ErrWouldBlock
+	}
+	waited := false
+	return w.rc.Read(func(uintptr) bool {
+		done := waited
+		waited = true
+		return done
+	})
+}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/proxy/internal/spare"
 )
 
 // shedCount is an Observer that counts the clients turned away at accept.
@@ -49,15 +50,15 @@ func TestShedAnswersWaitingClients(t *testing.T) {
 	var errs logBuffer
 	obs := &shedCount{}
 	srv := &Server{ErrorLog: slog.New(slog.NewTextHandler(&errs, nil)), Observer: obs}
-	sp := holdSpare()
-	defer sp.release()
-	if sp.fd < 0 {
+	sp := spare.Hold()
+	defer sp.Release()
+	if !sp.Held() {
 		t.Fatal("no spare descriptor held")
 	}
 
 	// Without a spare there is nothing to answer with: the accept loop
 	// backs off as before.
-	if n := srv.shed(ln, &spare{fd: -1}, shedAnswer, syscall.EMFILE, &logSampler{}); n != 0 {
+	if n := srv.shed(ln, &spare.Spare{}, shedAnswer, syscall.EMFILE, &logSampler{}); n != 0 {
 		t.Fatalf("shed without a spare descriptor answered %d clients", n)
 	}
 
@@ -92,7 +93,7 @@ func TestShedAnswersWaitingClients(t *testing.T) {
 	var lines logSampler
 	for deadline := time.Now().Add(10 * time.Second); shed < clients && time.Now().Before(deadline); {
 		shed += srv.shed(ln, sp, shedAnswer, syscall.EMFILE, &lines)
-		if sp.fd < 0 {
+		if !sp.Held() {
 			t.Fatal("the spare descriptor was not held again")
 		}
 		time.Sleep(time.Millisecond)
@@ -247,8 +248,8 @@ func TestShedClosesTLSClients(t *testing.T) {
 	}
 	defer ln.Close()
 	srv := &Server{ErrorLog: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	sp := holdSpare()
-	defer sp.release()
+	sp := spare.Hold()
+	defer sp.Release()
 	site := newSite(t)
 	failed := make(chan error, 1)
 	go func() {

@@ -1,0 +1,524 @@
+package proxy
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quic-go/qpack"
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/quicvarint"
+
+	"github.com/sluice-proxy/sluice/h3"
+	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+)
+
+func TestH3Requests(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.Echo())
+	hs := startH3(t, peers(testOptions(), up.Addr()), nil)
+	qc := dialH3(t, hs.addr, hs.clientTLS(nil), false)
+	long := strings.Repeat("0123456789abcdef", 1<<14) // 256 KiB
+	tests := []struct {
+		name    string
+		method  string
+		body    string
+		fields  []string
+		chunked bool
+	}{
+		{"GET", "GET", "", nil, false},
+		{"POST with a length", "POST", "hello", []string{"content-length", "5"}, false},
+		{"POST without a length", "POST", "hello", nil, true},
+		{"a large POST", "POST", long, []string{"content-length", "262144"}, false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var body []byte
+			if tt.body != "" {
+				body = []byte(tt.body)
+			}
+			fields := append([]string{"cookie", "a=1", "cookie", "b=2"}, tt.fields...)
+			resp, err := h3Request(qc, tt.method, "/echo?x=1", body, fields...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.status != 200 || string(resp.body) != tt.body {
+				t.Fatalf("%d, %d bytes; want 200 with %d", resp.status, len(resp.body), len(tt.body))
+			}
+			if resp.header["alt-svc"] != "" {
+				t.Errorf("Alt-Svc %q on an HTTP/3 answer", resp.header["alt-svc"])
+			}
+			reqs := up.Requests()
+			if len(reqs) != i+1 {
+				t.Fatalf("%d requests upstream, want %d", len(reqs), i+1)
+			}
+			r := reqs[i]
+			if r.Method != tt.method || r.Target != "/echo?x=1" {
+				t.Errorf("upstream got %s %s", r.Method, r.Target)
+			}
+			if c, _ := field(r.Header, "Cookie"); c != "a=1; b=2" {
+				t.Errorf("Cookie %q", c)
+			}
+			if p, _ := field(r.Header, "X-Forwarded-Proto"); p != "https" {
+				t.Errorf("X-Forwarded-Proto %q", p)
+			}
+			if host, _ := field(r.Header, "Host"); host != "example.com" {
+				t.Errorf("Host %q", host)
+			}
+			if _, ok := field(r.Header, "Early-Data"); ok {
+				t.Errorf("Early-Data on a request after the handshake")
+			}
+			te, _ := field(r.Header, "Transfer-Encoding")
+			if tt.chunked != (te == "chunked") {
+				t.Errorf("Transfer-Encoding %q upstream", te)
+			}
+		})
+	}
+	waitFor(t, "the access log", func() bool { return strings.Contains(hs.access.String(), "protocol=HTTP/3") })
+	h3conns := 0
+	hs.srv.Connections(func(listener, protocol string) {
+		if protocol == "h3" && listener == hs.addr {
+			h3conns++
+		}
+	})
+	if h3conns != 1 {
+		t.Errorf("Connections reports %d h3 connections, want 1", h3conns)
+	}
+}
+
+// warm makes a first connection, for a session ticket that allows 0-RTT.
+func (h *h3harness) warm(t *testing.T) *notingCache {
+	cache := newNotingCache()
+	qc := dialH3(t, h.addr, h.clientTLS(cache), false)
+	if _, err := h3Request(qc, "GET", "/warm", nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-cache.got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no session ticket")
+	}
+	qc.CloseWithError(0, "")
+	return cache
+}
+
+// TestH3EarlyDataUnsafeTooEarly: a POST in 0-RTT gets 425 Too Early with
+// Proxy-Status and never reaches the upstream; sent again after the
+// handshake, it goes up once.
+func TestH3EarlyDataUnsafeTooEarly(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.Echo())
+	hs := startH3(t, peers(testOptions(), up.Addr()), func(o *QUICOptions) { o.EarlyData = true })
+	cache := hs.warm(t)
+	before := len(up.Requests())
+
+	// The relay holds the client's end of the handshake: the server sees
+	// the request before its handshake completes, as it would see a
+	// replay's.
+	r := newRelay(t, hs.addr, true, true)
+	qc := dialH3(t, r.addr(), hs.clientTLS(cache), true)
+	if qc.ConnectionState().TLS.HandshakeComplete {
+		t.Fatal("the handshake completed at once")
+	}
+	resp, err := h3Request(qc, "POST", "/order", []byte("pay 10"), "content-length", "6")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !qc.ConnectionState().Used0RTT {
+		t.Fatal("0-RTT was not used")
+	}
+	if resp.status != 425 || !strings.Contains(resp.header["proxy-status"], "early data") {
+		t.Fatalf("%d %q; want 425 with Proxy-Status", resp.status, resp.header["proxy-status"])
+	}
+	if n := len(up.Requests()); n != before {
+		t.Fatalf("%d requests upstream after the 425", n-before)
+	}
+	r.release()
+	select {
+	case <-qc.HandshakeComplete():
+	case <-time.After(5 * time.Second):
+		t.Fatal("handshake not complete")
+	}
+	resp, err = h3Request(qc, "POST", "/order", []byte("pay 10"), "content-length", "6")
+	if err != nil || resp.status != 200 || string(resp.body) != "pay 10" {
+		t.Fatalf("after the handshake: %v %v", resp, err)
+	}
+	reqs := up.Requests()[before:]
+	if len(reqs) != 1 || reqs[0].Method != "POST" {
+		t.Fatalf("%d requests upstream, want the one POST", len(reqs))
+	}
+	if _, ok := field(reqs[0].Header, "Early-Data"); ok {
+		t.Errorf("Early-Data on the request sent after the handshake")
+	}
+	waitFor(t, "the 425's log line", func() bool { return strings.Contains(hs.access.String(), "status=425") })
+}
+
+// TestH3EarlyDataReplayedGet: a client's first flight with a GET in 0-RTT,
+// captured and sent by someone else from another address, has the GET
+// forwarded, marked Early-Data: 1 so that the origin can refuse it; the
+// replay's connection never completes its handshake.
+func TestH3EarlyDataReplayedGet(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("hi"))
+	hs := startH3(t, peers(testOptions(), up.Addr()), func(o *QUICOptions) { o.EarlyData = true })
+	cache := hs.warm(t)
+	before := len(up.Requests())
+
+	capture := newRelay(t, hs.addr, false, false) // forwards nothing: a capture
+	qc := dialH3(t, capture.addr(), hs.clientTLS(cache), true)
+	// content-length 0 says the GET has no body in the field section
+	// itself: the capture need not wait for the datagram with the
+	// stream's FIN, which may come apart from it.
+	go h3Request(qc, "GET", "/balance", nil, "content-length", "0")
+	select {
+	case <-capture.sawEarly:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no 0-RTT packet")
+	}
+	capture.replay(t, hs.addr)
+	waitFor(t, "the replay upstream", func() bool { return len(up.Requests())-before >= 1 })
+	for _, r := range up.Requests()[before:] {
+		if r.Target != "/balance" {
+			t.Errorf("upstream got %s", r.Target)
+		}
+		if v, _ := field(r.Header, "Early-Data"); v != "1" {
+			t.Errorf("Early-Data %q upstream, want 1", v)
+		}
+	}
+}
+
+// TestH3EarlyDataBodyTooEarly: a GET with a body in 0-RTT is not safe to
+// forward either.
+func TestH3EarlyDataBodyTooEarly(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.Echo())
+	hs := startH3(t, peers(testOptions(), up.Addr()), func(o *QUICOptions) { o.EarlyData = true })
+	cache := hs.warm(t)
+	before := len(up.Requests())
+	r := newRelay(t, hs.addr, true, true)
+	qc := dialH3(t, r.addr(), hs.clientTLS(cache), true)
+	resp, err := h3Request(qc, "GET", "/search", []byte("q=1"))
+	if err != nil || resp.status != 425 {
+		t.Fatalf("%v %v; want 425", resp, err)
+	}
+	if n := len(up.Requests()); n != before {
+		t.Fatalf("%d requests upstream", n-before)
+	}
+}
+
+// TestH3UpstreamTooEarlyPasses: an upstream's own 425 goes to the client.
+func TestH3UpstreamTooEarlyPasses(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.Status(425, "too early here too"))
+	hs := startH3(t, peers(testOptions(), up.Addr()), nil)
+	qc := dialH3(t, hs.addr, hs.clientTLS(nil), false)
+	resp, err := h3Request(qc, "GET", "/", nil)
+	if err != nil || resp.status != 425 || string(resp.body) != "too early here too" {
+		t.Fatalf("%v %v", resp, err)
+	}
+}
+
+// TestH3ShutdownGoAway: Shutdown sends GOAWAY; the request under way
+// finishes, a stream the client opens afterwards is rejected with
+// H3_REQUEST_REJECTED (not processed: the client may send it anywhere),
+// and the connection then closes with H3_NO_ERROR.
+func TestH3ShutdownGoAway(t *testing.T) {
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 4)
+	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+		if r.Target == "/slow" {
+			arrived <- struct{}{}
+			<-release
+		}
+		c.Respond(200, "done")
+	})
+	hs := startH3(t, peers(testOptions(), up.Addr()), nil)
+	qc := dialH3(t, hs.addr, hs.clientTLS(nil), false)
+	ctrl := openControl(t, qc)
+	goaway := readGoAway(ctrl)
+
+	slow := make(chan *h3resp, 1)
+	go func() {
+		resp, _ := h3Request(qc, "GET", "/slow", nil)
+		slow <- resp
+	}()
+	<-arrived
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		shut <- hs.srv.Shutdown(ctx)
+	}()
+	var id uint64
+	select {
+	case id = <-goaway:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no GOAWAY")
+	}
+	if id != 4 {
+		t.Errorf("GOAWAY %d, want 4 (the stream after the one served)", id)
+	}
+	// A stream opened after the GOAWAY: rejected, never processed.
+	_, err := h3Request(qc, "POST", "/late", []byte("x"))
+	var se *quic.StreamError
+	if !asStreamError(err, &se) || se.ErrorCode != quic.StreamErrorCode(h3.ErrRequestRejected) {
+		t.Fatalf("late stream: %v; want H3_REQUEST_REJECTED", err)
+	}
+	close(release)
+	if resp := <-slow; resp == nil || resp.status != 200 {
+		t.Fatalf("the request under way: %v", resp)
+	}
+	if code, ok := appErr(t, qc); !ok || code != uint64(h3.ErrNoError) {
+		t.Errorf("connection closed with %#x, %v; want H3_NO_ERROR", code, ok)
+	}
+	if err := <-shut; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	for _, r := range up.Requests() {
+		if r.Target == "/late" {
+			t.Error("the rejected request reached the upstream")
+		}
+	}
+}
+
+// openControl opens the client's control stream with an empty SETTINGS,
+// and returns the server's control stream once it comes.
+func openControl(t *testing.T, qc *quic.Conn) *quic.ReceiveStream {
+	t.Helper()
+	cs, err := qc.OpenUniStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs.Write(appendH3Frame(quicvarint.Append(nil, 0), 0x04, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for {
+		rs, err := qc.AcceptUniStream(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		typ, err := quicvarint.Read(quicvarint.NewReader(rs))
+		if err == nil && typ == 0 {
+			return rs
+		}
+	}
+}
+
+// readGoAway reads the server's control stream and sends the id of its
+// first GOAWAY.
+func readGoAway(rs *quic.ReceiveStream) <-chan uint64 {
+	ch := make(chan uint64, 1)
+	go func() {
+		r := quicvarint.NewReader(rs)
+		for {
+			typ, err := quicvarint.Read(r)
+			if err != nil {
+				return
+			}
+			n, err := quicvarint.Read(r)
+			if err != nil {
+				return
+			}
+			p := make([]byte, n)
+			if _, err := readVarFull(r, p); err != nil {
+				return
+			}
+			if typ == 0x07 {
+				id, _, _ := quicvarint.Parse(p)
+				ch <- id
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+func readVarFull(r quicvarint.Reader, p []byte) (int, error) {
+	for i := range p {
+		b, err := r.ReadByte()
+		if err != nil {
+			return i, err
+		}
+		p[i] = b
+	}
+	return len(p), nil
+}
+
+func asStreamError(err error, se **quic.StreamError) bool {
+	for err != nil {
+		if e, ok := err.(*quic.StreamError); ok {
+			*se = e
+			return true
+		}
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok {
+			return false
+		}
+		err = u.Unwrap()
+	}
+	return false
+}
+
+// TestH3HeaderListBound: a field section over limits.h3.max_header_list
+// is answered 431 and never goes upstream.
+func TestH3HeaderListBound(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("hi"))
+	hs := startH3(t, peers(testOptions(), up.Addr()), nil, func(s *Server) { s.H3.MaxHeaderList = 4 << 10 })
+	qc := dialH3(t, hs.addr, hs.clientTLS(nil), false)
+	resp, err := h3Request(qc, "GET", "/", nil, "x-big", strings.Repeat("a", 5<<10))
+	if err != nil || resp.status != 431 {
+		t.Fatalf("%v %v; want 431", resp, err)
+	}
+	if n := len(up.Requests()); n != 0 {
+		t.Fatalf("%d requests upstream", n)
+	}
+	// The connection goes on.
+	resp, err = h3Request(qc, "GET", "/", nil, "x-small", "a")
+	if err != nil || resp.status != 200 {
+		t.Fatalf("next request: %v %v", resp, err)
+	}
+}
+
+// TestH3QPACKDynamicTableRefused: sluice announces no dynamic table; an
+// encoder stream that inserts into one closes the connection with
+// QPACK_ENCODER_STREAM_ERROR, and a field section that refers to one with
+// QPACK_DECOMPRESSION_FAILED.
+func TestH3QPACKDynamicTableRefused(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("hi"))
+	hs := startH3(t, peers(testOptions(), up.Addr()), nil)
+	t.Run("encoder stream", func(t *testing.T) {
+		qc := dialH3(t, hs.addr, hs.clientTLS(nil), false)
+		es, err := qc.OpenUniStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Set Dynamic Table Capacity 0 (allowed), then Insert With
+		// Literal Name "a: b".
+		es.Write([]byte{0x02, 0x20, 0x41, 'a', 0x01, 'b'})
+		if code, _ := appErr(t, qc); code != uint64(h3.ErrQPACKEncoder) {
+			t.Errorf("closed with %#x, want QPACK_ENCODER_STREAM_ERROR", code)
+		}
+	})
+	t.Run("dynamic reference", func(t *testing.T) {
+		qc := dialH3(t, hs.addr, hs.clientTLS(nil), false)
+		st, err := qc.OpenStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Required Insert Count 1: a reference to the dynamic table.
+		st.Write(appendH3Frame(nil, 0x01, []byte{0x02, 0x00, 0x80}))
+		st.Close()
+		if code, _ := appErr(t, qc); code != uint64(h3.ErrQPACKDecompress) {
+			t.Errorf("closed with %#x, want QPACK_DECOMPRESSION_FAILED", code)
+		}
+	})
+}
+
+// TestH3StreamsPerConnection: a client cannot open more request streams
+// than limits.h3.max_concurrent_streams, those whose handler still runs
+// counted; the credit comes back as they end.
+func TestH3StreamsPerConnection(t *testing.T) {
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 16)
+	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+		arrived <- struct{}{}
+		<-release
+		c.Respond(200, "ok")
+	})
+	hs := startH3(t, peers(testOptions(), up.Addr()), func(o *QUICOptions) { o.H3.MaxConcurrentStreams = 3 })
+	qc := dialH3(t, hs.addr, hs.clientTLS(nil), false)
+	results := make(chan *h3resp, 3)
+	for range 3 {
+		go func() {
+			resp, _ := h3Request(qc, "GET", "/hold", nil)
+			results <- resp
+		}()
+	}
+	for range 3 {
+		<-arrived
+	}
+	if _, err := qc.OpenStream(); err == nil {
+		t.Fatal("a fourth stream opened")
+	}
+	close(release)
+	for range 3 {
+		if resp := <-results; resp == nil || resp.status != 200 {
+			t.Fatalf("held request: %v", resp)
+		}
+	}
+	resp, err := h3Request(qc, "GET", "/after", nil)
+	if err != nil || resp.status != 200 {
+		t.Fatalf("after the credit came back: %v %v", resp, err)
+	}
+}
+
+// TestH3RapidReset: a client that resets its streams as soon as it opens
+// them, over and over, is closed with H3_EXCESSIVE_LOAD; the handlers of
+// the streams it reset never outnumber the stream limit.
+func TestH3RapidReset(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("hi"))
+	hs := startH3(t, peers(testOptions(), up.Addr()), func(o *QUICOptions) { o.H3.MaxConcurrentStreams = 10 },
+		func(s *Server) { s.H3.MaxConcurrentStreams = 10 })
+	qc := dialH3(t, hs.addr, hs.clientTLS(nil), false)
+	req := appendH3Headers(nil, []qpack.HeaderField{{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "https"},
+		{Name: ":authority", Value: "example.com"}, {Name: ":path", Value: "/"}})
+	for i := 0; i < 200; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err := qc.OpenStreamSync(ctx)
+		cancel()
+		if err != nil {
+			break // closed
+		}
+		st.Write(req)
+		st.CancelWrite(quic.StreamErrorCode(h3.ErrRequestCancelled))
+		st.CancelRead(quic.StreamErrorCode(h3.ErrRequestCancelled))
+	}
+	if code, _ := appErr(t, qc); code != uint64(h3.ErrExcessiveLoad) {
+		t.Errorf("closed with %#x, want H3_EXCESSIVE_LOAD", code)
+	}
+}
+
+// TestH3RetryUnderFlood: above the rate of new connections RetryAbove
+// allows, a client proves its address with a Retry token first, and is
+// served.
+func TestH3RetryUnderFlood(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("hi"))
+	hs := startH3(t, peers(testOptions(), up.Addr()), func(o *QUICOptions) { o.RetryAbove = 1 })
+	var retried int
+	for i := 0; i < 4; i++ {
+		r := newRelay(t, hs.addr, true, false)
+		qc := dialH3(t, r.addr(), hs.clientTLS(nil), false)
+		resp, err := h3Request(qc, "GET", "/", nil)
+		if err != nil || resp.status != 200 {
+			t.Fatalf("%v %v", resp, err)
+		}
+		r.mu.Lock()
+		retried += r.retries
+		r.mu.Unlock()
+	}
+	if retried == 0 {
+		t.Fatal("no Retry sent above the rate")
+	}
+}
+
+// TestH3AmplificationBound: to a client address not yet validated, the
+// server sends at most three times what it received (RFC 9000 §8.1),
+// however long the client stays silent after its first datagram.
+func TestH3AmplificationBound(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.OK("hi"))
+	hs := startH3(t, peers(testOptions(), up.Addr()), func(o *QUICOptions) { o.RetryAbove = 1 << 20 })
+	r := newRelay(t, hs.addr, true, true) // holds the client's handshake
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	cfg := hs.clientTLS(nil)
+	go quic.DialAddr(ctx, r.addr(), cfg, &quic.Config{})
+	// Wait for the server's first answer and its retransmissions.
+	waitFor(t, "the server's first flight", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.fromServer > 0
+	})
+	<-ctx.Done()
+	r.mu.Lock()
+	sent, got := r.toServer, r.fromServer
+	r.mu.Unlock()
+	if got > 3*sent {
+		t.Fatalf("server sent %d bytes to an unvalidated address that sent %d", got, sent)
+	}
+}
