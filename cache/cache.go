@@ -161,3 +161,28 @@ func (c *Cache) Counts() Counts {
 		Invalidated: k.invalidations.Load(),
 	}
 }
+
+// HitRatio is the share of the requests a cache looked up that it
+// answered without the upstream sending a body: fresh hits, stale answers
+// and requests collapsed onto another's fetch, over those and the misses
+// and revalidations. NaN when there were none.
+func (c Counts) HitRatio() float64 {
+	served := float64(c.Hits + c.Stale + c.Collapsed)
+	return served / (served + float64(c.Misses+c.Revalidated))
+}
+
+// Each calls f with each count and its name, in the words of metrics
+// (hit, miss, stale, revalidated, collapsed, stored, uncacheable, bypass,
+// background, invalidated).
+func (c Counts) Each(f func(result string, n uint64)) {
+	f("hit", c.Hits)
+	f("miss", c.Misses)
+	f("stale", c.Stale)
+	f("revalidated", c.Revalidated)
+	f("collapsed", c.Collapsed)
+	f("stored", c.Stored)
+	f("uncacheable", c.Uncacheable)
+	f("bypass", c.Bypass)
+	f("background", c.Background)
+	f("invalidated", c.Invalidated)
+}

@@ -338,6 +338,9 @@ func (c *Cache) UpstreamResponseFilter(s *proxy.Session, _ *proxy.Peer, resp *h1
 		st.release(erred)
 		return nil
 	}
+	if st.stale != nil && !st.background {
+		c.counts.misses.Add(1) // a stale response the upstream's answer replaces
+	}
 	c.begin(st, resp, now)
 	c.addStatus(st, resp)
 	stripInternal(&resp.Header)

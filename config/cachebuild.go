@@ -292,3 +292,51 @@ func (g *Generation) Caches(report func(route, store string, c cache.Counts)) {
 		report(c.Name(), c.StoreName(), c.Counts())
 	}
 }
+
+// CacheStoreState is a store's counts, and what the caches of the routes
+// that use it did, summed.
+type CacheStoreState struct {
+	Name string
+	// Kind is memory, disk, or disk+memory.
+	Kind   string
+	Stats  cache.Stats
+	Counts cache.Counts
+}
+
+// CacheStates returns each store's state, in the order of the file.
+func (g *Generation) CacheStates() []CacheStoreState {
+	var out []CacheStoreState
+	for _, name := range g.storeOrder {
+		slot := g.stores[name]
+		st := CacheStoreState{Name: name, Kind: "memory", Stats: slot.ref.Stats()}
+		if slot.spec.Disk != nil {
+			st.Kind = "disk"
+			if slot.spec.Memory > 0 {
+				st.Kind = "disk+memory"
+			}
+		}
+		for _, c := range g.caches {
+			if c.StoreName() == name {
+				st.Counts = addCounts(st.Counts, c.Counts())
+			}
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+func addCounts(a, b cache.Counts) cache.Counts {
+	return cache.Counts{Hits: a.Hits + b.Hits, Misses: a.Misses + b.Misses, Stale: a.Stale + b.Stale,
+		Revalidated: a.Revalidated + b.Revalidated, Collapsed: a.Collapsed + b.Collapsed, Stored: a.Stored + b.Stored,
+		Uncacheable: a.Uncacheable + b.Uncacheable, Bypass: a.Bypass + b.Bypass, Background: a.Background + b.Background,
+		Invalidated: a.Invalidated + b.Invalidated}
+}
+
+// CacheStore returns the store named name (nil when g has none so
+// named), as the routes' caches reach it.
+func (g *Generation) CacheStore(name string) cache.Store {
+	if slot := g.stores[name]; slot != nil {
+		return slot.ref
+	}
+	return nil
+}

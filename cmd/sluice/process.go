@@ -329,6 +329,16 @@ func (r *running) ensureMetrics() {
 			report(s)
 		})
 	})
+	m.WatchCache(func(report func(observe.CacheState)) {
+		for _, st := range r.gen.Load().CacheStates() {
+			s := observe.CacheState{Store: st.Name, Objects: st.Stats.Objects, Bytes: st.Stats.Bytes,
+				Capacity: st.Stats.Capacity, Evictions: st.Stats.Evictions, Purged: st.Stats.Purged}
+			st.Counts.Each(func(result string, n uint64) {
+				s.Results = append(s.Results, observe.CacheResult{Result: result, Count: n})
+			})
+			report(s)
+		}
+	})
 	r.metrics = m
 }
 
