@@ -19,8 +19,8 @@ import (
 //
 // Bodies are slices of the Go heap, shared with the requests that read
 // them: an evicted response stays readable for as long as one is sent.
-// The garbage left by evicted bodies is the collector's; see PaceGC for
-// keeping the process's memory near its stores' bounds.
+// The garbage left by evicted bodies is the collector's; PaceGC keeps the
+// process's memory near its stores' bounds.
 type Memory struct {
 	c         *otter.Cache[string, *memEntry]
 	idx       *index
@@ -63,11 +63,17 @@ func NewMemory(capacity int64) (*Memory, error) {
 				m.evictions.Add(1)
 			}
 		},
+		// Maintenance (evictions among it) runs on the goroutine that
+		// wrote, not on one of otter's own later: the store stays within
+		// its bound at every write, rather than holding what a burst of
+		// writes would evict until a background pass comes to it.
+		Executor: func(fn func()) { fn() },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cache: memory store: %w", err)
 	}
 	m.c = c
+	track(m)
 	return m, nil
 }
 
@@ -163,6 +169,7 @@ func (m *Memory) Close() error {
 	if m.closed.Swap(true) {
 		return nil
 	}
+	untrack(m)
 	m.c.InvalidateAll()
 	m.c.StopAllGoroutines()
 	return nil
