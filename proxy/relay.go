@@ -63,12 +63,19 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 	body := up.response(!pass, s.readTimeout(peer))
 	down := s.down
 	down.respond(resp, out)
+	var first []byte // a large first segment of a local body, sent uncopied
 	if body.ready() {
 		seg, err := body.next()
 		s.tap(body, seg)
-		down.buffer(seg)
-		if err == nil {
-			err = s.gather(body)
+		if peer == localPeer && len(seg) > maxCopied {
+			// A Response's body in memory (a stored copy, say) is not the
+			// connection's read buffer: it goes as it is, after the head.
+			first = seg
+		} else {
+			down.buffer(seg)
+			if err == nil {
+				err = s.gather(body)
+			}
 		}
 		if err != nil && err != io.EOF {
 			s.failBody(peer, a, err)
@@ -84,7 +91,7 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 		s.teeEnd(trailers)
 		s.releaseUpstream(a, reusable)
 	}
-	if err := down.send(nil, body.done(), trailers); err != nil {
+	if err := down.send(first, body.done(), trailers); err != nil {
 		s.lostClient(err, a, body, reusable)
 		return
 	}
