@@ -30,11 +30,19 @@ type Memory struct {
 	closed    atomic.Bool
 }
 
-// memEntry is a stored response in memory.
+// memEntry is a stored response in memory, and the Object Get hands out
+// for it (shared by every request that reads it: nothing changes it).
 type memEntry struct {
 	meta   *Meta
 	body   []byte
 	weight uint32
+	obj    Object
+}
+
+func newMemEntry(meta *Meta, body []byte, weight uint32) *memEntry {
+	e := &memEntry{meta: meta, body: body, weight: weight}
+	e.obj = Object{Meta: meta, Body: Body{Size: int64(len(body)), Bytes: body}}
+	return e
 }
 
 // MinMemory is the smallest memory store: 1 MiB.
@@ -83,7 +91,7 @@ func (m *Memory) Get(key string) (*Object, error) {
 	if !ok {
 		return nil, nil
 	}
-	return &Object{Meta: e.meta, Body: Body{Size: int64(len(e.body)), Bytes: e.body}}, nil
+	return &e.obj, nil
 }
 
 // Put stores o, keeping its body's slice. A response larger than the
@@ -96,7 +104,7 @@ func (m *Memory) Put(key string, o *Object) error {
 	if w > m.capacity.Load() || w > math.MaxUint32 {
 		return nil
 	}
-	e := &memEntry{meta: o.Meta, body: o.Body.Bytes, weight: uint32(w)}
+	e := newMemEntry(o.Meta, o.Body.Bytes, uint32(w))
 	m.c.Compute(key, func(*memEntry, bool) (*memEntry, otter.ComputeOp) {
 		// Under the key's lock: the index and the map agree, whatever
 		// the order of concurrent puts.
@@ -112,8 +120,7 @@ func (m *Memory) Update(key string, meta *Meta) error {
 	if !ok {
 		return nil
 	}
-	e := &memEntry{meta: meta, body: old.body}
-	e.weight = uint32(min(meta.Weight(key), math.MaxUint32))
+	e := newMemEntry(meta, old.body, uint32(min(meta.Weight(key), math.MaxUint32)))
 	m.c.ComputeIfPresent(key, func(cur *memEntry) (*memEntry, otter.ComputeOp) {
 		if cur != old {
 			return cur, otter.CancelOp // replaced meanwhile: the newer stays

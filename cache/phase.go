@@ -64,52 +64,56 @@ func (c *Cache) RequestFilter(s *proxy.Session) *proxy.Response {
 	if st := state(s); st != nil && st.background {
 		return nil // a spawned revalidation, readied by revalidateInBackground
 	}
-	st := &request{c: c, s: s, reqTime: now}
-	s.SetValue(stateKey{}, st)
 	req := &s.Request.Header
 	var reqCC directives
 	parseCacheControl(&reqCC, req)
 	if originOnly(req) {
 		// If-Match, If-Unmodified-Since: for the origin to evaluate.
+		st := &request{c: c, s: s, reqTime: now}
 		st.status.fwd = fwdRequest
+		s.SetValue(stateKey{}, st)
 		c.counts.bypass.Add(1)
 		s.Note("cache", "bypass")
 		return nil
 	}
 	b := c.key.appendPrimary(s.Scratch(), s)
-	st.primary = string(b)
+	primary := string(b)
 	s.KeepScratch(b)
-	st.url = string(appendURL(nil, s))
-	st.store = method == "GET" && !reqCC.has(dirNoStore)
 
-	obj, key, fwd, err := c.lookup(s, st.primary)
+	obj, key, fwd, err := c.lookup(s, primary)
 	if err != nil {
-		c.log.Error("cache: store lookup failed", "cache", c.name, "url", st.url, "error", err)
+		c.log.Error("cache: store lookup failed", "cache", c.name, "key", primary, "error", err)
 	}
 	auth := req.Has("Authorization")
+	var fr freshness
 	if obj != nil {
-		fr := c.freshnessOf(obj.Meta)
-		if auth && !c.allowsAuthorizationMeta(obj.Meta) {
+		fr = c.freshnessOf(obj.Meta)
+		switch {
+		case auth && !c.allowsAuthorizationMeta(obj.Meta):
 			obj.Close()
 			obj, fwd = nil, fwdMiss
-		} else if fr.fresh(now) {
+		case fr.fresh(now):
+			// A hit: no state is kept for the request.
 			c.counts.hits.Add(1)
-			st.status.hit = true
-			return c.respond(s, obj, &fr, now, &st.status)
-		} else if c.whileRevalidate(&fr, now) && method == "GET" {
+			status := cacheStatus{hit: true}
+			return c.respond(s, obj, &fr, now, &status)
+		case c.whileRevalidate(&fr, now) && method == "GET":
 			// Stale, within stale-while-revalidate: the stale response
 			// answers now, and one request revalidates it in the
 			// background, unless one is at it already.
-			c.revalidateInBackground(s, st.primary, key, obj)
+			c.revalidateInBackground(s, primary, key, obj)
 			c.counts.stale.Add(1)
-			st.status.hit = true
-			st.status.detail = "stale-while-revalidate"
-			return c.respond(s, obj, &fr, now, &st.status)
-		} else {
-			st.stale, st.staleKey = obj, key
-			st.revalidate = hasValidators(obj.Meta) && method == "GET"
-			fwd = fwdStale
+			status := cacheStatus{hit: true, detail: "stale-while-revalidate"}
+			return c.respond(s, obj, &fr, now, &status)
 		}
+	}
+	st := &request{c: c, s: s, reqTime: now, primary: primary}
+	s.SetValue(stateKey{}, st)
+	st.store = method == "GET" && !reqCC.has(dirNoStore)
+	if obj != nil {
+		st.stale, st.staleKey = obj, key
+		st.revalidate = hasValidators(obj.Meta) && method == "GET"
+		fwd = fwdStale
 	}
 	st.status.fwd = fwd
 	if reqCC.has(dirOnlyIfCached) {
@@ -306,7 +310,7 @@ func (c *Cache) UpstreamResponseFilter(s *proxy.Session, _ *proxy.Peer, resp *h1
 		case resp.Status == 304 && st.revalidate:
 			m := c.freshen(st.stale.Meta, resp, st.reqTime, now)
 			if err := c.store.Update(st.staleKey, m); err != nil {
-				c.log.Error("cache: store update failed", "cache", c.name, "url", st.url, "error", err)
+				c.log.Error("cache: store update failed", "cache", c.name, "url", st.URL(), "error", err)
 			}
 			st.release(stored)
 			c.counts.revalidated.Add(1)
@@ -364,7 +368,7 @@ func (c *Cache) begin(st *request, resp *h1.Response, now time.Time) {
 		st.release(uncacheable)
 		return
 	}
-	m := c.newMeta(st.url, resp, &v, st.reqTime, now)
+	m := c.newMeta(st.URL(), resp, &v, st.reqTime, now)
 	st.key = st.primary
 	if len(m.Vary) > 0 {
 		st.key = variance(st.primary, &st.s.Request.Header, m.Vary)
@@ -459,7 +463,6 @@ func (c *Cache) revalidateInBackground(s *proxy.Session, primary, key string, ob
 		// the flight never outlives it.
 		st := &request{c: c, s: sub, reqTime: time.Now(), background: true, primary: primary,
 			flight: f, stale: stale, staleKey: key, store: true}
-		st.url = string(appendURL(nil, sub))
 		st.revalidate = hasValidators(stale.Meta)
 		st.status.fwd = fwdStale
 		sub.SetValue(stateKey{}, st)
@@ -506,6 +509,14 @@ func (c *Cache) addStatus(st *request, resp *h1.Response) {
 	if !st.status.hit && st.status.fwd != fwdMethod && st.status.fwd != fwdRequest {
 		st.s.Note("cache", st.status.note())
 	}
+}
+
+// URL returns the request's URL (appendURL), made at its first use.
+func (st *request) URL() string {
+	if st.url == "" {
+		st.url = string(appendURL(nil, st.s))
+	}
+	return st.url
 }
 
 // release tells the waiters on the flight this request writes what became
@@ -579,7 +590,7 @@ func (c *Cache) put(st *request, m *Meta, body []byte) {
 		marker := &Meta{URL: m.URL, Marker: true, Vary: m.Vary, RequestTime: m.RequestTime, ResponseTime: m.ResponseTime}
 		if old, _ := c.store.Get(st.primary); old == nil || !old.Meta.Marker || !sameVary(old.Meta.Vary, m.Vary) {
 			if err := c.store.Put(st.primary, &Object{Meta: marker}); err != nil {
-				c.log.Error("cache: store failed", "cache", c.name, "url", st.url, "error", err)
+				c.log.Error("cache: store failed", "cache", c.name, "url", st.URL(), "error", err)
 				return
 			}
 		} else {
@@ -587,7 +598,7 @@ func (c *Cache) put(st *request, m *Meta, body []byte) {
 		}
 	}
 	if err := c.store.Put(st.key, &Object{Meta: m, Body: Body{Size: int64(len(body)), Bytes: body}}); err != nil {
-		c.log.Error("cache: store failed", "cache", c.name, "url", st.url, "error", err)
+		c.log.Error("cache: store failed", "cache", c.name, "url", st.URL(), "error", err)
 		return
 	}
 	c.counts.stored.Add(1)

@@ -15,9 +15,10 @@ import (
 // carries its URL and tags in its Meta, for Purge.
 type Store interface {
 	// Get returns the response stored under key, or nil and no error
-	// when there is none. The caller owns the Object until it calls its
-	// Close: a store must keep its body readable until then, even when
-	// the response is replaced, evicted or purged meanwhile.
+	// when there is none. The caller must not change the Object (a
+	// store may hand one Object to many requests), and calls its Close
+	// once done with it: a store must keep its body readable until then,
+	// even when the response is replaced, evicted or purged meanwhile.
 	Get(key string) (*Object, error)
 	// Put stores o under key, replacing what was there. o.Body holds the
 	// whole body in memory (Bytes); the store may keep that slice, which
