@@ -42,9 +42,11 @@ type Meta struct {
 	// revalidate it by. Zero keeps it until it is evicted.
 	Discard time.Time
 
-	// fr is the freshness the cache worked out when it made the Meta
-	// (nil in one decoded from storage): set before the Meta is shared.
-	fr *freshness
+	// fr is the freshness the cache worked out when it made the Meta,
+	// and served the fields its answers carry (servedFields); nil in one
+	// decoded from storage. Set before the Meta is shared.
+	fr     *freshness
+	served *h1.Header
 }
 
 // metaOverhead is what a store counts for an entry beyond its bytes: the

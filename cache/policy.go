@@ -93,6 +93,7 @@ func (c *Cache) newMeta(url string, resp *h1.Response, v *respView, reqTime, res
 	fr := computeFreshness(v, m.Status, &m.Header, reqTime, respTime, c.heuristic)
 	m.fr = &fr
 	m.Discard = c.discard(&fr, &m.Header)
+	m.served = servedFields(m)
 	return m
 }
 
@@ -205,6 +206,7 @@ func (c *Cache) freshen(old *Meta, resp *h1.Response, reqTime, respTime time.Tim
 	fr := computeFreshness(&v, m.Status, &m.Header, reqTime, respTime, c.heuristic)
 	m.fr = &fr
 	m.Discard = c.discard(&fr, &m.Header)
+	m.served = servedFields(m)
 	return m
 }
 

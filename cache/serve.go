@@ -25,15 +25,24 @@ func (c *Cache) respond(s *proxy.Session, obj *Object, fr *freshness, now time.T
 	c.head(&r.Header, m, age, cs)
 	head := req.Method() == "HEAD"
 
-	// The client's own preconditions, against the stored response (§4.3.2).
-	etag := m.Header.Get("ETag")
-	lm, lmOK := singleDate(&m.Header, "Last-Modified")
-	if !lmOK {
-		if lm, lmOK = singleDate(&m.Header, "Date"); !lmOK {
-			lm = m.ResponseTime
+	// The client's own preconditions, against the stored response
+	// (§4.3.2): the validators are looked at only when it has some.
+	var etag []byte
+	var lm, lastMod time.Time // lm: Last-Modified, else Date, else when it came
+	var lastModOK bool
+	cond := conditional(&req.Header)
+	if cond || req.Header.Has("If-Range") {
+		etag = m.Header.Get("ETag")
+		lastMod, lastModOK = singleDate(&m.Header, "Last-Modified")
+		lm = lastMod
+		if !lastModOK {
+			var ok bool
+			if lm, ok = singleDate(&m.Header, "Date"); !ok {
+				lm = m.ResponseTime
+			}
 		}
 	}
-	if m.Status == 200 && notModified(&req.Header, etag, lm) {
+	if cond && m.Status == 200 && notModified(&req.Header, etag, lm) {
 		r.Status = 304
 		dropFields(&r.Header, "Content-Length", "Content-Range")
 		obj.Close()
@@ -52,7 +61,7 @@ func (c *Cache) respond(s *proxy.Session, obj *Object, fr *freshness, now time.T
 	}
 
 	body := obj.Body
-	if rv := req.Header.Get("Range"); rv != nil && m.Status == 200 && ifRangeHolds(&req.Header, etag, lm, lmOK) {
+	if rv := req.Header.Get("Range"); rv != nil && m.Status == 200 && ifRangeHolds(&req.Header, etag, lastMod, lastModOK) {
 		br, out := parseRange(rv, body.Size)
 		switch out {
 		case rangePartial:
@@ -88,11 +97,29 @@ func (c *Cache) respond(s *proxy.Session, obj *Object, fr *freshness, now time.T
 }
 
 // head builds the head of an answer from a stored response: its fields
-// but those for this cache alone, Age, a Date if it had none, and
-// Cache-Status after any of the upstream's.
+// but those for this cache alone, a Date if it had none (servedFields,
+// made once per stored Meta), then Age and Cache-Status after any of the
+// upstream's.
 func (c *Cache) head(h *h1.Header, m *Meta, age time.Duration, cs *cacheStatus) {
+	served := m.served
+	if served == nil {
+		served = servedFields(m)
+	}
+	h.Grow(served.Len()+2, int(fieldsLen(served))+80)
+	h.CopyFrom(served)
+	var b [48]byte
+	secs := min(int64(age/time.Second), deltaMax)
+	h.AddBytes([]byte("Age"), strconv.AppendInt(b[:0], secs, 10))
+	h.AddBytes([]byte("Cache-Status"), cs.appendTo(b[:0], c.token))
+}
+
+// servedFields returns the fields of a stored response that its answers
+// carry: all but Age (each answer has its own) and those for this cache
+// alone, and a Date (when it was received) if it had none.
+func servedFields(m *Meta) *h1.Header {
 	src := &m.Header
-	h.Grow(src.Len()+3, int(fieldsLen(src))+96)
+	h := new(h1.Header)
+	h.Grow(src.Len()+1, int(fieldsLen(src))+40)
 	hasDate := false
 	for i := 0; i < src.Len(); i++ {
 		name := src.Name(i)
@@ -108,10 +135,7 @@ func (c *Cache) head(h *h1.Header, m *Meta, age time.Duration, cs *cacheStatus) 
 		var b [32]byte
 		h.AddBytes([]byte("Date"), appendDate(b[:0], m.ResponseTime))
 	}
-	var b [48]byte
-	secs := min(int64(age/time.Second), deltaMax)
-	h.AddBytes([]byte("Age"), strconv.AppendInt(b[:0], secs, 10))
-	h.AddBytes([]byte("Cache-Status"), cs.appendTo(b[:0], c.token))
+	return h
 }
 
 // setBody makes n bytes of obj's body from off the answer's body.
