@@ -104,7 +104,7 @@ func parseFlags(args []string) (options, error) {
 	}
 	for _, name := range list {
 		if _, ok := proxyByName(name); !ok {
-			return o, fmt.Errorf("-proxies: unknown proxy %q (known: sluice, sluice-reuse, sluice-dial, sluice-b, nginx, nginx-sendfile, haproxy, varnish, caddy, go-relay)", name)
+			return o, fmt.Errorf("-proxies: unknown proxy %q (known: sluice, sluice-reuse, sluice-dial, sluice-b, sluice-disk, nginx, nginx-sendfile, haproxy, varnish, caddy, go-relay)", name)
 		}
 		o.proxies = append(o.proxies, name)
 	}

@@ -93,6 +93,10 @@ var proxies = []proxy{
 	// sluice-b is the binary given with -sluice-b, configured as sluice:
 	// two builds side by side, round by round.
 	{name: "sluice-b", version: []string{"version"}, configure: sluiceConfig},
+	// sluice-disk caches in a disk store: hits are sent from their files
+	// by sendfile(2).
+	{name: "sluice-disk", version: []string{"version"}, configure: sluiceDiskConfig,
+		onlyIn: []string{"cache-small", "cache-1m"}},
 	{name: "nginx", tool: "nginx", pkg: "nginx", version: []string{"-v"}, configure: nginxConfig},
 	// nginx-sendfile is nginx with sendfile on: its proxy_cache serves
 	// hits from files, by sendfile(2) with it (off by default).
@@ -148,7 +152,12 @@ func pinned(cpu string, argv ...string) []string {
 	return append([]string{"taskset", "-c", cpu}, argv...)
 }
 
-func sluiceConfig(s site) ([]string, []string, error) { return sluiceWith(s, "") }
+func sluiceConfig(s site) ([]string, []string, error) { return sluiceWith(s, "", "") }
+
+// sluiceDiskConfig caches in a disk store of 256 MiB.
+func sluiceDiskConfig(s site) ([]string, []string, error) {
+	return sluiceWith(s, "", fmt.Sprintf("cache:\n  stores:\n    default: {disk: {path: %q, size: 256MiB}}\n", filepath.Join(s.dir, "cache")))
+}
 
 func relayConfig(s site) ([]string, []string, error) {
 	argv := []string{s.binary, "-listen", fmt.Sprintf("127.0.0.1:%d", s.port), "-upstream", s.upstream}
@@ -160,11 +169,11 @@ func relayConfig(s site) ([]string, []string, error) {
 
 func sluiceModeConfig(mode string) func(s site) ([]string, []string, error) {
 	return func(s site) ([]string, []string, error) {
-		return sluiceWith(s, ", non_idempotent: "+mode)
+		return sluiceWith(s, ", non_idempotent: "+mode, "")
 	}
 }
 
-func sluiceWith(s site, pool string) ([]string, []string, error) {
+func sluiceWith(s site, pool, stores string) ([]string, []string, error) {
 	// With a log, sluice's defaults: text, 64 KiB batches.
 	accessLog := "{enabled: false}"
 	if s.accessLog != "" {
@@ -201,12 +210,12 @@ func sluiceWith(s site, pool string) ([]string, []string, error) {
 log: {level: error}
 routes:
 %s  - upstream: app%s
-upstreams:
+%supstreams:
   app:
     servers:
       - address: %s
     pool: {max_idle: 256, idle_timeout: 60s%s}
-`, s.port, tlsConf, timeouts, accessLog, static, routeCache, s.upstream, pool))
+`, s.port, tlsConf, timeouts, accessLog, static, routeCache, stores, s.upstream, pool))
 	return pinned(proxyCPU, s.binary, "run", "-c", cfg), []string{"GOMAXPROCS=1"}, err
 }
 
