@@ -350,23 +350,26 @@ func runCacheTests(t *testing.T, pkg, fetchJS, base, id string) *cacheTestsResul
 	if err != nil {
 		t.Fatal(err)
 	}
+	file := filepath.Join(t.TempDir(), "results.json")
 	cmd := exec.Command("node", "--no-warnings", runner)
 	cmd.Env = append(os.Environ(), "CACHE_TESTS_DIR="+pkg, "CACHE_TESTS_FETCH="+fetchJS,
-		"CACHE_TESTS_BASE="+base, "CACHE_TESTS_ID="+id)
+		"CACHE_TESTS_BASE="+base, "CACHE_TESTS_OUT="+file, "CACHE_TESTS_ID="+id)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("the suite's runner: %v\n%s", err, stderr.String())
 	}
-	out = bytes.TrimSpace(out)
-	last := out[bytes.LastIndexByte(out, '\n')+1:]
 	if id != "" {
-		t.Logf("%s", out[:len(out)-len(last)])
+		t.Logf("%s", out)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("the suite's runner wrote no results: %v\n%s", err, stderr.String())
 	}
 	var res cacheTestsResult
-	if err := json.Unmarshal(last, &res); err != nil {
-		t.Fatalf("the suite's runner printed %q: %v", out, err)
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("the suite's runner wrote %d bytes that are not its results: %v", len(b), err)
 	}
 	return &res
 }
