@@ -15,7 +15,7 @@ func TestHitAllocations(t *testing.T) {
 		t.Skip("short")
 	}
 	for _, size := range []int{100, 1 << 20} {
-		rt := hitClient(t, size)
+		rt := hitClient(t, size, nil)
 		rt() // the miss that stores it
 		allocs := testing.AllocsPerRun(1000, rt)
 		t.Logf("a %d-byte hit: %.2f allocations", size, allocs)

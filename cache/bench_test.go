@@ -13,16 +13,27 @@ import (
 // BenchmarkHit measures a small hit through the proxy: one keep-alive
 // HTTP/1.1 connection, a stored response of 100 bytes.
 func BenchmarkHit(b *testing.B) {
-	benchHit(b, 100)
+	benchHit(b, 100, nil)
 }
 
 // BenchmarkHit1MiB measures a 1 MiB hit from a memory store.
 func BenchmarkHit1MiB(b *testing.B) {
-	benchHit(b, 1<<20)
+	benchHit(b, 1<<20, nil)
 }
 
-func benchHit(b *testing.B, size int) {
-	roundTrip := hitClient(b, size)
+// BenchmarkHitDisk measures a small hit from a disk store: its file opened
+// and sent, its head read once.
+func BenchmarkHitDisk(b *testing.B) {
+	d, err := OpenDisk(DiskOptions{Path: b.TempDir(), Size: 64 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	benchHit(b, 100, d)
+}
+
+func benchHit(b *testing.B, size int, store Store) {
+	roundTrip := hitClient(b, size, store)
 	roundTrip() // the miss that stores it
 	b.ReportAllocs()
 	b.SetBytes(int64(size))
@@ -34,15 +45,15 @@ func benchHit(b *testing.B, size int) {
 
 // hitClient serves a response of size bytes through a caching proxy and
 // returns a round trip of a keep-alive HTTP/1.1 client that allocates
-// nothing of its own.
-func hitClient(tb testing.TB, size int) func() {
+// nothing of its own. A nil store is a memory store.
+func hitClient(tb testing.TB, size int, store Store) func() {
 	body := bytes.Repeat([]byte("x"), size)
 	o := newOrigin(tb, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "max-age=3600")
 		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 		w.Write(body)
 	})
-	c := newTestCache(tb, Options{})
+	c := newTestCache(tb, Options{Store: store})
 	addr := testProxy(tb, o, c)
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {

@@ -71,6 +71,10 @@ type diskEntry struct {
 	tags     []string
 	discard  time.Time
 	verified atomic.Bool // the body matched its checksum (or was written by this process)
+	// head is the file's head once read and checked: a file is never
+	// rewritten (a new response is a new file and entry), so later hits
+	// open the file and read nothing before the body.
+	head atomic.Pointer[objectHead]
 }
 
 // MinDisk is the smallest disk store: 1 MiB.
@@ -194,6 +198,11 @@ func (d *Disk) open(e *diskEntry, key string) (*Object, error) {
 		f.Close()
 		return nil, err
 	}
+	// A file this process has checked is not checked again: files are
+	// renamed into place whole and never written after.
+	if h := e.head.Load(); h != nil && h.key == key {
+		return &Object{Meta: h.meta, Body: Body{Size: h.bodySize, File: f, Offset: h.bodyOff}}, nil
+	}
 	fi, err := f.Stat()
 	if err != nil {
 		return fail(err)
@@ -222,6 +231,7 @@ func (d *Disk) open(e *diskEntry, key string) (*Object, error) {
 		}
 		e.verified.Store(true)
 	}
+	e.head.Store(h)
 	return &Object{Meta: h.meta, Body: Body{Size: h.bodySize, File: f, Offset: h.bodyOff}}, nil
 }
 
@@ -264,6 +274,7 @@ func parseObjectHead(b []byte, f *os.File, size int64) (*objectHead, error) {
 	if err := m.UnmarshalBinary(rest[4:]); err != nil {
 		return nil, err
 	}
+	m.served = servedFields(m) // once: the head is kept for later hits
 	h.meta = m
 	h.bodyOff = 12 + n
 	h.bodySize = size - h.bodyOff
