@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/route"
 )
@@ -100,7 +101,7 @@ func TestDeniedOverSockets(t *testing.T) {
 	if n := len(up.Requests()); n != 1 {
 		t.Errorf("the upstream got %d requests, want 1 (the allowed one)", n)
 	}
-	proxytest.WaitFor(t, "four access log lines", func() bool {
+	wait.For(t, "four access log lines", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return strings.Count(log.String(), "\n") == 4

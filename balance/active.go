@@ -168,8 +168,14 @@ func (g *Group) check(ctx context.Context, s *Server) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.Timeout)
 	defer cancel()
-	var d net.Dialer
-	conn, err := sock.Dial(ctx, &d, s.Addr)
+	var conn net.Conn
+	var err error
+	if g.opts.dial != nil {
+		conn, err = g.opts.dial(ctx, s.Addr)
+	} else {
+		var d net.Dialer
+		conn, err = sock.Dial(ctx, &d, s.Addr)
+	}
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // loopback returns the addresses 127.0.0.n for each n.
@@ -75,7 +77,7 @@ func TestDNSReResolutionMovesTraffic(t *testing.T) {
 	g.Start(context.Background())
 	defer g.Close()
 
-	waitFor(t, "the first answer", func() bool { return addrs(g) == "10.0.0.9:80 127.0.0.1:8080 127.0.0.2:8080" })
+	wait.For(t, "the first answer", func() bool { return addrs(g) == "10.0.0.9:80 127.0.0.1:8080 127.0.0.2:8080" })
 	ss := g.Servers()
 	kept := ss[2] // 127.0.0.2, in both answers
 	if kept.Name != "app.internal:8080" || kept.Weight != 2 {
@@ -87,7 +89,7 @@ func TestDNSReResolutionMovesTraffic(t *testing.T) {
 	}
 
 	dns.set(nil, loopback(2, 3)...)
-	waitFor(t, "the new answer", func() bool { return addrs(g) == "10.0.0.9:80 127.0.0.2:8080 127.0.0.3:8080" })
+	wait.For(t, "the new answer", func() bool { return addrs(g) == "10.0.0.9:80 127.0.0.2:8080 127.0.0.3:8080" })
 	ss = g.Servers()
 	if ss[1] != kept {
 		t.Fatal("the server whose address stayed was replaced")
@@ -131,7 +133,7 @@ func TestDNSFailureKeepsLastAddresses(t *testing.T) {
 	} {
 		dns.set(tt.err)
 		n := dns.lookups()
-		waitFor(t, "more lookups", func() bool { return dns.lookups() >= n+2 })
+		wait.For(t, "more lookups", func() bool { return dns.lookups() >= n+2 })
 		if got := addrs(g); got != want {
 			t.Fatalf("%s: servers %q, want the last good %q", tt.name, got, want)
 		}

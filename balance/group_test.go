@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // fakeClock is a settable clock for Options.Now.
@@ -319,19 +321,6 @@ func goroutinesOf() (int, string) {
 	return n, strings.Join(found, "\n\n")
 }
 
-// waitFor polls cond until it holds or a generous bound passes; the bound
-// only stops a broken test from hanging, nothing is asserted about time.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestConcurrentUse(t *testing.T) {
 	dns := &fakeDNS{}
 	dns.set(nil, loopback(1, 2, 3)...)
@@ -376,9 +365,12 @@ func TestConcurrentUse(t *testing.T) {
 					}
 				}()
 			}
+			// The answer changes under the picks, each change looked up
+			// before the next.
 			for i := range 20 {
+				n := dns.lookups()
 				dns.set(nil, loopback(1+i%3, 2+i%4)...)
-				time.Sleep(time.Millisecond)
+				wait.For(t, "a lookup of the new answer", func() bool { return dns.lookups() > n+1 })
 			}
 			wg.Wait()
 			for _, s := range g.Servers() {

@@ -99,6 +99,11 @@ type Options struct {
 	// for metrics. It may be called from several goroutines at once, must
 	// not block, and must not call back into the group.
 	OnChange func(s *Server, healthy bool)
+
+	// dial, when set, connects an active check instead of sock.Dial: the
+	// tests' in-memory connections, which a testing/synctest bubble can
+	// wait on, where it cannot wait on a socket.
+	dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // Defaults of the Options.

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // TestUnixServer: a server at a Unix socket is an address to dial, not a
@@ -40,13 +42,13 @@ func TestUnixServer(t *testing.T) {
 		}
 		g.Start(context.Background())
 		before := ct.conns.Load()
-		waitFor(t, "a few checks", func() bool { return ct.conns.Load() >= before+3 })
+		wait.For(t, "a few checks", func() bool { return ct.conns.Load() >= before+3 })
 		if s := servers[0]; !s.Healthy() {
 			t.Errorf("tcp=%v: unhealthy: %s", tcp, s.State())
 		}
 		if !tcp {
 			ct.response.Store(err500)
-			waitFor(t, "the server to be taken out", func() bool { return !servers[0].Healthy() })
+			wait.For(t, "the server to be taken out", func() bool { return !servers[0].Healthy() })
 			ct.response.Store(ok200)
 		}
 		g.Close()

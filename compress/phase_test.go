@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-proxy/sluice/internal/corpus"
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/route"
 )
@@ -224,7 +225,7 @@ func TestRoundTrip(t *testing.T) {
 		}
 	}
 	for _, coding := range []string{"zstd", "br", "gzip"} {
-		waitFor(t, "compressed="+coding+" in the access log", func() bool {
+		wait.For(t, "compressed="+coding+" in the access log", func() bool {
 			return strings.Contains(access.String(), " compressed="+coding+"\n")
 		})
 	}
@@ -411,18 +412,6 @@ func TestCurl(t *testing.T) {
 				t.Errorf("curl %q %s: %d bytes decoded, not the %d sent", tt.accept, path, len(body), len(bigJSON))
 			}
 		}
-	}
-}
-
-// waitFor polls cond for up to 5s.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -47,6 +47,8 @@ func TestKeepAliveTimeoutRace(t *testing.T) {
 				if i > 0 {
 					at = at.Add(gaps[i-1])
 				}
+				// The stimulus: the request goes out at its moment, as
+				// the upstream's keep-alive timer, real time, runs out.
 				time.Sleep(time.Until(at))
 				id := fmt.Sprintf("k%d-%d", c, i)
 				if (c+i)%2 == 0 {

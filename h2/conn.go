@@ -340,6 +340,9 @@ func (c *Conn) shed() {
 		c.streams = nil
 	}
 	c.mu.Unlock()
+	c.wmu.Lock()
+	c.henc.release()
+	c.wmu.Unlock()
 }
 
 // IdleDeadline returns when the idle timeout is to end a connection Serve

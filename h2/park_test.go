@@ -3,15 +3,17 @@ package h2
 import (
 	"bytes"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
-// parkServer serves the connections it accepts with ParkAfter set, as
+// parkServer serves the connection it accepts with h and ParkAfter set, as
 // sluice's proxy does: each Serve that returns ErrIdle is reported on
 // parked, and Serve is called again, on a new goroutine, once the test
 // sends on resume. Serve's other results go to ended. At the test's end
@@ -24,7 +26,7 @@ type parkServer struct {
 	ended  chan error
 }
 
-func newParkServer(t *testing.T, s Settings) (*parkServer, string) {
+func newParkServer(t *testing.T, s Settings, h Handler) (*parkServer, string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -46,7 +48,7 @@ func newParkServer(t *testing.T, s Settings) (*parkServer, string) {
 		if err != nil {
 			return
 		}
-		c := NewConn(nc, nil, &s, ok)
+		c := NewConn(nc, nil, &s, h)
 		ps.conns <- c
 		var serve func()
 		serve = func() {
@@ -132,7 +134,7 @@ func TestPark(t *testing.T) {
 	const parkAfter = 20 * time.Millisecond
 	settings := Settings{ParkAfter: parkAfter, IdleTimeout: time.Minute}
 	t.Run("next request", func(t *testing.T) {
-		ps, addr := newParkServer(t, settings)
+		ps, addr := newParkServer(t, settings, ok)
 		rc := handshake(t, addr)
 		rc.headers(1, true, getReq...)
 		rc.wantResponse(1)
@@ -146,8 +148,47 @@ func TestPark(t *testing.T) {
 		}
 		ps.waitParked(t) // and it parks again
 	})
+	t.Run("header table", func(t *testing.T) {
+		// A parked connection lets go of its HPACK encoder's table; the
+		// next block must say so (size updates) for the client, whose
+		// decoder keeps its table, to read it right.
+		tag := func(st *Stream) {
+			var path string
+			for _, f := range st.Header() {
+				if f.Name == ":path" {
+					path = f.Value
+				}
+			}
+			st.WriteResponse([]hpack.HeaderField{{Name: ":status", Value: "200"},
+				{Name: "x-tag", Value: path}}, nil, true)
+		}
+		ps, addr := newParkServer(t, settings, tag)
+		rc := handshake(t, addr)
+		ask := func(id uint32, path string) {
+			t.Helper()
+			rc.headers(id, true, ":method", "GET", ":scheme", "http", ":path", path, ":authority", "x")
+			f := rc.until("response HEADERS", func(f http2.Frame) bool {
+				_, ok := f.(*http2.MetaHeadersFrame)
+				return ok && f.Header().StreamID == id
+			}).(*http2.MetaHeadersFrame)
+			var got []string
+			for _, hf := range f.Fields {
+				got = append(got, hf.Name+": "+hf.Value)
+			}
+			if want := []string{":status: 200", "x-tag: " + path}; !slices.Equal(got, want) {
+				t.Fatalf("response to %s: %q, want %q", path, got, want)
+			}
+		}
+		ask(1, "/a")
+		ask(3, "/a") // from the table now
+		ps.waitParked(t)
+		ps.resume <- struct{}{}
+		ask(5, "/b")
+		ask(7, "/a")
+		ps.waitParked(t)
+	})
 	t.Run("client closes", func(t *testing.T) {
-		ps, addr := newParkServer(t, settings)
+		ps, addr := newParkServer(t, settings, ok)
 		rc := handshake(t, addr)
 		ps.waitParked(t)
 		rc.nc.(*net.TCPConn).CloseWrite() // a FIN, unread frames or not
@@ -157,7 +198,7 @@ func TestPark(t *testing.T) {
 	t.Run("idle timeout", func(t *testing.T) {
 		s := settings
 		s.IdleTimeout = 5 * parkAfter
-		ps, addr := newParkServer(t, s)
+		ps, addr := newParkServer(t, s, ok)
 		rc := handshake(t, addr)
 		rc.headers(1, true, getReq...)
 		rc.wantResponse(1)
@@ -179,7 +220,7 @@ func TestPark(t *testing.T) {
 		}
 	})
 	t.Run("shutdown", func(t *testing.T) {
-		ps, addr := newParkServer(t, settings)
+		ps, addr := newParkServer(t, settings, ok)
 		rc := handshake(t, addr)
 		rc.headers(1, true, getReq...)
 		rc.wantResponse(1)
@@ -198,7 +239,7 @@ func TestPark(t *testing.T) {
 		ps.wantEnded(t)
 	})
 	t.Run("close", func(t *testing.T) {
-		ps, addr := newParkServer(t, settings)
+		ps, addr := newParkServer(t, settings, ok)
 		rc := handshake(t, addr)
 		c := ps.waitParked(t)
 		c.Close()

@@ -266,6 +266,23 @@ type headerEncoder struct {
 	hbuf []byte
 }
 
+// release lets go of the encoder's dynamic table and its buffer, for a
+// connection that idles: they are most of what an idle connection holds
+// of HPACK's. The emptied encoder's next block starts with dynamic table
+// size updates to 0 and back (RFC 7541 §4.2, §6.3), which empty the peer's
+// table of what the old one held, so that both sides agree again; its
+// size stays what it was, within the peer's limit.
+func (h *headerEncoder) release() {
+	if h.enc != nil {
+		size := h.enc.MaxDynamicTableSize()
+		*h.enc = *hpack.NewEncoder(h)
+		h.enc.SetMaxDynamicTableSizeLimit(size)
+		h.enc.SetMaxDynamicTableSize(0)
+		h.enc.SetMaxDynamicTableSize(size)
+	}
+	h.hbuf = nil
+}
+
 // write encodes fields (after the peer's SETTINGS_HEADER_TABLE_SIZE, when
 // tableSet) and writes the block as HEADERS and CONTINUATION frames of at
 // most maxFrame bytes.

@@ -153,6 +153,13 @@ var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Transfe
 // copyEndToEnd appends to dst the fields of src that are end to end: all
 // but hopByHop and those that src's Connection fields name.
 func copyEndToEnd(dst, src *h1.Header) {
+	// Room for all of them first: one allocation for the names and
+	// values, one for the fields, rather than one each time they grow.
+	size := 0
+	for i := 0; i < src.Len(); i++ {
+		size += len(src.Name(i)) + len(src.Value(i))
+	}
+	dst.Grow(src.Len(), size)
 	for i := 0; i < src.Len(); i++ {
 		n := src.Name(i)
 		if isHopByHop(n) || namedByConnection(src, n) {

@@ -292,8 +292,9 @@ func appendClient(dst []byte, a netip.Addr) []byte {
 // Request.Body. The zero value is ready to use and digests an empty body.
 // A BodyDigest is not safe for concurrent use.
 type BodyDigest struct {
-	h hash.Hash
-	n int64
+	h   hash.Hash
+	n   int64
+	sum [sha256.Size]byte // Sum's: the hash appends to it, not to a new slice
 }
 
 // Write adds p to the digest. It never fails.
@@ -310,12 +311,11 @@ func (d *BodyDigest) Len() int64 { return d.n }
 
 // Sum returns the digest of what was written; Write may go on after it.
 func (d *BodyDigest) Sum() [sha256.Size]byte {
-	var s [sha256.Size]byte
 	if d == nil || d.h == nil {
 		return emptyBody
 	}
-	d.h.Sum(s[:0])
-	return s
+	d.h.Sum(d.sum[:0])
+	return d.sum
 }
 
 // emptyBody is the SHA-256 digest of no bytes.
@@ -348,7 +348,12 @@ func fingerprint(r *Request) Fingerprint {
 		b = append(b, c)
 	}
 	b = appendPart(b, r.Target)
-	body := r.Body.Sum()
+	var body [sha256.Size]byte
+	if r.body != nil {
+		body = sha256.Sum256(r.body)
+	} else {
+		body = r.Body.Sum()
+	}
 	b = append(b, body[:]...)
 	return sha256.Sum256(b)
 }

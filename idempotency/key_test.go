@@ -165,6 +165,10 @@ func TestFingerprint(t *testing.T) {
 		}
 		return &Request{Method: method, Target: []byte(target), Header: &h, Body: d}
 	}
+	whole := func(r *Request, body string) *Request {
+		r.body = []byte(body)
+		return r
+	}
 	base := fingerprint(req("POST", "api.example.com", "/orders", `{"n":1}`))
 	tests := []struct {
 		name string
@@ -178,6 +182,8 @@ func TestFingerprint(t *testing.T) {
 		{"another target", req("POST", "api.example.com", "/orders?x=1", `{"n":1}`), false},
 		{"another body", req("POST", "api.example.com", "/orders", `{"n":2}`), false},
 		{"no body", req("POST", "api.example.com", "/orders", ""), false},
+		{"the body whole, as the phase gives it", whole(req("POST", "api.example.com", "/orders", ""), `{"n":1}`), true},
+		{"another body whole", whole(req("POST", "api.example.com", "/orders", ""), `{"n":2}`), false},
 	}
 	for _, tt := range tests {
 		if got := fingerprint(tt.r); (got == base) != tt.same {

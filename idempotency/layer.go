@@ -139,7 +139,8 @@ type Layer struct {
 	renewer  renewer
 	counts   *counters
 	closing  atomic.Bool
-	live     atomic.Int64 // claims not yet ended
+	live     atomic.Int64 // claims not yet ended, and unclaims under way
+	unclaims atomic.Int64 // unclaims under way
 	closeMu  sync.Mutex
 	closed   chan struct{} // closed once closing and no claim is live
 	closeSet bool
@@ -261,6 +262,10 @@ type Request struct {
 	// without one. The engine reads the body whole before Begin,
 	// writing it to a BodyDigest as it goes.
 	Body *BodyDigest
+	// body is, when not nil, the whole body, digested in one step instead
+	// of Body (the phase's: it holds the body in memory, and so needs no
+	// hasher kept between pieces).
+	body []byte
 }
 
 // Outcome is what Begin decided, and how the request's access log line
@@ -380,6 +385,9 @@ func (l *Layer) Begin(ctx context.Context, r *Request) Decision {
 	token := newToken()
 	found, err := l.store.Begin(ctx, key, fp, token, l.terms)
 	if err != nil {
+		if !errors.Is(err, ErrFull) {
+			l.unclaim(key, fp, token)
+		}
 		return l.storeFailed(err)
 	}
 	switch {
@@ -435,6 +443,35 @@ func (l *Layer) storeFailed(err error) Decision {
 	}
 	return Decision{Outcome: StoreDenied, Err: err, Answer: problemStore.answer(
 		"the store of idempotency keys did not answer; the request was not forwarded")}
+}
+
+// maxUnclaims bounds the unclaims of a Layer under way at once.
+const maxUnclaims = 64
+
+// unclaim undoes, apart from the request, the claim a failed Begin may
+// have made all the same: a reply lost or late, while the store did what
+// it was asked (Redis ran the script; its answer missed the timeout). The
+// request is then not forwarded (deny), or goes without the layer
+// (allow), so a claim left standing would stand for a request never sent:
+// a 409 to its retries until the lease ran out, then an abandoned key,
+// refused as an unknown outcome for the ttl. The store removes the record
+// only while this token holds it, so nothing else is touched; a store
+// that claimed nothing answers ErrLost. At most maxUnclaims run at once:
+// past that, with a store this slow, the lease's end is the bound.
+func (l *Layer) unclaim(key Key, fp Fingerprint, token Token) {
+	if l.unclaims.Add(1) > maxUnclaims {
+		l.unclaims.Add(-1)
+		return
+	}
+	l.live.Add(1) // Close waits for it, as for a claim
+	go func() {
+		defer l.ended()
+		defer l.unclaims.Add(-1)
+		_, err := l.store.End(context.Background(), key, fp, token, StateNone, nil, l.terms)
+		if err != nil && !errors.Is(err, ErrLost) {
+			l.logStoreError("unclaim", err)
+		}
+	}()
 }
 
 // storeLogEvery is the least time between two log lines of a Layer about

@@ -283,6 +283,48 @@ func TestStoreError(t *testing.T) {
 	checkCounts(t, l, Counts{StoreErrors: 1, Bypassed: 1})
 }
 
+// lateReply is a store whose Begin does what it is asked and then fails,
+// as a Redis whose reply came after the timeout.
+type lateReply struct{ *Local }
+
+var errLate = errors.New("redis: context deadline exceeded")
+
+func (s lateReply) Begin(ctx context.Context, k Key, fp Fingerprint, tok Token, t Terms) (Found, error) {
+	s.Local.Begin(ctx, k, fp, tok, t)
+	return Found{}, errLate
+}
+
+// TestStoreErrorUnclaims checks that a claim a failed Begin made all the
+// same is undone: the request was not forwarded, so its retry must be
+// claimed, not refused as in flight or, once the lease ran out, as an
+// unknown outcome; and that an unclaim touches no other holder's claim.
+func TestStoreErrorUnclaims(t *testing.T) {
+	for _, action := range []StoreAction{Deny, Allow} {
+		store := NewLocal(0, 0)
+		l := newLayer(t, Options{Store: lateReply{store}, OnStoreError: action})
+		want := StoreDenied
+		if action == Allow {
+			want = Bypassed
+		}
+		begin(t, l, post("k", "x"), want)
+		<-l.Close() // the unclaim ran
+		retry := newLayer(t, Options{Store: store})
+		begin(t, retry, post("k", "x"), Claimed).Claim.Keep(sample())
+		checkReplay(t, begin(t, retry, post("k", "x"), Replayed), sample())
+	}
+
+	// Another request's claim stands.
+	store := NewLocal(0, 0)
+	holder := newLayer(t, Options{Store: store})
+	d := begin(t, holder, post("k", "x"), Claimed)
+	late := newLayer(t, Options{Store: lateReply{store}})
+	begin(t, late, post("k", "x"), StoreDenied)
+	<-late.Close()
+	begin(t, holder, post("k", "x"), InFlight)
+	d.Claim.Keep(sample())
+	begin(t, holder, post("k", "x"), Replayed)
+}
+
 // TestScopeHeader checks a key scoped by a credential: another
 // credential, or none, is another key.
 func TestScopeHeader(t *testing.T) {

@@ -37,17 +37,16 @@ func (p phase) RequestFilter(s *proxy.Session) *proxy.Response {
 	if !l.Handles(req.Method()) || !l.required && !req.Header.Has(l.header) {
 		return nil // not the layer's: no need to read the body
 	}
-	var digest *BodyDigest
 	body, err := s.ReadBody(l.maxReq)
 	if err != nil {
 		return s.ErrorResponse(err)
 	}
-	if len(body) > 0 {
-		digest = new(BodyDigest)
-		digest.Write(body)
+	if len(body) == 0 {
+		body = nil
 	}
+	// The body is in memory: digested in one step, without a BodyDigest.
 	d := l.Begin(context.Background(), &Request{Method: req.Method(), Target: req.Target(),
-		Header: &req.Header, ClientIP: s.ClientIP, Body: digest})
+		Header: &req.Header, ClientIP: s.ClientIP, body: body})
 	if d.Outcome != Pass {
 		s.Note("idempotency", d.Outcome.String())
 	}
@@ -56,7 +55,7 @@ func (p phase) RequestFilter(s *proxy.Session) *proxy.Response {
 		return response(d.Answer, d.Outcome == Replayed)
 	case d.Claim != nil:
 		s.Once()
-		s.Tee(&tee{s: s, claim: d.Claim, rec: d.Claim.Recorder()}, true)
+		s.Tee(&tee{s: s, claim: d.Claim, rec: Recorder{c: d.Claim}}, true)
 	case d.Outcome == Bypassed:
 		// Without the layer, the upstream is not trusted to deduplicate.
 		s.Once()
@@ -78,7 +77,7 @@ func response(a *Answer, kept bool) *proxy.Response {
 type tee struct {
 	s     *proxy.Session
 	claim *Claim
-	rec   *Recorder
+	rec   Recorder // the claim's (Claim.Recorder), in the tee's allocation
 	head  bool
 }
 
@@ -99,9 +98,7 @@ func (t *tee) End(trailers *h1.Header) {
 	if trailers != nil {
 		t.rec.Trailers(trailers)
 	}
-	// The store's round trip is not the client's to wait for; the layer
-	// waits for it as it closes.
-	go t.rec.End()
+	t.end((*Recorder).End)
 }
 
 // Abort ends the claim of a request without a whole answer: one cut short
@@ -109,14 +106,25 @@ func (t *tee) End(trailers *h1.Header) {
 // reached the upstream and released when none did.
 func (t *tee) Abort() {
 	if t.head {
-		go t.rec.Abort()
+		t.end((*Recorder).Abort)
 		return
 	}
 	for i := range t.s.Attempts {
 		if !t.s.Attempts[i].Unsent() {
-			go t.claim.Unknown()
+			t.end(func(r *Recorder) error { return r.c.Unknown() })
 			return
 		}
 	}
-	go t.claim.Release()
+	t.end(func(r *Recorder) error { return r.c.Release() })
+}
+
+// end ends the claim with how: at once with a store that does no I/O;
+// else in a goroutine, since the store's round trip is not the client's
+// to wait for (the layer waits for it as it closes).
+func (t *tee) end(how func(*Recorder) error) {
+	if _, ok := t.claim.l.store.(instant); ok {
+		how(&t.rec)
+		return
+	}
+	go how(&t.rec)
 }

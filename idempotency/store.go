@@ -91,6 +91,12 @@ type Held struct {
 	Token Token
 }
 
+// instant is implemented by stores whose calls never wait for I/O
+// (Local): a claim of theirs is ended in the request's own goroutine,
+// since there is no round trip to keep the request waiting; with any
+// other store, in a goroutine of its own.
+type instant interface{ instant() }
+
 // ErrLost is returned when a claim's end is reported after its holder
 // lost it: its lease ran out and another request retook the key, or its
 // record expired. Nothing was written.

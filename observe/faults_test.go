@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/proxy"
 )
@@ -65,17 +66,13 @@ func TestHeaderTimeoutsInMetrics(t *testing.T) {
 		t.Fatalf("a normal request: %d", code)
 	}
 	want := `sluice_client_faults_total{kind="client_timeout",stage="head"} 50`
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	var out string
+	if !wait.Until(wait.Timeout, func() bool {
 		rec := httptest.NewRecorder()
 		m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-		out := rec.Body.String()
-		if strings.Contains(out, want) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("metrics lack %s:\n%s", want, out)
-		}
-		time.Sleep(10 * time.Millisecond)
+		out = rec.Body.String()
+		return strings.Contains(out, want)
+	}) {
+		t.Fatalf("metrics lack %s:\n%s", want, out)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/proxy"
 )
@@ -39,8 +40,15 @@ func TestTLSHandshakesInMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.ServeTLS(ln, &tls.Config{Certificates: []tls.Certificate{*cert.TLS}})
-	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		srv.ServeTLS(ln, &tls.Config{Certificates: []tls.Certificate{*cert.TLS}})
+	}()
+	t.Cleanup(func() {
+		srv.Shutdown(context.Background())
+		<-served
+	})
 
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
 		RootCAs: ca.Pool(), ServerName: "example.com", ClientSessionCache: tls.NewLRUClientSessionCache(4),
@@ -71,23 +79,18 @@ func TestTLSHandshakesInMetrics(t *testing.T) {
 		`sluice_tls_handshake_failures_total{reason="timeout"} 1`,
 		`sluice_tls_handshake_failures_total{reason="version"} 0`,
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	var out, missing string
+	if !wait.Until(wait.Timeout, func() bool {
 		rec := httptest.NewRecorder()
 		m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-		out := rec.Body.String()
-		missing := ""
+		out, missing = rec.Body.String(), ""
 		for _, w := range want {
 			if !strings.Contains(out, w) {
 				missing = w
 			}
 		}
-		if missing == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("metrics lack %s:\n%s", missing, out)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return missing == ""
+	}) {
+		t.Fatalf("metrics lack %s:\n%s", missing, out)
 	}
 }

@@ -235,6 +235,14 @@ type Pool struct {
 // is the clock (nil = the monotonic clock of internal/clock). It starts one
 // goroutine, stopped by Close.
 func New(maxTotal int, now func() time.Time) *Pool {
+	return newPool(maxTotal, now, newWatcher())
+}
+
+// newPool is New with the watcher w. Tests give a zero watcher, which has
+// no epoll set: the goroutine then sleeps between sweeps, a wait that a
+// testing/synctest bubble's clock advances, where epoll_wait is a system
+// call that no fake clock can end.
+func newPool(maxTotal int, now func() time.Time, w watcher) *Pool {
 	if now == nil {
 		now = clock.Now
 	}
@@ -245,8 +253,8 @@ func New(maxTotal int, now func() time.Time) *Pool {
 		byID:     make(map[uint64]*Conn),
 		servers:  make(map[string]*server),
 		done:     make(chan struct{}),
+		w:        w,
 	}
-	p.w = newWatcher()
 	p.wg.Add(1)
 	go p.run()
 	return p

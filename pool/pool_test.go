@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // pair returns a client connection to a loopback listener and the server's
@@ -66,10 +68,7 @@ func TestUnixSocket(t *testing.T) {
 	}
 	p.Put(pc)
 	s.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for p.Stats().Watched == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitClosed(t, p, pc)
 	if got := p.Get("unix:x", nil); got != nil {
 		t.Fatal("a connection closed by its peer was handed out")
 	}
@@ -80,10 +79,19 @@ func TestUnixSocket(t *testing.T) {
 	c2, s2 := pair(t, ln)
 	pc2 := NewConn(c2, "unix:x", &Limits{MaxIdle: 1}, time.Now())
 	s2.Close()
-	time.Sleep(20 * time.Millisecond)
-	if pc2.sys.alive() {
-		t.Fatal("connection closed by peer reported alive")
+	wait.For(t, "the check to see the close", func() bool { return !pc2.sys.alive() })
+}
+
+// waitClosed waits until the pool can know that pc's peer closed it: on
+// Linux, until the watcher removed it; elsewhere, with no watcher, until
+// the check before use sees the close.
+func waitClosed(t *testing.T, p *Pool, pc *Conn) {
+	t.Helper()
+	if runtime.GOOS == "linux" {
+		wait.For(t, "the watcher to remove the connection", func() bool { return p.Stats().Watched == 1 })
+		return
 	}
+	wait.For(t, "the close to reach the socket", func() bool { return !pc.sys.alive() })
 }
 
 type fakeClock struct {
@@ -138,18 +146,16 @@ func TestPeerCloseWhileIdle(t *testing.T) {
 		ln := listen(t)
 		p := New(0, nil)
 		c, s := pair(t, ln)
-		p.Put(NewConn(c, "a", &Limits{MaxIdle: 1}, time.Now()))
+		pc := NewConn(c, "a", &Limits{MaxIdle: 1}, time.Now())
+		p.Put(pc)
 		if reset {
 			s.(*net.TCPConn).SetLinger(0)
 		}
 		s.Close()
-		// The watcher removes it without anyone asking; the check before
-		// use catches it if the watcher has not run yet. Either way Get
-		// never hands it out.
-		deadline := time.Now().Add(5 * time.Second)
-		for p.Stats().Watched == 0 && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
+		// The watcher removes it without anyone asking (on Linux); the
+		// check before use catches it elsewhere. Either way Get never
+		// hands it out.
+		waitClosed(t, p, pc)
 		if got := p.Get("a", nil); got != nil {
 			t.Fatalf("reset=%v: a connection closed by its peer was handed out", reset)
 		}
@@ -172,10 +178,7 @@ func TestCheckBeforeUse(t *testing.T) {
 		t.Fatal("open connection reported dead")
 	}
 	s.Write([]byte("HTTP/1.1 408 Request Timeout\r\n\r\n"))
-	time.Sleep(20 * time.Millisecond)
-	if pc.sys.alive() {
-		t.Fatal("connection with unsolicited bytes reported alive")
-	}
+	wait.For(t, "the check to see the unsolicited bytes", func() bool { return !pc.sys.alive() })
 	// A read deadline left from the connection's last response (its
 	// response-header or read timeout) may pass while it idles; the check
 	// must still look at the socket, not report the deadline.
@@ -188,10 +191,7 @@ func TestCheckBeforeUse(t *testing.T) {
 	c2, s2 := pair(t, ln)
 	pc2 := NewConn(c2, "a", &Limits{MaxIdle: 1}, time.Now())
 	s2.Close()
-	time.Sleep(20 * time.Millisecond)
-	if pc2.sys.alive() {
-		t.Fatal("connection closed by peer reported alive")
-	}
+	wait.For(t, "the check to see the close", func() bool { return !pc2.sys.alive() })
 }
 
 func TestLimits(t *testing.T) {

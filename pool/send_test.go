@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // readable reports whether c's socket holds bytes (or its end) right now,
@@ -39,6 +41,13 @@ func readable(t *testing.T, c net.Conn) bool {
 	return err == nil && n == 1
 }
 
+// sendWaits returns once a goroutine is parked in Send's wait for the
+// answer (or after wait.Timeout: the test then fails on what Send did), so
+// that what the upstream does next comes while Send waits.
+func sendWaits() {
+	wait.Until(wait.Timeout, func() bool { return wait.Blocked("pool.(*sysConn).send(", "IO wait") })
+}
+
 // TestSend pins Send's contract: the whole request is written, and when
 // Send returns the first read finds what ended the wait: the answer, the
 // upstream's close or reset, or the read deadline.
@@ -53,7 +62,7 @@ func TestSend(t *testing.T) {
 		{
 			name: "answer comes later",
 			upstream: func(s net.Conn) {
-				time.Sleep(50 * time.Millisecond)
+				sendWaits()
 				s.Write([]byte("HTTP/1.1 200 OK\r\n\r\n"))
 			},
 			check: func(t *testing.T, first []byte, err error) {
@@ -73,8 +82,11 @@ func TestSend(t *testing.T) {
 			},
 		},
 		{
-			name:     "upstream closes",
-			upstream: func(s net.Conn) { time.Sleep(20 * time.Millisecond); s.Close() },
+			name: "upstream closes",
+			upstream: func(s net.Conn) {
+				sendWaits()
+				s.Close()
+			},
 			check: func(t *testing.T, first []byte, err error) {
 				if err != io.EOF {
 					t.Fatalf("first read = %q, %v; want EOF", first, err)
@@ -84,7 +96,7 @@ func TestSend(t *testing.T) {
 		{
 			name: "upstream resets",
 			upstream: func(s net.Conn) {
-				time.Sleep(20 * time.Millisecond)
+				sendWaits()
 				s.(*net.TCPConn).SetLinger(0)
 				s.Close()
 			},
@@ -128,15 +140,14 @@ func TestSend(t *testing.T) {
 }
 
 // TestSendMoreThanTheSocketTakes writes a request larger than the socket
-// buffers to an upstream that reads slowly: Send writes the rest the
-// ordinary way.
+// buffers (16 MiB; loopback's buffers take a few MiB at most, even while
+// the upstream reads): Send writes the rest the ordinary way.
 func TestSendMoreThanTheSocketTakes(t *testing.T) {
 	ln := listen(t)
 	c, s := pair(t, ln)
 	req := bytes.Repeat([]byte("x"), 16<<20)
 	done := make(chan int64, 1)
 	go func() {
-		time.Sleep(20 * time.Millisecond)
 		n, _ := io.CopyN(io.Discard, s, int64(len(req)))
 		s.Write([]byte("HTTP/1.1 204 No Content\r\n\r\n"))
 		done <- n
@@ -171,9 +182,7 @@ func TestSendWriteError(t *testing.T) {
 	c, s := pair(t, ln)
 	s.(*net.TCPConn).SetLinger(0)
 	s.Close()
-	for !readable(t, c) {
-		time.Sleep(time.Millisecond) // wait for the reset to arrive
-	}
+	wait.For(t, "the reset to arrive", func() bool { return readable(t, c) })
 	pc := NewConn(c, "k", nil, time.Now())
 	_, err := pc.Send([]byte("GET / HTTP/1.1\r\n\r\n"), 0)
 	if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
@@ -206,9 +215,7 @@ func TestNow(t *testing.T) {
 		t.Fatalf("empty socket: %d, %v; want 0, ErrNothingYet", n, err)
 	}
 	s.Write([]byte("hello"))
-	for !readable(t, c) {
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(t, "the bytes to arrive", func() bool { return readable(t, c) })
 	if n, err := pc.Now().Read(buf); string(buf[:n]) != "hello" || err != nil {
 		t.Fatalf("got %q, %v", buf[:n], err)
 	}
@@ -219,9 +226,7 @@ func TestNow(t *testing.T) {
 	pc.SetReadDeadline(time.Time{})
 	s.(*net.TCPConn).SetLinger(0)
 	s.Close()
-	for !readable(t, c) {
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(t, "the reset to arrive", func() bool { return readable(t, c) })
 	if _, err := pc.Now().Read(buf); !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("after a reset: %v; want ECONNRESET", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/tlstest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // tlsPair returns a pooled TLS client connection, handshaken, with key
@@ -41,17 +42,11 @@ func tlsPair(t *testing.T, ln net.Listener) (*Conn, *tls.Conn, tls.ClientSession
 }
 
 // waitRaw waits until the socket under c holds bytes or its end (the raw
-// peek that a plain TCP connection's check makes says dead), for at most
-// 5 s. It must not run while c is pooled.
+// peek that a plain TCP connection's check makes says dead). It must not
+// run while c is pooled.
 func waitRaw(t *testing.T, c *Conn) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for c.sys.alive() {
-		if time.Now().After(deadline) {
-			t.Fatal("nothing arrived on the socket within 5s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(t, "bytes on the socket", func() bool { return !c.sys.alive() })
 }
 
 // TestTLSCheckBeforeUse: the check before use of an idle TLS connection
@@ -154,13 +149,7 @@ func TestTLSWatcher(t *testing.T) {
 			waitRaw(t, pc) // the session ticket
 			p.Put(pc)
 			tt.close(srv)
-			deadline := time.Now().Add(5 * time.Second)
-			for p.Stats().Watched != 1 {
-				if time.Now().After(deadline) {
-					t.Fatalf("the watcher did not remove the connection: %+v", p.Stats())
-				}
-				time.Sleep(time.Millisecond)
-			}
+			wait.For(t, "the watcher to remove the connection", func() bool { return p.Stats().Watched == 1 })
 			if s := p.Stats(); s.Idle != 0 {
 				t.Fatalf("stats %+v", s)
 			}

@@ -74,3 +74,49 @@ func TestAccessLogAllocations(t *testing.T) {
 		t.Errorf("%.2f allocations per request with the access log on, want at most 4", allocs)
 	}
 }
+
+// TestH2Allocations guards the HTTP/2 paths, each measured with its
+// benchmark's set-up (h2bench_test.go): an HTTP/2 client in front of an
+// HTTP/1.1 upstream (the count includes the test client's HEADERS frame,
+// which x/net's framer allocates), an HTTP/1.1 client in front of an
+// HTTP/2 upstream, and an HTTP/2 client making gRPC-shaped calls to an
+// HTTP/2 upstream (both counts include the upstream's HTTP/2 server, in
+// the process). The ceilings are what they cost today (8, 15 to 17 and 34
+// to 35: a wait that blocks with a deadline makes a timer, as scheduling
+// has it) with a little room; before the exchange (HTTP/2 streams served
+// as HTTP/1.1 text) they were 8, 33 and 47.
+func TestH2Allocations(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	tests := []struct {
+		name string
+		trip func(t *testing.T) func() error
+		max  float64
+	}{
+		{"h2 -> h1", func(t *testing.T) func() error { return h2ToH1(t, 64).roundTrip }, 9},
+		{"h1 -> h2", func(t *testing.T) func() error { return h1ToH2(t).do }, 18},
+		{"h2 -> h2", func(t *testing.T) func() error { return h2ToH2(t).roundTrip }, 37},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			trip := tt.trip(t)
+			if err := trip(); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			allocs := testing.AllocsPerRun(2000, func() {
+				if e := trip(); e != nil {
+					err = e
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %.2f allocations per request", tt.name, allocs)
+			if allocs > tt.max {
+				t.Errorf("%s: %.2f allocations per request, want at most %v", tt.name, allocs, tt.max)
+			}
+		})
+	}
+}

@@ -56,9 +56,8 @@ type conn struct {
 	// flight is the try in progress of the request being served, if any,
 	// for Shutdown to cut its wait short when the drain timeout passes.
 	flight flight
-	// rbody is the body of the request being served; chunking is set
-	// while the response's body is framed here (h1down.go).
-	rbody    h1Request
+	// chunking is set while the response's body is framed here
+	// (h1down.go).
 	chunking bool
 	// h2 is the HTTP/2 engine serving the connection, once it speaks
 	// HTTP/2, for Shutdown to send its GOAWAY.

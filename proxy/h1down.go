@@ -43,8 +43,10 @@ func (b *h1Request) prefetch(n int64) {
 
 func (c *conn) framing(f h1.Framing) h1.Framing { return f }
 
+// body readies the request body, kept in the Session: an idle connection
+// holds none.
 func (c *conn) body(f h1.Framing) requestBody {
-	rb := &c.rbody
+	rb := &c.s.h1req
 	rb.c, rb.r, rb.chunked = c, &c.r, f.Kind == h1.Chunked
 	rb.b.Init(&c.r, f, false, c.srv.maxHeaderBytes())
 	return rb

@@ -23,38 +23,47 @@ import (
 func BenchmarkProxyRoundTripH2(b *testing.B) {
 	for _, size := range []int{64, 16 << 10} {
 		b.Run(itoa(size)+"B", func(b *testing.B) {
-			payload := bytes.Repeat([]byte("x"), size)
-			resp := append([]byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "+itoa(size)+"\r\n\r\n"), payload...)
-			up := fastUpstream(b, resp, nil)
-			opts := &PeerOptions{Pool: &pool.Limits{MaxIdle: 16, IdleTimeout: time.Minute}}
-			c := startH2Bench(b, &Server{Handler: &ordered{peers: []*Peer{{Addr: up, Options: opts}}}},
-				[]hpack.HeaderField{{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "http"},
-					{Name: ":path", Value: "/bench"}, {Name: ":authority", Value: "bench"}, {Name: "user-agent", Value: "bench"}, {Name: "accept", Value: "*/*"}}, nil)
+			c := h2ToH1(b, size)
 			b.SetBytes(int64(size))
 			c.run(b)
 		})
 	}
 }
 
+// h2ToH1 is an HTTP/2 client (h2Bench) of a proxy in front of an
+// HTTP/1.1 upstream answering a GET with size bytes.
+func h2ToH1(tb testing.TB, size int) *h2Bench {
+	payload := bytes.Repeat([]byte("x"), size)
+	resp := append([]byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "+itoa(size)+"\r\n\r\n"), payload...)
+	up := fastUpstream(tb, resp, nil)
+	opts := &PeerOptions{Pool: &pool.Limits{MaxIdle: 16, IdleTimeout: time.Minute}}
+	return startH2Bench(tb, &Server{Handler: &ordered{peers: []*Peer{{Addr: up, Options: opts}}}},
+		[]hpack.HeaderField{{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "http"},
+			{Name: ":path", Value: "/bench"}, {Name: ":authority", Value: "bench"}, {Name: "user-agent", Value: "bench"}, {Name: "accept", Value: "*/*"}}, nil)
+}
+
 // BenchmarkProxyRoundTripH2ToH2 measures a gRPC-shaped unary call from an
 // HTTP/2 client to an HTTP/2 upstream (h2c both ways): a POST with a small
 // body, answered with a header block, a small body and trailers. The
 // upstream runs in the process: allocs/op count its HTTP/2 server too.
-func BenchmarkProxyRoundTripH2ToH2(b *testing.B) {
+func BenchmarkProxyRoundTripH2ToH2(b *testing.B) { h2ToH2(b).run(b) }
+
+// h2ToH2 is an HTTP/2 client (h2Bench) making gRPC-shaped calls through a
+// proxy to an HTTP/2 upstream in the process.
+func h2ToH2(tb testing.TB) *h2Bench {
 	head := []hpack.HeaderField{{Name: ":status", Value: "200"}, {Name: "content-type", Value: "application/grpc"}}
 	trailers := []hpack.HeaderField{{Name: "grpc-status", Value: "0"}, {Name: "grpc-message", Value: ""}}
 	msg := []byte{0, 0, 0, 0, 5, 'h', 'e', 'l', 'l', 'o'}
-	up := startH2Upstream(b, nil, nil, func(_ *h2.Conn, st *h2.Stream) {
+	up := startH2Upstream(tb, nil, nil, func(_ *h2.Conn, st *h2.Stream) {
 		io.Copy(io.Discard, st)
 		st.WriteResponse(head, msg, false)
 		st.WriteTrailers(trailers)
 	})
 	opts := &PeerOptions{Protocol: ProtocolH2C, Pool: &pool.Limits{MaxIdle: 16, IdleTimeout: time.Minute}}
-	c := startH2Bench(b, &Server{Handler: &ordered{peers: []*Peer{{Addr: up.addr(), Options: opts}}}},
+	return startH2Bench(tb, &Server{Handler: &ordered{peers: []*Peer{{Addr: up.addr(), Options: opts}}}},
 		[]hpack.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
 			{Name: ":path", Value: "/pkg.Svc/Call"}, {Name: ":authority", Value: "bench"}, {Name: "content-type", Value: "application/grpc"},
 			{Name: "te", Value: "trailers"}, {Name: "user-agent", Value: "grpc-go/1.0"}}, msg)
-	c.run(b)
 }
 
 // h2Bench is a bare HTTP/2 client of srv (h2c) that sends one request,
@@ -66,7 +75,7 @@ type h2Bench struct {
 	id    uint32
 }
 
-func startH2Bench(b *testing.B, srv *Server, fields []hpack.HeaderField, body []byte) *h2Bench {
+func startH2Bench(b testing.TB, srv *Server, fields []hpack.HeaderField, body []byte) *h2Bench {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -139,26 +148,39 @@ func (c *h2Bench) run(b *testing.B) {
 // connection): the upstream side of a gRPC call, without gRPC. The
 // upstream runs in the process: allocs/op count its HTTP/2 server too.
 func BenchmarkProxyRoundTripToH2(b *testing.B) {
+	rt := h1ToH2(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := rt.do(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// h1ToH2 is an HTTP/1.1 client (roundTripper) of a proxy in front of an
+// HTTP/2 upstream in the process answering a GET with 64 bytes.
+func h1ToH2(tb testing.TB) *roundTripper {
 	body := bytes.Repeat([]byte("x"), 64)
 	fields := []hpack.HeaderField{{Name: ":status", Value: "200"}, {Name: "content-type", Value: "text/plain"}, {Name: "content-length", Value: "64"}}
-	up := startH2Upstream(b, nil, nil, func(_ *h2.Conn, st *h2.Stream) { st.WriteResponse(fields, body, true) })
+	up := startH2Upstream(tb, nil, nil, func(_ *h2.Conn, st *h2.Stream) { st.WriteResponse(fields, body, true) })
 	opts := &PeerOptions{Protocol: ProtocolH2C, Pool: &pool.Limits{MaxIdle: 16, IdleTimeout: time.Minute}}
 	srv := &Server{Handler: &ordered{peers: []*Peer{{Addr: up.addr(), Options: opts}}}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	go srv.Serve(ln)
-	defer func() {
+	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
-	}()
+	})
 	nc, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer nc.Close()
+	tb.Cleanup(func() { nc.Close() })
 	rt := &roundTripper{nc: nc, req: []byte("GET /bench HTTP/1.1\r\nHost: bench\r\nUser-Agent: bench\r\n\r\n"), buf: make([]byte, 4096)}
 	// Learn the response's length from the first.
 	nc.Write(rt.req)
@@ -167,7 +189,7 @@ func BenchmarkProxyRoundTripToH2(b *testing.B) {
 	for {
 		m, err := nc.Read(rt.buf[n:])
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		n += m
 		if i := bytes.Index(rt.buf[:n], []byte("\r\n\r\n")); i >= 0 && n-i-4 >= len(body) {
@@ -176,11 +198,5 @@ func BenchmarkProxyRoundTripToH2(b *testing.B) {
 	}
 	nc.SetReadDeadline(time.Time{})
 	rt.want = n
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if err := rt.do(); err != nil {
-			b.Fatal(err)
-		}
-	}
+	return rt
 }

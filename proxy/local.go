@@ -48,12 +48,14 @@ func (u *localUp) head(resp *h1.Response) error {
 	r := u.r
 	resp.Reset()
 	resp.Status, resp.Minor = r.Status, 1
+	// The fields first: CopyFrom replaces the header's storage, which
+	// holds the reason phrase too.
+	resp.Header.CopyFrom(&r.Header)
 	if r.Reason != "" {
 		resp.SetReason(r.Reason)
 	} else {
 		resp.SetReason(h1.StatusText(r.Status))
 	}
-	resp.Header.CopyFrom(&r.Header)
 	if n := r.bodySize(); n >= 0 && !u.bodiless() && !resp.Header.Has("Content-Length") && r.Trailers.Len() == 0 {
 		var b [20]byte
 		resp.Header.AddBytes(contentLength, strconv.AppendInt(b[:0], n, 10))

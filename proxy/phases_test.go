@@ -44,9 +44,9 @@ func (h *phased) FailToProxy(s *Session, e *fault.Error) *Response {
 }
 
 // stored is a Response that stands in for an upstream's: a stream of
-// unknown length with a trailer.
+// unknown length with a trailer, and a reason phrase of its own.
 func stored() *Response {
-	r := &Response{Status: 200, AsUpstream: true,
+	r := &Response{Status: 200, Reason: "Stored", AsUpstream: true,
 		Stream: &StreamBody{Reader: strings.NewReader("hello from the store"), Size: -1}}
 	r.Header.Add("Content-Type", "text/plain")
 	r.Header.Add("Connection", "close") // hop-by-hop: not passed on
@@ -74,9 +74,9 @@ func TestAsUpstream(t *testing.T) {
 			hs := start(t, tt.h)
 			c := hs.dial(t)
 			resp, body := c.roundTrip("GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-			if resp.StatusCode != 200 || body != "hello from the store" || resp.Header.Get("X-Filtered") != "yes" ||
+			if resp.Status != "200 Stored" || body != "hello from the store" || resp.Header.Get("X-Filtered") != "yes" ||
 				resp.Trailer.Get("X-Digest") != "abc" || resp.Header.Get("Connection") == "close" {
-				t.Fatalf("%d %q, header %v, trailer %v", resp.StatusCode, body, resp.Header, resp.Trailer)
+				t.Fatalf("%q %q, header %v, trailer %v", resp.Status, body, resp.Header, resp.Trailer)
 			}
 			// The connection carries the next request.
 			if resp, body := c.roundTrip("HEAD / HTTP/1.1\r\nHost: a\r\n\r\n"); resp.StatusCode != 200 || body != "" {

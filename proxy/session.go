@@ -102,6 +102,7 @@ type Session struct {
 	transform BodyFilter         // the response body's filter (FilterBody)
 	filtered  filterOut          // what transform wrote, not yet sent
 	local     localUp            // a Response standing in for an upstream's (AsUpstream)
+	h1req     h1Request          // the body of a request from an HTTP/1.1 client
 	tees      []ResponseTee      // observers of the response (Tee)
 	teeEnded  bool               // the tees were told how it ended
 	once      bool               // the request must reach the upstream at most once (Once)
@@ -144,6 +145,7 @@ func (s *Session) reset() {
 		tees:    s.tees[:0],
 		values:  s.values[:0],
 		local:   localUp{rbody: localBody{buf: s.local.rbody.buf}},
+		h1req:   h1Request{h1Body: h1Body{b: s.h1req.b}},
 	}
 	if s.flight != nil {
 		s.flight.whole.Store(false)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/ratelimit"
 	"github.com/sluice-proxy/sluice/route"
@@ -73,7 +74,7 @@ func TestLimiterAnswers429(t *testing.T) {
 	if c := l.Counts(); c != (ratelimit.Counts{Allowed: 2, Limited: 1}) {
 		t.Errorf("counts %+v, want 2 allowed, 1 limited", c)
 	}
-	proxytest.WaitFor(t, "three access log lines", func() bool { return strings.Count(log.String(), "\n") == 3 })
+	wait.For(t, "three access log lines", func() bool { return strings.Count(log.String(), "\n") == 3 })
 	// A line is written once its answer went out: the lines of requests
 	// on different connections may come in either order.
 	limitedLines := 0
@@ -151,7 +152,7 @@ func TestLimiterStoreError(t *testing.T) {
 			t.Errorf("%s: counts %+v, want 3 store errors", l.Name, c)
 		}
 	}
-	proxytest.WaitFor(t, "six access log lines", func() bool { return strings.Count(log.String(), "\n") == 6 })
+	wait.For(t, "six access log lines", func() bool { return strings.Count(log.String(), "\n") == 6 })
 	if n := strings.Count(log.String(), " rate_limit_store=error\n"); n != 6 {
 		t.Errorf("%d access log lines noted rate_limit_store=error, want 6:\n%s", n, log.String())
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/proxy"
 )
 
@@ -75,7 +76,7 @@ func TestPhases(t *testing.T) {
 		}
 	}
 	// The phase's note ends the request's access log line, and only its.
-	proxytest.WaitFor(t, "four access log lines", func() bool { return strings.Count(log.String(), "\n") == 4 })
+	wait.For(t, "four access log lines", func() bool { return strings.Count(log.String(), "\n") == 4 })
 	// Each line is written once its request is answered: in any order.
 	for i, line := range strings.Split(strings.TrimSpace(log.String()), "\n") {
 		if noted := strings.HasSuffix(line, " stripped=/api/"); noted != strings.Contains(line, "upstream="+api.Addr()) {

@@ -9,6 +9,7 @@ import (
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/retry"
 )
@@ -75,7 +76,7 @@ func TestStripPrefixRetried(t *testing.T) {
 	if reqs := first.Requests(); len(reqs) != 1 || reqs[0].Target != "/x?q=1" {
 		t.Errorf("the first server got %v", reqs)
 	}
-	proxytest.WaitFor(t, "the access log line", func() bool { return strings.Count(log.String(), "\n") == 1 })
+	wait.For(t, "the access log line", func() bool { return strings.Count(log.String(), "\n") == 1 })
 	if line := log.String(); !strings.Contains(line, "target=\"/api/x?q=1\"") || !strings.Contains(line, "tries=2") ||
 		!strings.HasSuffix(strings.TrimSpace(line), " stripped=/api") {
 		t.Errorf("access log %q: want the client's target, tries=2 and stripped=/api", line)

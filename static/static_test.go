@@ -20,6 +20,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/sluice-proxy/sluice/internal/proxytest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/route"
 )
@@ -362,7 +363,7 @@ func TestFilesHTTP11(t *testing.T) {
 			}
 			// Each exchange logs one line, once answered: all of the
 			// earlier ones are in before this one is sent.
-			proxytest.WaitFor(t, "the earlier lines", func() bool { return strings.Count(access.String(), "\n") == sent })
+			wait.For(t, "the earlier lines", func() bool { return strings.Count(access.String(), "\n") == sent })
 			logged := sent
 			sent++
 			nc, err := net.Dial("tcp", addr)
@@ -383,7 +384,7 @@ func TestFilesHTTP11(t *testing.T) {
 			x.check(t, resp, body)
 			if x.note != "" {
 				// The line is written once the answer is: the last.
-				proxytest.WaitFor(t, "the access log line", func() bool {
+				wait.For(t, "the access log line", func() bool {
 					return strings.Count(access.String(), "\n") > logged
 				})
 				lines := strings.Split(strings.TrimSpace(access.String()), "\n")
@@ -482,7 +483,7 @@ func TestFilesStalledClient(t *testing.T) {
 	io.WriteString(nc, "GET /huge.bin HTTP/1.1\r\nHost: h\r\n\r\n")
 	// Read nothing: the proxy's writes stall once the socket buffers
 	// are full, and the send timeout ends the exchange.
-	proxytest.WaitFor(t, "the access log line", func() bool { return strings.Contains(access.String(), "target=/huge.bin") })
+	wait.For(t, "the access log line", func() bool { return strings.Contains(access.String(), "target=/huge.bin") })
 	line := lineFor(access.String(), "target=/huge.bin")
 	if !strings.Contains(line, "aborted=true") || !strings.Contains(line, "error=client_timeout") {
 		t.Errorf("access log line %q: want an aborted exchange, a client timeout", line)

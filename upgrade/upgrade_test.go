@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // childMode makes the test binary the new process of an upgrade (see
@@ -24,14 +26,17 @@ const (
 	childAddrs = "UPGRADE_TEST_ADDRS"
 )
 
+// TestMain runs the tests, failing them when one leaves a goroutine
+// behind (Start's reaper of a child nobody killed, its readiness reader),
+// or is the child process of an upgrade.
 func TestMain(m *testing.M) {
 	switch os.Getenv(childMode) {
 	case "":
-		os.Exit(m.Run())
+		goleak.VerifyTestMain(m)
 	case "exit":
 		os.Exit(3)
 	case "hang":
-		time.Sleep(time.Minute)
+		untilKilled()
 		os.Exit(4)
 	case "serve":
 		in, err := Inherit()
@@ -61,10 +66,15 @@ func TestMain(m *testing.M) {
 		}
 		in.Ready()
 		in.Close()
-		time.Sleep(time.Minute)
+		untilKilled()
 		os.Exit(0)
 	}
 }
+
+// untilKilled blocks a child until the test kills it (SIGKILL, which ends
+// the sleep with the process). The minute only bounds a child whose test
+// binary died before killing it; no test waits for it to pass.
+func untilKilled() { time.Sleep(time.Minute) }
 
 func self(t *testing.T) string {
 	exe, err := os.Executable()

@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-proxy/sluice/balance"
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/retry"
 	"github.com/sluice-proxy/sluice/route"
@@ -44,19 +45,14 @@ func (o *tries) get(addr string) (int, int) {
 	return o.count[addr], o.fails[addr]
 }
 
-// tried returns addr's count of tries once it reaches want, or after 5s
-// what it is then: Observer.Try runs after the response has gone to the
+// tried returns addr's count of tries once it reaches want, or after
+// wait.Timeout what it is then: Observer.Try runs after the response has gone to the
 // client, so the last try may be counted a moment after its response
 // arrived.
 func (o *tries) tried(addr string, want int) int {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		n, _ := o.get(addr)
-		if n >= want || time.Now().After(deadline) {
-			return n
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.Until(wait.Timeout, func() bool { n, _ := o.get(addr); return n >= want })
+	n, _ := o.get(addr)
+	return n
 }
 
 // servers returns a server for each address, in order; addresses that
@@ -216,35 +212,21 @@ func TestActiveCheckTakesServerOut(t *testing.T) {
 	sick = true
 	mu.Unlock()
 	// After fall failed checks, a takes no requests.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		allB := true
+	wait.For(t, "a failing server to stop receiving requests", func() bool {
 		for i := 0; i < 4; i++ {
 			if _, body := proxytest.Get(t, addr, "/", ""); body != "b" {
-				allB = false
+				return false
 			}
 		}
-		if allB {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a failing server kept receiving requests")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return true
+	})
 	mu.Lock()
 	sick = false
 	mu.Unlock()
-	deadline = time.Now().Add(5 * time.Second)
-	for {
-		if _, body := proxytest.Get(t, addr, "/", ""); body == "a" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a recovered server never came back")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	wait.For(t, "a recovered server to come back", func() bool {
+		_, body := proxytest.Get(t, addr, "/", "")
+		return body == "a"
+	})
 }
 
 func TestHashKeyIsSticky(t *testing.T) {
@@ -349,19 +331,6 @@ func (c *fakeClock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// waitUntil polls cond until it holds or 5s pass: a try is reported a
-// moment after its response reached the client.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting until %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestRecoveredServerProbedAtHalfItsEjection: a server ejected for
 // answering 503 that then recovers gets one request at half its ejection,
 // and with that answered, its share again; without probes it waits for the
@@ -402,7 +371,7 @@ func TestRecoveredServerProbedAtHalfItsEjection(t *testing.T) {
 				}
 				get()
 			}
-			waitUntil(t, "every try on a is reported", func() bool { return srv.Outstanding() == 0 })
+			wait.For(t, "every try on a is reported", func() bool { return srv.Outstanding() == 0 })
 			mu.Lock()
 			sick = false
 			mu.Unlock()
@@ -424,7 +393,7 @@ func TestRecoveredServerProbedAtHalfItsEjection(t *testing.T) {
 			if noProbe {
 				clk.Add(ejection / 2)
 			}
-			waitUntil(t, "a is back", srv.Healthy)
+			wait.For(t, "a is back", srv.Healthy)
 			got := map[string]int{}
 			for range 20 {
 				got[get()]++

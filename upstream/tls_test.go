@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/upstream"
 )
@@ -35,7 +36,7 @@ func TestTLSGroup(t *testing.T) {
 		Active: &balance.ActiveCheck{Path: "/healthz", Interval: 200 * time.Millisecond, Timeout: time.Second},
 	}, &proxy.PeerOptions{TLS: &proxy.TLS{Config: &tls.Config{RootCAs: ca.Pool()}}})
 	addr, obs := run(t, g, routed(g))
-	proxytest.WaitFor(t, "good.test to resolve", func() bool { return g.Balancer().Servers()[0].Addr == good.Addr() })
+	wait.For(t, "good.test to resolve", func() bool { return g.Balancer().Servers()[0].Addr == good.Addr() })
 	for i := 0; i < 10; i++ {
 		if code, body := proxytest.Get(t, addr, "/", ""); code != 200 || body != "good" {
 			t.Fatalf("request %d: %d %q", i, code, body)
@@ -44,7 +45,7 @@ func TestTLSGroup(t *testing.T) {
 	if n, fails := obs.get(bad.Addr()); n != 1 || fails != 1 {
 		t.Fatalf("the misconfigured server got %d tries, %d failed; want 1 and 1", n, fails)
 	}
-	proxytest.WaitFor(t, "active checks over TLS", func() bool { return good.Count("GET", "/healthz") >= 2 })
+	wait.For(t, "active checks over TLS", func() bool { return good.Count("GET", "/healthz") >= 2 })
 	if bad.Count("GET", "/healthz") != 0 || len(bad.Requests()) != 0 {
 		t.Fatal("a request reached the server whose certificate does not verify")
 	}

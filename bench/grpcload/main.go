@@ -10,8 +10,11 @@
 // second, errors and this process's CPU per call (the clients and the
 // server, which run here), and for sluice its own CPU per call and how
 // many connections it opened to the server (HTTP/2 multiplexes every
-// client's calls on as few as the server's stream limit allows). Linux
-// only (/proc); everything listens on 127.0.0.1.
+// client's calls on as few as the server's stream limit allows). When
+// haproxy is on the PATH, the same load goes through it too (h2c on both
+// sides, its defaults otherwise), with its CPU per call in sluice's
+// column, for a figure beside sluice's. Linux only (/proc); everything
+// listens on 127.0.0.1.
 package main
 
 import (
@@ -20,9 +23,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -102,14 +107,34 @@ upstreams:
 		return err
 	}
 
+	type path struct {
+		name, target string
+		pid          int // the proxy's; 0: none
+	}
+	paths := []path{{"direct", ln.Addr().String(), 0}, {"through sluice", addr, sl.Pid}}
+	if hp, err := exec.LookPath("haproxy"); err == nil {
+		haddr := fmt.Sprintf("127.0.0.1:%d", rig.FreePort())
+		h, err := startHAProxy(hp, dir, haddr, ln.Addr().String())
+		if err != nil {
+			return err
+		}
+		defer func() { h.Process.Kill(); h.Wait() }()
+		if err := sl.WaitServing(ctx, func() error { _, err := load(haddr, 1, 1); return err }); err != nil {
+			return fmt.Errorf("haproxy: %w", err)
+		}
+		paths = append(paths, path{"through HAProxy", haddr, h.Process.Pid})
+	} else {
+		fmt.Fprintln(os.Stderr, "grpcload: no haproxy on the PATH (apt-get install -y haproxy): its row is left out")
+	}
+
 	fmt.Printf("%d unary calls (grpc.health.v1.Health/Check) from %d clients, each on its own connection\n\n", calls, clients)
-	fmt.Println("| path | calls/s | errors | this process CPU µs/call (clients + server) | sluice CPU µs/call | connections to the server |")
+	fmt.Println("| path | calls/s | errors | this process CPU µs/call (clients + server) | proxy CPU µs/call | connections to the server |")
 	fmt.Println("|---|--:|--:|--:|--:|--:|")
-	for _, path := range []struct{ name, target string }{{"direct", ln.Addr().String()}, {"through sluice", addr}} {
+	for _, path := range paths {
 		load(path.target, clients, clients*50) // warm-up
 		before := server.n.Load()
 		self0, _ := rig.CPUSeconds(os.Getpid())
-		sl0, _ := rig.CPUSeconds(sl.Pid)
+		px0, _ := rig.CPUSeconds(path.pid)
 		t0 := time.Now()
 		errs, err := load(path.target, clients, calls)
 		if err != nil && errs == 0 {
@@ -117,16 +142,43 @@ upstreams:
 		}
 		took := time.Since(t0)
 		self1, _ := rig.CPUSeconds(os.Getpid())
-		sl1, _ := rig.CPUSeconds(sl.Pid)
-		slCPU := "—"
-		if path.name != "direct" {
-			slCPU = fmt.Sprintf("%.1f", (sl1-sl0)/float64(calls)*1e6)
+		pxCPU := "—"
+		if path.pid != 0 {
+			px1, _ := rig.CPUSeconds(path.pid)
+			pxCPU = fmt.Sprintf("%.1f", (px1-px0)/float64(calls)*1e6)
 		}
 		fmt.Printf("| %s | %.0f | %d | %.1f | %s | %d |\n", path.name, float64(calls)/took.Seconds(), errs,
-			(self1-self0)/float64(calls)*1e6, slCPU, server.n.Load()-before)
+			(self1-self0)/float64(calls)*1e6, pxCPU, server.n.Load()-before)
 	}
-	fmt.Println("\nThe clients' connections to the server count in the direct row; sluice's, opened once at its warm-up call, may not show in its row.")
+	fmt.Println("\nThe clients' connections to the server count in the direct row; a proxy's, opened at its warm-up calls, may not show in its row.")
 	return nil
+}
+
+// startHAProxy runs haproxy in the foreground with a config in dir that
+// takes h2c on addr and passes every request to upstream over h2c,
+// reusing its connections as sluice does. It gets SIGKILL should this
+// program die first.
+func startHAProxy(bin, dir, addr, upstream string) (*exec.Cmd, error) {
+	cfg := fmt.Sprintf(`defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+frontend grpc
+  bind %s proto h2
+  default_backend grpc
+backend grpc
+  http-reuse always
+  server s1 %s proto h2
+`, addr, upstream)
+	path := filepath.Join(dir, "haproxy.cfg")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "-f", path, "-db")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd, cmd.Start()
 }
 
 // load makes calls Check calls to target from clients concurrent clients,

@@ -1,8 +1,9 @@
 // Command tlsload is bench/compare's load for TLS handshakes: each of -c
 // clients in turn dials, makes a TLS handshake, sends one GET with
-// Connection: close, reads the response and closes, until -d has passed.
+// Connection: close, reads the response and closes, until -d has passed
+// (or, with -n, after n exchanges of its own, whichever comes first).
 //
-//	tlsload -addr 127.0.0.1:8443 -path /small -c 64 -d 3s [-resume] [-servername bench.test]
+//	tlsload -addr 127.0.0.1:8443 -path /small -c 64 -d 3s [-n 0] [-resume] [-servername bench.test]
 //
 // Without -resume every handshake is a full one (ECDHE and the server's
 // certificate signature); with -resume each client offers the session
@@ -57,6 +58,7 @@ type options struct {
 	serverName string
 	conns      int
 	duration   time.Duration
+	perClient  int // exchanges each client makes at most; 0: no bound
 	timeout    time.Duration
 	resume     bool
 }
@@ -68,10 +70,11 @@ func main() {
 	flag.StringVar(&o.serverName, "servername", "bench.test", "the `name` sent in SNI and Host")
 	flag.IntVar(&o.conns, "c", 64, "concurrent clients")
 	flag.DurationVar(&o.duration, "d", 3*time.Second, "how long to start new connections")
+	flag.IntVar(&o.perClient, "n", 0, "exchanges each client makes at most, `0` for no bound but -d")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Second, "the longest one exchange, dial to last byte, may take")
 	flag.BoolVar(&o.resume, "resume", false, "offer each client's last session ticket (default: every handshake full)")
 	flag.Parse()
-	if flag.NArg() > 0 || o.conns < 1 || o.duration <= 0 || o.timeout <= 0 {
+	if flag.NArg() > 0 || o.conns < 1 || o.duration <= 0 || o.perClient < 0 || o.timeout <= 0 {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -191,13 +194,14 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// client makes exchanges one after the other until stop.
+// client makes exchanges one after the other until stop, or until it has
+// made o.perClient of them (tried, failed ones included).
 func client(o options, cfg *tls.Config, req []byte, stop time.Time) *result {
 	r := &result{states: map[state]int64{}}
 	d := net.Dialer{Timeout: o.timeout}
 	cr := &countingReader{}
 	br := bufio.NewReaderSize(cr, 4<<10)
-	for time.Now().Before(stop) {
+	for n := 0; time.Now().Before(stop) && (o.perClient == 0 || n < o.perClient); n++ {
 		t0 := time.Now()
 		nc, err := d.Dial("tcp", o.addr)
 		if err != nil {

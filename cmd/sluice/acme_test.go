@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // TestRunACME runs sluice run with a TLS listener whose certificate comes
@@ -108,14 +109,9 @@ upstreams:
 	second.waitLog(t, regexp.MustCompile(`msg=reloaded .*tls_listeners=1`), 1)
 	second.waitLog(t, regexp.MustCompile(`msg="ACME certificates no longer managed" domains=\[run.sluice.test\]`), 1)
 	servedBy(t, tlsAddr, "run.sluice.test", fileCA.Pool())
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		left := certmagicGoroutines()
-		if len(left) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("certmagic goroutines 5 s after a reload removed acme:\n%s", strings.Join(left, "\n\n"))
-		}
+	var left []string
+	if !wait.Until(wait.Timeout, func() bool { left = certmagicGoroutines(); return len(left) == 0 }) {
+		t.Fatalf("certmagic goroutines %v after a reload removed acme:\n%s", wait.Timeout, strings.Join(left, "\n\n"))
 	}
 	second.stop(t)
 }
@@ -215,35 +211,40 @@ func (r *sluiceRun) stop(t *testing.T) {
 	}
 }
 
-// waitLog waits up to 30 s for n lines of the log to match re.
+// waitLog waits up to issueTimeout for n lines of the log to match re.
 func (r *sluiceRun) waitLog(t *testing.T, re *regexp.Regexp, n int) [][]string {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if m := re.FindAllStringSubmatch(r.stderr.String(), -1); len(m) >= n {
-			return m
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %d lines matching %s in 30 s:\n%s", n, re, r.stderr)
-		}
+	var m [][]string
+	if !wait.Until(issueTimeout, func() bool { m = re.FindAllStringSubmatch(r.stderr.String(), -1); return len(m) >= n }) {
+		t.Fatalf("no %d lines matching %s in %v:\n%s", n, re, issueTimeout, r.stderr)
 	}
+	return m
 }
 
-// servedBy waits up to 30 s for addr to serve a certificate for sni that
-// verifies against roots.
+// issueTimeout bounds the waits for what the CA does (issue, validate)
+// and what follows: a test that is failing; a loaded machine takes
+// seconds.
+const issueTimeout = 30 * time.Second
+
+// servedBy waits up to issueTimeout for addr to serve a certificate for
+// sni that verifies against roots.
 func servedBy(t *testing.T, addr, sni string, roots *x509.CertPool) *x509.Certificate {
 	t.Helper()
+	var leaf *x509.Certificate
 	var err error
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	if !wait.Until(issueTimeout, func() bool {
 		var c *tls.Conn
 		c, err = tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{ServerName: sni, RootCAs: roots})
-		if err == nil {
-			leaf := c.ConnectionState().PeerCertificates[0]
-			c.Close()
-			return leaf
+		if err != nil {
+			return false
 		}
+		leaf = c.ConnectionState().PeerCertificates[0]
+		c.Close()
+		return true
+	}) {
+		t.Fatalf("no certificate for %s that verifies served at %s within %v: %v", sni, addr, issueTimeout, err)
 	}
-	t.Fatalf("no certificate for %s that verifies served at %s within 30 s: %v", sni, addr, err)
-	return nil
+	return leaf
 }
 
 // httpsGet sends GET / over TLS and returns the body of a 200.

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-proxy/sluice/admin"
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // adminRun is sluice run with an admin listener, on a goroutine of the
@@ -143,7 +144,7 @@ func TestRunAdmin(t *testing.T) {
 	// A try is recorded once it ends, which may be just after its answer
 	// reached the client.
 	var ss map[string]admin.ServerState
-	proxytest.WaitFor(t, "six tries recorded", func() bool {
+	wait.For(t, "six tries recorded", func() bool {
 		_, ss = r.servers(t)
 		return ss[a.Addr()].Tries >= 6
 	})

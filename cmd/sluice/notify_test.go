@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // TestRunNotifiesSystemd runs sluice run in this process with a fake
@@ -62,28 +63,22 @@ func TestRunNotifiesSystemd(t *testing.T) {
 	if usec, _ := strconv.ParseInt(m[1], 10, 64); usec <= 0 {
 		t.Errorf("MONOTONIC_USEC=%s", m[1])
 	}
-	for i := 0; !strings.Contains(stderr.String(), "msg=reloaded"); i++ {
-		if i == 500 {
-			t.Fatalf("no reload 5 s after sluice reload:\n%s", stderr.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !wait.Until(wait.Timeout, func() bool { return strings.Contains(stderr.String(), "msg=reloaded") }) {
+		t.Fatalf("no reload %v after sluice reload:\n%s", wait.Timeout, stderr.String())
 	}
 	// READY=1 again after RELOADING=1.
-	for i := 0; ; i++ {
-		msgs := notify.messages()
+	var msgs []string
+	if !wait.Until(wait.Timeout, func() bool {
+		msgs = notify.messages()
 		reloadAt := -1
 		for j, m := range msgs {
 			if strings.Contains(m, "RELOADING=1") {
 				reloadAt = j
 			}
 		}
-		if reloadAt >= 0 && reloadAt+1 < len(msgs) && strings.Contains(msgs[reloadAt+1], "READY=1") {
-			break
-		}
-		if i == 500 {
-			t.Fatalf("no READY=1 after RELOADING=1: %q", msgs)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return reloadAt >= 0 && reloadAt+1 < len(msgs) && strings.Contains(msgs[reloadAt+1], "READY=1")
+	}) {
+		t.Fatalf("no READY=1 after RELOADING=1: %q", msgs)
 	}
 
 	// A file with problems: printed, nothing sent.

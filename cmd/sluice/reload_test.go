@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-proxy/sluice/h2"
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // started is a sluice run started in this process, with its config file
@@ -124,7 +125,7 @@ func TestReloadPoolBound(t *testing.T) {
 	}
 	// A connection goes back to the pool as its request ends, just after
 	// the answer.
-	proxytest.WaitFor(t, "3 idle upstream connections before the reload", func() bool { return s.pool.Stats().Idle == 3 })
+	wait.For(t, "3 idle upstream connections before the reload", func() bool { return s.pool.Stats().Idle == 3 })
 	s.reloadWith(t, conf(1))
 	if s.srv != srv {
 		t.Error("a reload of max_idle_upstream_conns alone started a new server")
@@ -140,7 +141,7 @@ func TestReloadPoolBound(t *testing.T) {
 	// Each of the three connections, dialed anew, went back to the pool
 	// and pushed out the one idle before it: 2 evictions at the reload,
 	// 3 since. Then exactly one is idle.
-	proxytest.WaitFor(t, "the three connections back in the pool", func() bool { return s.pool.Stats().Evicted == 5 })
+	wait.For(t, "the three connections back in the pool", func() bool { return s.pool.Stats().Evicted == 5 })
 	if idle := s.pool.Stats().Idle; idle != 1 {
 		t.Errorf("%d idle upstream connections under a bound of 1, want 1", idle)
 	}
@@ -175,7 +176,7 @@ func TestReloadAdminOnOff(t *testing.T) {
 		t.Fatalf("GET through the proxy: %d", code)
 	}
 	// The try is counted as its request ends, just after the answer.
-	proxytest.WaitFor(t, "the try counted on the status API", func() bool {
+	wait.For(t, "the try counted on the status API", func() bool {
 		code, body := get("/api/upstreams")
 		return code == 200 && strings.Contains(body, `"tries": 1,`)
 	})
@@ -325,7 +326,7 @@ func TestReloadListeners(t *testing.T) {
 	oldSrv := s.srv
 
 	held := inFlight(t, first, "/hold/1")
-	proxytest.WaitFor(t, "the held request at the upstream", func() bool { return up.Count("GET", "/hold/1") == 1 })
+	wait.For(t, "the held request at the upstream", func() bool { return up.Count("GET", "/hold/1") == 1 })
 	s.reloadWith(t, two)
 	if s.srv == oldSrv {
 		t.Fatal("a new listener did not start a new server")
@@ -340,7 +341,7 @@ func TestReloadListeners(t *testing.T) {
 		}
 	}
 	held2 := inFlight(t, second, "/hold/2")
-	proxytest.WaitFor(t, "the request held on the second listener", func() bool { return up.Count("GET", "/hold/2") == 1 })
+	wait.For(t, "the request held on the second listener", func() bool { return up.Count("GET", "/hold/2") == 1 })
 
 	s.reloadWith(t, one)
 	if len(s.sockets) != 1 || s.sockets[0].ln != ln {
@@ -447,7 +448,7 @@ func TestReloadServerKeys(t *testing.T) {
 	// Access log: the old file has the first request, as text; the new
 	// one the later ones, as JSON. (buffer: 0 writes each line at once;
 	// the old server's log is closed once it has drained.)
-	proxytest.WaitFor(t, "the access log lines", func() bool {
+	wait.For(t, "the access log lines", func() bool {
 		b1, _ := os.ReadFile(log1)
 		b2, _ := os.ReadFile(log2)
 		return strings.Contains(string(b1), "target=/before") && strings.Contains(string(b2), `"target":"/after"`)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // TestReloadUnderLoad reloads, five times, a file whose every reload
@@ -36,12 +37,9 @@ func TestReloadUnderLoad(t *testing.T) {
 	}()
 	waitOK := func(n int64) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for before := l.ok.Load(); l.ok.Load() < before+n; {
-			if time.Now().After(deadline) {
-				t.Fatalf("the load made no progress: %d ok, %d failed: %v", l.ok.Load(), l.failed.Load(), l.errs)
-			}
-			time.Sleep(5 * time.Millisecond)
+		before := l.ok.Load()
+		if !wait.Until(20*time.Second, func() bool { return l.ok.Load() >= before+n }) {
+			t.Fatalf("the load made no progress: %d ok, %d failed: %v", l.ok.Load(), l.failed.Load(), l.errs)
 		}
 	}
 	srv := s.srv

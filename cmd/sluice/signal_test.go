@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // TestRunReopensAccessLogOnUSR1 runs sluice run in this process, rotates
@@ -41,13 +42,13 @@ func TestRunReopensAccessLogOnUSR1(t *testing.T) {
 	// before it starts the listeners).
 	listening := regexp.MustCompile(`msg=listening address=(127\.0\.0\.1:\d+)`)
 	var addr string
-	for i := 0; addr == ""; i++ {
+	if !wait.Until(wait.Timeout, func() bool {
 		if m := listening.FindStringSubmatch(stderr.String()); m != nil {
 			addr = m[1]
-		} else if i == 500 {
-			t.Fatalf("sluice run did not start listening in 5 s:\n%s", stderr.String())
 		}
-		time.Sleep(10 * time.Millisecond)
+		return addr != ""
+	}) {
+		t.Fatalf("sluice run did not start listening in %v:\n%s", wait.Timeout, stderr.String())
 	}
 	get := func(path string) {
 		resp, err := http.Get("http://" + addr + path)
@@ -70,11 +71,8 @@ func TestRunReopensAccessLogOnUSR1(t *testing.T) {
 		t.Fatal(err)
 	}
 	syscall.Kill(os.Getpid(), syscall.SIGUSR1)
-	for i := 0; !strings.Contains(stderr.String(), "access log reopened"); i++ {
-		if i == 500 {
-			t.Fatalf("no reopen 5 s after USR1:\n%s", stderr.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !wait.Until(wait.Timeout, func() bool { return strings.Contains(stderr.String(), "access log reopened") }) {
+		t.Fatalf("no reopen %v after USR1:\n%s", wait.Timeout, stderr.String())
 	}
 	get("/after")
 	syscall.Kill(os.Getpid(), syscall.SIGTERM)

@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // TestRunTLS runs sluice run with a TLS listener and a plain one that
@@ -68,15 +69,11 @@ upstreams:
 	}()
 	waitLog := func(re *regexp.Regexp, n int) [][]string {
 		t.Helper()
-		for i := 0; ; i++ {
-			if m := re.FindAllStringSubmatch(stderr.String(), -1); len(m) >= n {
-				return m
-			}
-			if i == 500 {
-				t.Fatalf("no %d lines matching %s in 5 s:\n%s", n, re, stderr.String())
-			}
-			time.Sleep(10 * time.Millisecond)
+		var m [][]string
+		if !wait.Until(wait.Timeout, func() bool { m = re.FindAllStringSubmatch(stderr.String(), -1); return len(m) >= n }) {
+			t.Fatalf("no %d lines matching %s in %v:\n%s", n, re, wait.Timeout, stderr.String())
 		}
+		return m
 	}
 	tlsAddr := waitLog(regexp.MustCompile(`msg=listening address=(127\.0\.0\.1:\d+) tls=true`), 1)[0][1]
 	redirect := waitLog(regexp.MustCompile(`msg=listening address=(127\.0\.0\.1:\d+) redirect_https_port=(\d+)`), 1)[0]
@@ -198,15 +195,11 @@ upstreams:
 	}()
 	waitLog := func(re *regexp.Regexp) []string {
 		t.Helper()
-		for i := 0; ; i++ {
-			if m := re.FindStringSubmatch(stderr.String()); m != nil {
-				return m
-			}
-			if i == 500 {
-				t.Fatalf("no line matching %s in 5 s:\n%s", re, stderr.String())
-			}
-			time.Sleep(10 * time.Millisecond)
+		var m []string
+		if !wait.Until(wait.Timeout, func() bool { m = re.FindStringSubmatch(stderr.String()); return m != nil }) {
+			t.Fatalf("no line matching %s in %v:\n%s", re, wait.Timeout, stderr.String())
 		}
+		return m
 	}
 	addr := waitLog(regexp.MustCompile(`msg=listening address=(127\.0\.0\.1:\d+) tls=true`))[1]
 	sessions := tls.NewLRUClientSessionCache(4)

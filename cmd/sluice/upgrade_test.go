@@ -23,6 +23,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // buildSluice builds the sluice binary into dir with version v, and
@@ -47,17 +48,17 @@ type processLog struct {
 
 func (l *processLog) wait(t *testing.T, what string, re *regexp.Regexp, n int) [][]string {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if m := re.FindAllStringSubmatch(l.buf.String(), -1); len(m) >= n {
-			return m
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s (%d of %s) within 30 s; log:\n%s", what, n, re, l.buf.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+	var m [][]string
+	if !wait.Until(processTimeout, func() bool { m = re.FindAllStringSubmatch(l.buf.String(), -1); return len(m) >= n }) {
+		t.Fatalf("no %s (%d of %s) within %v; log:\n%s", what, n, re, processTimeout, l.buf.String())
 	}
+	return m
 }
+
+// processTimeout bounds the waits for what a process does (start, hand
+// over, drain, exit): a test that is failing; a loaded machine building
+// and starting binaries takes seconds.
+const processTimeout = 30 * time.Second
 
 // startSluice runs bin with the config at path; its log and its
 // successors' go to the returned processLog.
@@ -99,12 +100,8 @@ func exited(pid int) bool {
 
 func waitExited(t *testing.T, pid int, log *processLog) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !exited(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d still runs 30 s on; log:\n%s", pid, log.buf.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !wait.Until(processTimeout, func() bool { return exited(pid) }) {
+		t.Fatalf("process %d still runs %v on; log:\n%s", pid, processTimeout, log.buf.String())
 	}
 }
 
@@ -224,9 +221,7 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	old := first
 	for i := 1; i <= 3; i++ {
 		before := l1.ok.Load() + l2.ok.Load()
-		for l1.ok.Load()+l2.ok.Load() < before+200 { // load under way
-			time.Sleep(5 * time.Millisecond)
-		}
+		wait.Within(t, processTimeout, "the load under way", func() bool { return l1.ok.Load()+l2.ok.Load() >= before+200 })
 		switch i {
 		case 2:
 			v2 := buildSluice(t, dir, "sluice.new", "v2")
@@ -263,9 +258,7 @@ func TestUpgradeUnderLoad(t *testing.T) {
 		old = next
 	}
 	before := l1.ok.Load() + l2.ok.Load()
-	for l1.ok.Load()+l2.ok.Load() < before+200 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.Within(t, processTimeout, "the load under way", func() bool { return l1.ok.Load()+l2.ok.Load() >= before+200 })
 	l1.end()
 	l2.end()
 	// The metrics and admin listeners went over with the others: each
@@ -313,7 +306,10 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	case <-log.done:
 	case <-time.After(30 * time.Second):
 		syscall.Kill(old, syscall.SIGQUIT)
-		time.Sleep(time.Second)
+		select { // its goroutines' stacks reach the log as it exits
+		case <-log.done:
+		case <-time.After(5 * time.Second):
+		}
 		t.Fatalf("sluice did not stop 30 s after TERM:\n%s", log.buf.String())
 	}
 	if _, err := os.Stat(pidFile); !os.IsNotExist(err) {

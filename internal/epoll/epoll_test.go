@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 func pipe(t *testing.T) (r, w int) {
@@ -84,7 +86,7 @@ func TestWaitParksInThePoller(t *testing.T) {
 func waitParked(t *testing.T) {
 	t.Helper()
 	buf := make([]byte, 1<<20)
-	for i := 0; i < 1000; i++ {
+	wait.For(t, "a goroutine parked in Wait", func() bool {
 		stacks := string(buf[:runtime.Stack(buf, true)])
 		for _, g := range strings.Split(stacks, "\n\n") {
 			if !strings.Contains(g, "epoll.(*Set).Wait") {
@@ -93,14 +95,13 @@ func waitParked(t *testing.T) {
 			head, _, _ := strings.Cut(g, "\n")
 			switch {
 			case strings.Contains(head, "[IO wait"):
-				return
+				return true
 			case strings.Contains(head, "[syscall"):
 				t.Fatalf("a goroutine in Wait is in a system call, holding its P:\n%s", g)
 			}
 		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatal("no goroutine parked in Wait")
+		return false
+	})
 }
 
 // TestWake: a Wake ends the Wait in progress, and one made while no Wait

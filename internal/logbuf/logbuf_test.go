@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -66,28 +67,40 @@ func TestBatches(t *testing.T) {
 	}
 }
 
+// TestIntervalFlushes: a batch is written the interval after its first
+// line, not a moment before, whatever lines join it; the next line arms
+// the timer again. On synctest's clock, to the nanosecond.
 func TestIntervalFlushes(t *testing.T) {
-	var r recorder
-	b := New(&r, 1<<10, 10*time.Millisecond)
-	defer b.Close()
-	b.Write([]byte("a\n"))
-	for i := 0; len(r.got()) == 0; i++ {
-		if i == 1000 {
-			t.Fatal("a buffered line was not written within the interval (waited 10 s)")
+	synctest.Test(t, func(t *testing.T) {
+		const every = 10 * time.Millisecond
+		var r recorder
+		b := New(&r, 1<<10, every)
+		defer b.Close()
+		b.Write([]byte("a\n"))
+		time.Sleep(every / 2)
+		b.Write([]byte("b\n")) // joins the batch; the timer stays
+		time.Sleep(every/2 - time.Nanosecond)
+		synctest.Wait()
+		if got := r.got(); len(got) != 0 {
+			t.Fatalf("writes %q before the interval ended", got)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	// The timer is armed again by the next line.
-	b.Write([]byte("b\n"))
-	for i := 0; len(r.got()) == 1; i++ {
-		if i == 1000 {
-			t.Fatal("a second line was not written within the interval (waited 10 s)")
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if got := strings.Join(r.got(), "|"); got != "a\nb\n" {
+			t.Fatalf("writes %q at the interval, want the batch", got)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if got := strings.Join(r.got(), "|"); got != "a\n|b\n" {
-		t.Errorf("writes = %q", got)
-	}
+		b.Write([]byte("c\n"))
+		time.Sleep(every - time.Nanosecond)
+		synctest.Wait()
+		if got := len(r.got()); got != 1 {
+			t.Fatalf("%d writes before the second interval ended, want 1", got)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if got := strings.Join(r.got(), "|"); got != "a\nb\n|c\n" {
+			t.Errorf("writes = %q", got)
+		}
+	})
 }
 
 func TestErrorsReported(t *testing.T) {

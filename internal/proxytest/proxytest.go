@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/proxy"
 )
 
@@ -91,15 +92,8 @@ func Sticky(t testing.TB, addr, name string) {
 	}
 }
 
-// WaitFor polls cond every 5 ms until it holds, and fails the test if it
-// does not within 5 s.
+// WaitFor is wait.For, kept for the tests that call it by this name.
 func WaitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.For(t, what, cond)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // response is a response as the test clients read it.
@@ -169,7 +170,11 @@ func TestChunkedRequestRecordedExactly(t *testing.T) {
 		"A\r\n0123456789\r\n" +
 		"0;last\r\nX-Sum: 42\r\nX-More:  yes \r\n\r\n"
 	send(t, nc, head+body[:10])
-	time.Sleep(10 * time.Millisecond) // let the body arrive in pieces
+	// The body arrives in pieces: the rest is sent once the server has read
+	// the first and waits for more.
+	wait.For(t, "the server to wait for the rest of the body", func() bool {
+		return wait.Blocked("upstreamtest.(*bodyReader).", "IO wait")
+	})
 	send(t, nc, body[10:])
 	if resp := mustResponse(t, br); resp.body != "done" {
 		t.Fatalf("response %+v", resp)
@@ -204,7 +209,7 @@ func TestCloseIdleAfter(t *testing.T) {
 	var answered time.Time
 	for i := range 2 {
 		if i > 0 {
-			time.Sleep(idle / 3)
+			time.Sleep(idle / 3) // the stimulus: a client idle for a while, within the timeout
 		}
 		send(t, nc, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
 		if resp := mustResponse(t, br); resp.body != "x" || resp.header["keep-alive"] != "" {
@@ -469,21 +474,15 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	if !s.WaitRequests(4, 5*time.Second) {
 		t.Fatalf("recorded %d requests", len(s.Requests()))
 	}
-	for s.Accepts() < len(conns) {
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(t, "every connection accepted", func() bool { return s.Accepts() >= len(conns) })
 	s.Close()
 	for _, nc := range conns {
 		nc.Close()
 	}
 
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines before, %d after Close:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !wait.Until(wait.Timeout, func() bool { return runtime.NumGoroutine() <= before }) {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("%d goroutines before, %d after Close:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
 	}
 }
 

@@ -28,6 +28,7 @@ type Pool[T any] struct {
 	idle    []*worker[T] // the most recently idle last
 	reaping bool         // a reaper runs
 	closed  bool
+	stop    chan struct{} // closed by Close: the reaper ends
 }
 
 type worker[T any] struct {
@@ -38,7 +39,7 @@ type worker[T any] struct {
 // New returns a Pool that runs serve. At most maxIdle goroutines wait for
 // work; one that waited idleFor (up to half as long again) ends.
 func New[T any](serve func(T), maxIdle int, idleFor time.Duration) *Pool[T] {
-	return &Pool[T]{serve: serve, maxIdle: maxIdle, idleFor: idleFor}
+	return &Pool[T]{serve: serve, maxIdle: maxIdle, idleFor: idleFor, stop: make(chan struct{})}
 }
 
 // Go runs serve(v) on a goroutine of the pool.
@@ -63,12 +64,16 @@ func (p *Pool[T]) Idle() int {
 	return len(p.idle)
 }
 
-// Close ends the goroutines that wait, and makes those still serving end
-// when they are done. Go still runs what it is given, each on a goroutine
-// that ends after it.
+// Close ends the goroutines that wait and the reaper, and makes those
+// still serving end when they are done. Go still runs what it is given,
+// each on a goroutine that ends after it. Close may be called more than
+// once.
 func (p *Pool[T]) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if !p.closed {
+		close(p.stop)
+	}
 	p.closed = true
 	for i, w := range p.idle {
 		close(w.next)
@@ -110,10 +115,16 @@ func (p *Pool[T]) wait(w *worker[T]) bool {
 }
 
 // reap ends, every half idleFor, the goroutines that have waited idleFor
-// or longer; it ends itself when none waits.
+// or longer; it ends itself when none waits, or at Close.
 func (p *Pool[T]) reap() {
+	t := time.NewTimer(p.idleFor / 2)
+	defer t.Stop()
 	for {
-		time.Sleep(p.idleFor / 2)
+		select {
+		case <-t.C:
+		case <-p.stop:
+			return // a closed pool has no idle goroutine and gets none
+		}
 		p.mu.Lock()
 		old := clock.Now().Add(-p.idleFor)
 		n := 0
@@ -130,5 +141,6 @@ func (p *Pool[T]) reap() {
 			return
 		}
 		p.mu.Unlock()
+		t.Reset(p.idleFor / 2)
 	}
 }

@@ -4,100 +4,131 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // Work given one piece after another runs on one goroutine, the one that
 // waited last.
 func TestReusesTheLastIdle(t *testing.T) {
-	var mu sync.Mutex
-	seen := map[uint64]int{}
-	ran := make(chan struct{})
-	p := New(func(int) {
-		mu.Lock()
-		seen[goid()]++
-		mu.Unlock()
-		ran <- struct{}{}
-	}, 4, time.Minute)
-	defer p.Close()
-	for i := range 20 {
-		p.Go(i)
-		<-ran
-		waitFor(t, "the worker to wait again", func() bool { return p.Idle() == 1 })
-	}
-	if len(seen) != 1 {
-		t.Fatalf("20 pieces one after another ran on %d goroutines, want 1", len(seen))
-	}
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		seen := map[uint64]int{}
+		ran := make(chan struct{})
+		p := New(func(int) {
+			mu.Lock()
+			seen[goid()]++
+			mu.Unlock()
+			ran <- struct{}{}
+		}, 4, time.Minute)
+		defer p.Close()
+		for i := range 20 {
+			p.Go(i)
+			<-ran
+			synctest.Wait() // the worker is back on the idle list
+			if n := p.Idle(); n != 1 {
+				t.Fatalf("%d idle after piece %d, want 1", n, i)
+			}
+		}
+		if len(seen) != 1 {
+			t.Fatalf("20 pieces one after another ran on %d goroutines, want 1", len(seen))
+		}
+	})
 }
 
 // At most maxIdle wait; those beyond end at once.
 func TestMaxIdle(t *testing.T) {
-	release := make(chan struct{})
-	var started sync.WaitGroup
-	p := New(func(int) { started.Done(); <-release }, 3, time.Minute)
-	defer p.Close()
-	started.Add(8)
-	for i := range 8 {
-		p.Go(i)
-	}
-	started.Wait()
-	close(release)
-	waitFor(t, "the workers to finish", func() bool { return p.Idle() == 3 })
-	time.Sleep(20 * time.Millisecond)
-	if n := p.Idle(); n != 3 {
-		t.Fatalf("%d idle, want 3", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		base := runtime.NumGoroutine()
+		release := make(chan struct{})
+		var started sync.WaitGroup
+		p := New(func(int) { started.Done(); <-release }, 3, time.Minute)
+		defer p.Close()
+		started.Add(8)
+		for i := range 8 {
+			p.Go(i)
+		}
+		started.Wait()
+		close(release)
+		synctest.Wait() // every worker is idle or gone
+		if n := p.Idle(); n != 3 {
+			t.Fatalf("%d idle, want 3", n)
+		}
+		// The three idle workers and the reaper; the five beyond ended.
+		if n := runtime.NumGoroutine() - base; n != 4 {
+			t.Fatalf("%d goroutines left, want 3 idle workers and the reaper", n)
+		}
+	})
 }
 
-// Idle workers end after idleFor, and the reaper with them.
+// Idle workers end after idleFor (up to half as long again), and the
+// reaper with them.
 func TestIdleEnd(t *testing.T) {
-	base := runtime.NumGoroutine()
-	done := make(chan struct{})
-	p := New(func(int) { done <- struct{}{} }, 8, 40*time.Millisecond)
-	for i := range 3 {
-		p.Go(i)
-	}
-	for range 3 {
-		<-done
-	}
-	waitFor(t, "three idle workers", func() bool { return p.Idle() == 3 })
-	waitFor(t, "the idle workers to end", func() bool { return p.Idle() == 0 })
-	waitFor(t, "the goroutines to end", func() bool { return runtime.NumGoroutine() <= base })
+	synctest.Test(t, func(t *testing.T) {
+		const idleFor = 40 * time.Millisecond
+		base := runtime.NumGoroutine()
+		done := make(chan struct{})
+		p := New(func(int) { done <- struct{}{} }, 8, idleFor)
+		for i := range 3 {
+			p.Go(i)
+		}
+		for range 3 {
+			<-done
+		}
+		synctest.Wait()
+		if n := p.Idle(); n != 3 {
+			t.Fatalf("%d idle, want 3", n)
+		}
+		time.Sleep(idleFor - time.Nanosecond)
+		synctest.Wait()
+		if n := p.Idle(); n != 3 {
+			t.Fatalf("%d idle after less than idleFor, want 3", n)
+		}
+		time.Sleep(idleFor / 2)
+		synctest.Wait()
+		if n := p.Idle(); n != 0 {
+			t.Fatalf("%d idle after idleFor and a half, want 0", n)
+		}
+		if n := runtime.NumGoroutine() - base; n != 0 {
+			t.Fatalf("%d goroutines left once every worker ended, want none (the reaper ends too)", n)
+		}
+	})
 }
 
-// Close ends the idle workers; work given after Close still runs.
+// Close ends the idle workers and the reaper at once; work given after
+// Close still runs.
 func TestClose(t *testing.T) {
-	base := runtime.NumGoroutine()
-	done := make(chan int)
-	p := New(func(v int) { done <- v }, 8, time.Minute)
-	p.Go(1)
-	<-done
-	waitFor(t, "an idle worker", func() bool { return p.Idle() == 1 })
-	p.Close()
-	if n := p.Idle(); n != 0 {
-		t.Fatalf("%d idle after Close", n)
-	}
-	p.Go(2)
-	if v := <-done; v != 2 {
-		t.Fatalf("ran %d", v)
-	}
-	if n := p.Idle(); n != 0 {
-		t.Fatalf("%d idle after Close and Go", n)
-	}
-	// The reaper started by the first wait sleeps out its minute; only
-	// the workers are counted.
-	waitFor(t, "the workers to end", func() bool { return runtime.NumGoroutine() <= base+1 })
+	synctest.Test(t, func(t *testing.T) {
+		base := runtime.NumGoroutine()
+		done := make(chan int)
+		p := New(func(v int) { done <- v }, 8, time.Minute)
+		p.Go(1)
+		<-done
+		synctest.Wait()
+		if n := p.Idle(); n != 1 {
+			t.Fatalf("%d idle, want 1", n)
+		}
+		p.Close()
+		p.Close() // twice is fine
+		if n := p.Idle(); n != 0 {
+			t.Fatalf("%d idle after Close", n)
+		}
+		p.Go(2)
+		if v := <-done; v != 2 {
+			t.Fatalf("ran %d", v)
+		}
+		synctest.Wait() // no time passes: only Close can have ended them
+		if n := p.Idle(); n != 0 {
+			t.Fatalf("%d idle after Close and Go", n)
+		}
+		if n := runtime.NumGoroutine() - base; n != 0 {
+			t.Fatalf("%d goroutines left after Close, want none: the workers and the reaper end", n)
+		}
+	})
 }
 
 // goid returns the calling goroutine's id, from its stack trace.

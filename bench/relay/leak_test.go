@@ -1,0 +1,10 @@
+package main
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the tests when one leaves a goroutine behind.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
