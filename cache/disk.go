@@ -50,6 +50,7 @@ type Disk struct {
 	purged    atomic.Uint64
 	closed    atomic.Bool
 	unlock    func()
+	swept     chan struct{} // closed when the sweep after opening ends
 
 	// mu orders the changes of what the directory holds: the index log,
 	// entries (what it says is live) and the files. It is taken before
@@ -149,6 +150,7 @@ func OpenDisk(o DiskOptions) (*Disk, error) {
 	}
 	entries, err := d.readIndex()
 	if err != nil {
+		d.lru.StopAllGoroutines()
 		unlock()
 		return nil, err
 	}
@@ -158,7 +160,11 @@ func OpenDisk(o DiskOptions) (*Disk, error) {
 		d.idx.add(e.hash, e, e.url, e.tags)
 		d.lru.Set(e.hash, e)
 	}
-	go d.sweep(entries, time.Now())
+	d.swept = make(chan struct{})
+	go func() {
+		defer close(d.swept)
+		d.sweep(entries, time.Now())
+	}()
 	return d, nil
 }
 
@@ -422,6 +428,7 @@ func (d *Disk) Close() error {
 		return nil
 	}
 	d.lru.StopAllGoroutines()
+	<-d.swept // it stops at its next file; the directory is not let go before
 	d.mu.Lock()
 	err := d.logf.Close()
 	d.logf = nil
@@ -638,7 +645,8 @@ func validFileName(f string) bool {
 // made since are this process's). A file's time comes from the kernel's
 // coarse clock, a tick behind: only files older than two seconds before
 // the opening go, and those a crash left just before it stay until the
-// next one.
+// next one. It stops at its next file once the store is closed, and Close
+// waits for it: the directory is not let go while it removes files.
 func (d *Disk) sweep(entries []*diskEntry, opened time.Time) {
 	opened = opened.Add(-2 * time.Second)
 	known := make(map[string]bool, len(entries))
@@ -664,7 +672,10 @@ func (d *Disk) sweep(entries []*diskEntry, opened time.Time) {
 		}
 		for _, f := range files {
 			name := sub.Name() + "/" + f.Name()
-			if known[name] || d.closed.Load() {
+			if d.closed.Load() {
+				return
+			}
+			if known[name] {
 				continue
 			}
 			if info, err := f.Info(); err != nil || !info.ModTime().Before(opened) {
