@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/internal/proxytest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // TestNotStored: responses a shared cache must not store, or that sluice
@@ -198,7 +198,7 @@ func TestStaleWhileRevalidate(t *testing.T) {
 		}
 	}
 	close(release)
-	proxytest.WaitFor(t, "the background revalidation stored", func() bool { return c.Counts().Stored == 2 })
+	wait.For(t, "the background revalidation stored", func() bool { return c.Counts().Stored == 2 })
 	if resp, body := cl.get("/w"); body != "v2" || !strings.Contains(resp.Header.Get("Cache-Status"), "hit") {
 		t.Fatalf("after: %q %q", body, resp.Header.Get("Cache-Status"))
 	}
@@ -353,7 +353,7 @@ func TestCollapseUncacheable(t *testing.T) {
 			}
 		}()
 	}
-	proxytest.WaitFor(t, "the waiters queued", func() bool { return waiting(c, "/u") == n-1 })
+	wait.For(t, "the waiters queued", func() bool { return waiting(c, "/u") == n-1 })
 	close(release)
 	wg.Wait()
 	if got := o.requests.Load(); got != n {
@@ -404,7 +404,7 @@ func TestCollapseWriterFails(t *testing.T) {
 			results <- fmt.Sprintf("%d %s", resp.StatusCode, body)
 		}()
 	}
-	proxytest.WaitFor(t, "the waiters queued", func() bool { return waiting(c, "/f") == n-1 })
+	wait.For(t, "the waiters queued", func() bool { return waiting(c, "/f") == n-1 })
 	close(release)
 	wg.Wait()
 	close(results)

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/internal/proxytest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // object makes the response stored under a test's key: its body is a
@@ -132,7 +132,7 @@ func TestDiskStore(t *testing.T) {
 		t.Errorf("stats %+v: over the bound, or nothing evicted", st)
 	}
 	var onDisk int64
-	proxytest.WaitFor(t, "evicted files removed", func() bool {
+	wait.For(t, "evicted files removed", func() bool {
 		onDisk = 0
 		filepath.Walk(filepath.Join(small.dir, "objects"), func(_ string, fi os.FileInfo, err error) error {
 			if err == nil && !fi.IsDir() {
@@ -191,6 +191,7 @@ func TestDiskDamage(t *testing.T) {
 	d.Put("after", object("after", 10))
 	d.Close()
 	d = openDisk(t, dir, 64<<20)
+	defer d.Close()
 	if o, _ := d.Get("after"); o == nil {
 		t.Error("a record appended after the cut one was lost")
 	} else {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/redistest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // applied records the purges a fleet member applied.
@@ -49,14 +49,14 @@ func TestFleet(t *testing.T) {
 	}
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer admin.Close()
-	proxytest.WaitFor(t, "three subscribers", func() bool {
+	wait.For(t, "three subscribers", func() bool {
 		n, _ := admin.PubSubNumSub(ctx, FleetChannel).Result()
 		return n[FleetChannel] == 3
 	})
 	if err := fleets[0].Publish(ctx, Purge{URLs: []string{"http://a/1"}}); err != nil {
 		t.Fatal(err)
 	}
-	proxytest.WaitFor(t, "the purge applied by the others", func() bool { return got[1].has("http://a/1") && got[2].has("http://a/1") })
+	wait.For(t, "the purge applied by the others", func() bool { return got[1].has("http://a/1") && got[2].has("http://a/1") })
 	if got[0].has("http://a/1") {
 		t.Error("the publisher applied its own purge again")
 	}
@@ -68,5 +68,5 @@ func TestFleet(t *testing.T) {
 	if err := fleets[0].Publish(ctx, Purge{URLs: []string{"http://a/2"}}); err != nil {
 		t.Fatal(err)
 	}
-	proxytest.WaitFor(t, "the purge published while cut off applied", func() bool { return got[1].has("http://a/2") && got[2].has("http://a/2") })
+	wait.For(t, "the purge published while cut off applied", func() bool { return got[1].has("http://a/2") && got[2].has("http://a/2") })
 }
