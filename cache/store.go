@@ -4,6 +4,8 @@ import (
 	"errors"
 	"io"
 	"os"
+	"slices"
+	"strings"
 )
 
 // Store keeps a Cache's responses by key. Memory (NewMemory) and Disk
@@ -81,6 +83,25 @@ type Purge struct {
 
 // Empty reports whether p selects nothing.
 func (p *Purge) Empty() bool { return len(p.URLs) == 0 && len(p.Prefixes) == 0 && len(p.Tags) == 0 }
+
+// Selects reports whether p selects the response m describes: for a store
+// that has no index of its own to find them by, and looks at each.
+func (p *Purge) Selects(m *Meta) bool {
+	if slices.Contains(p.URLs, m.URL) {
+		return true
+	}
+	for _, pre := range p.Prefixes {
+		if strings.HasPrefix(m.URL, pre) {
+			return true
+		}
+	}
+	for _, t := range p.Tags {
+		if slices.Contains(m.Tags, t) {
+			return true
+		}
+	}
+	return false
+}
 
 // Stats are a store's counts. Evictions and Purged count since the
 // store was made.

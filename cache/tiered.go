@@ -11,8 +11,8 @@ import (
 type Tiered struct {
 	Front *Memory
 	Back  Store
-	// Promote bounds the bodies copied into Front on a hit in Back; 0
-	// means a sixty-fourth of Front.
+	// Promote bounds the bodies kept in Front, stored there by Put or
+	// copied there on a hit in Back; 0 means a sixty-fourth of Front.
 	Promote int64
 }
 
@@ -25,11 +25,7 @@ func (t *Tiered) Get(key string) (*Object, error) {
 	if err != nil || o == nil {
 		return o, err
 	}
-	limit := t.Promote
-	if limit <= 0 {
-		limit = t.Front.capacity.Load() / 64
-	}
-	if o.Body.File == nil || o.Body.Size > limit {
+	if o.Body.File == nil || o.Body.Size > t.promote() {
 		return o, nil
 	}
 	body := make([]byte, o.Body.Size)
@@ -42,10 +38,19 @@ func (t *Tiered) Get(key string) (*Object, error) {
 	return m, nil
 }
 
-// Put stores o in both tiers.
+// promote is the largest body kept in Front.
+func (t *Tiered) promote() int64 {
+	if t.Promote > 0 {
+		return t.Promote
+	}
+	return t.Front.capacity.Load() / 64
+}
+
+// Put stores o in Back, and in Front too when its body is at most
+// Promote bytes.
 func (t *Tiered) Put(key string, o *Object) error {
 	err := t.Back.Put(key, o)
-	if o.Body.Size <= t.Front.capacity.Load()/64 {
+	if o.Body.Size <= t.promote() {
 		t.Front.Put(key, o)
 	}
 	return err
