@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/proxytest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // objectBody is what the test origin answers for object n: 64 KiB that
@@ -91,7 +92,7 @@ func runCaching(t *testing.T, bin, file, addr string) *exec.Cmd {
 			t.Logf("sluice's log:\n%s", log.String())
 		}
 	})
-	proxytest.WaitFor(t, "sluice listening", func() bool {
+	wait.For(t, "sluice listening", func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()
@@ -227,7 +228,7 @@ func TestCacheRun(t *testing.T) {
 	before := *requests
 	mu.Unlock()
 	syscall.Kill(pid, syscall.SIGHUP)
-	proxytest.WaitFor(t, "the reload", func() bool {
+	wait.For(t, "the reload", func() bool {
 		resp, err := http.Get("http://" + admin + "/api/upstreams")
 		if err != nil {
 			return false
@@ -272,7 +273,7 @@ func TestCacheDiskKill9(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		proxytest.WaitFor(t, "sluice listening", func() bool {
+		wait.For(t, "sluice listening", func() bool {
 			c, err := net.Dial("tcp", addr)
 			if err == nil {
 				c.Close()
@@ -307,7 +308,7 @@ func TestCacheDiskKill9(t *testing.T) {
 		}
 		// The kill comes after a share of the fetches that grows with the
 		// round, with eight more in flight.
-		proxytest.WaitFor(t, "fetches under way", func() bool { return done.Load() >= int64(16+round*40) })
+		wait.For(t, "fetches under way", func() bool { return done.Load() >= int64(16+round*40) })
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
 		cancel()
