@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/proxytest"
+	"github.com/sluice-proxy/sluice/internal/redistest"
 	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
@@ -319,4 +321,108 @@ func TestCacheDiskKill9(t *testing.T) {
 		t.Error("no object was ever served from the disk after a restart")
 	}
 	t.Logf("%d of %d requests after restarts served from the disk, all whole", hits, 640)
+}
+
+// TestCacheFleetPurge runs two sluice processes on one redis-server, each
+// caching the same origin: a purge by tag at one admin API reaches the
+// other's store through Redis, so that both fetch the tagged objects
+// again and keep the others. Their metrics count the hits and the purge.
+func TestCacheFleetPurge(t *testing.T) {
+	srv := redistest.Start(t)
+	dir := t.TempDir()
+	bin := buildSluice(t, dir, "sluice", "test")
+	origin, requests, mu := cacheOrigin(t)
+	type instance struct{ addr, admin string }
+	var fleet [2]instance
+	for i := range fleet {
+		fleet[i] = instance{freePort(t), freePort(t)}
+		file := filepath.Join(dir, fmt.Sprintf("sluice%d.yaml", i))
+		cfg := fmt.Sprintf("listen: [{address: %q}]\naccess_log: {enabled: false}\nadmin: {address: %q}\n"+
+			"routes:\n  - {upstream: origin, cache: {}}\ncache:\n  stores:\n    default: {memory: 16MiB}\n"+
+			"redis: {address: %q}\nupstreams:\n  origin:\n    servers: [{address: %q}]\n", fleet[i].addr, fleet[i].admin, srv.Addr, origin)
+		if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		runCaching(t, bin, file, fleet[i].addr)
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	defer client.CloseIdleConnections()
+	originRequests := func() int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return *requests
+	}
+	// Objects 1 (parity-1) and 2 (parity-0), each fetched twice through
+	// each instance: a miss, then a hit.
+	for _, in := range fleet {
+		for _, n := range []int{1, 2} {
+			for try := 0; try < 2; try++ {
+				cs, err := fetch(t, client, in.addr, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if try == 1 && !strings.HasPrefix(cs, "sluice; hit") {
+					t.Fatalf("%s, object %d asked for again: Cache-Status %q, want a hit", in.addr, n, cs)
+				}
+			}
+		}
+	}
+	if n := originRequests(); n != 4 {
+		t.Fatalf("the origin got %d requests, want 4 (two objects, two instances)", n)
+	}
+
+	resp, err := http.Post("http://"+fleet[0].admin+"/api/cache/purge", "application/json", strings.NewReader(`{"tags": ["parity-1"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answer struct{ Purged int }
+	err = json.NewDecoder(resp.Body).Decode(&answer)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || answer.Purged != 1 {
+		t.Fatalf("purge at the first instance: %d, %+v, %v; want 200 and 1 purged", resp.StatusCode, answer, err)
+	}
+	// The other instance applies it once the message arrives: its
+	// metrics say so before any request can tell.
+	wait.For(t, "the purge applied by the second instance", func() bool {
+		return metric(t, fleet[1].admin, `sluice_cache_purged_total{store="default"}`) == 1
+	})
+	for _, in := range fleet {
+		if cs, err := fetch(t, client, in.addr, 1); err != nil || !strings.Contains(cs, "fwd=uri-miss") {
+			t.Errorf("%s, the purged object: Cache-Status %q, %v; want a miss", in.addr, cs, err)
+		}
+		if cs, err := fetch(t, client, in.addr, 2); err != nil || !strings.HasPrefix(cs, "sluice; hit") {
+			t.Errorf("%s, the object not purged: Cache-Status %q, %v; want a hit", in.addr, cs, err)
+		}
+		if hits := metric(t, in.admin, `sluice_cache_total{result="hit",store="default"}`); hits != 3 {
+			t.Errorf("%s counts %v hits, want 3", in.addr, hits)
+		}
+	}
+	if n := originRequests(); n != 6 {
+		t.Errorf("the origin got %d requests, want 6 (the purged object fetched again by each)", n)
+	}
+}
+
+// metric returns the value of one sample of an admin listener's /metrics,
+// the series written as Prometheus writes it; -1 when it is missing.
+func metric(t *testing.T, admin, series string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	return -1
 }
