@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
@@ -291,5 +292,49 @@ func diskWriter(dir string) {
 		key := fmt.Sprintf("obj%d", rand.IntN(400))
 		d.Put(key, object(key, sizeOf(key)))
 		os.Stdout.Write([]byte{'.'})
+	}
+}
+
+// TestDiskHeadKept: a file's head, kept after the first hit, is that
+// file's: an Update (a 304 freshened the response) gives later hits the
+// new Meta with the same body, and a reopen reads heads afresh.
+func TestDiskHeadKept(t *testing.T) {
+	dir := t.TempDir()
+	d := openDisk(t, dir, 64<<20)
+	o := object("h1", 5000)
+	if err := d.Put("h1", o); err != nil {
+		t.Fatal(err)
+	}
+	get := func(d *Disk) (*Meta, []byte) {
+		t.Helper()
+		g, err := d.Get("h1")
+		if err != nil || g == nil {
+			t.Fatalf("Get: %v, %v", g, err)
+		}
+		defer g.Close()
+		return g.Meta, readBody(t, g)
+	}
+	for range 2 { // the second hit uses the kept head
+		if m, b := get(d); string(m.Header.Get("X-Version")) != "" || !bytes.Equal(b, o.Body.Bytes) {
+			t.Fatalf("before the update: X-Version %q, %d bytes", m.Header.Get("X-Version"), len(b))
+		}
+	}
+	m := *o.Meta
+	m.Header = h1.Header{}
+	m.Header.CopyFrom(&o.Meta.Header)
+	m.Header.Add("X-Version", "2")
+	if err := d.Update("h1", &m); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if got, b := get(d); string(got.Header.Get("X-Version")) != "2" || !bytes.Equal(b, o.Body.Bytes) {
+			t.Fatalf("after the update: X-Version %q, %d bytes", got.Header.Get("X-Version"), len(b))
+		}
+	}
+	d.Close()
+	d = openDisk(t, dir, 64<<20)
+	defer d.Close()
+	if got, b := get(d); string(got.Header.Get("X-Version")) != "2" || !bytes.Equal(b, o.Body.Bytes) {
+		t.Fatalf("after a reopen: X-Version %q, %d bytes", got.Header.Get("X-Version"), len(b))
 	}
 }
