@@ -29,6 +29,7 @@ func TestNotStored(t *testing.T) {
 		{"private", 200, []string{"Cache-Control", "max-age=60, private"}, "", false, ""},
 		{"set-cookie", 200, []string{"Cache-Control", "max-age=60", "Set-Cookie", "session=alice"}, "", false, ""},
 		{"set-cookie named by no-cache", 200, []string{"Cache-Control", `max-age=60, no-cache="Set-Cookie"`, "Set-Cookie", "session=alice"}, "", true, "Set-Cookie"},
+		{"set-cookie named by private", 200, []string{"Cache-Control", `max-age=60, private="Set-Cookie"`, "Set-Cookie", "session=alice"}, "", true, "Set-Cookie"},
 		{"private field", 200, []string{"Cache-Control", `max-age=60, private="X-User"`, "X-User", "alice"}, "", true, "X-User"},
 		{"vary star", 200, []string{"Cache-Control", "max-age=60", "Vary", "*"}, "", false, ""},
 		{"authorization", 200, []string{"Cache-Control", "max-age=60"}, "Authorization: Basic YTpi\r\n", false, ""},
@@ -97,6 +98,39 @@ func TestVary(t *testing.T) {
 		resp, body := cl.get("/v", extra)
 		if body != tt.body || !strings.Contains(resp.Header.Get("Cache-Status"), tt.cacheStatus) || o.requests.Load() != tt.requests {
 			t.Errorf("%q: %q, Cache-Status %q, %d origin requests; want %q %q %d", tt.lang, body,
+				resp.Header.Get("Cache-Status"), o.requests.Load(), tt.body, tt.cacheStatus, tt.requests)
+		}
+	}
+}
+
+// TestVaryCookie: a page made for one user's cookie, that says so with
+// Vary: Cookie, answers only requests with that cookie: another user's
+// request is a miss and gets its own page.
+func TestVaryCookie(t *testing.T) {
+	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=60")
+		w.Header().Set("Vary", "Cookie")
+		fmt.Fprintf(w, "cart of %s", r.Header.Get("Cookie"))
+	})
+	c := newTestCache(t, Options{})
+	cl := dial(t, testProxy(t, o, c))
+	for _, tt := range []struct {
+		cookie, body, cacheStatus string
+		requests                  int64
+	}{
+		{"user=alice", "cart of user=alice", "fwd=uri-miss", 1},
+		{"user=bob", "cart of user=bob", "fwd=vary-miss", 2},
+		{"user=alice", "cart of user=alice", "hit", 2},
+		{"", "cart of ", "fwd=vary-miss", 3},
+		{"user=bob", "cart of user=bob", "hit", 3},
+	} {
+		extra := ""
+		if tt.cookie != "" {
+			extra = "Cookie: " + tt.cookie + "\r\n"
+		}
+		resp, body := cl.get("/cart", extra)
+		if body != tt.body || !strings.Contains(resp.Header.Get("Cache-Status"), tt.cacheStatus) || o.requests.Load() != tt.requests {
+			t.Errorf("%q: %q, Cache-Status %q, %d origin requests; want %q %q %d", tt.cookie, body,
 				resp.Header.Get("Cache-Status"), o.requests.Load(), tt.body, tt.cacheStatus, tt.requests)
 		}
 	}
