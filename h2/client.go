@@ -159,6 +159,7 @@ func (cc *ClientConn) OpenStreamBody(fields []hpack.HeaderField, body []byte, en
 		return nil, 0, &notSentError{err}
 	}
 	cs := &ClientStream{cc: cc, head: fc.method == "HEAD"}
+	cs.blocks = cs.block0[:0]
 	cc.open(&cs.stream, cc.nextID)
 	cs.sentHead = true
 	cc.nextID += 2

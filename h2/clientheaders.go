@@ -12,12 +12,16 @@ func (cc *ClientConn) onHeaders(f *http2.HeadersFrame) error {
 	idle := cc.idle(id)
 	p := cc.streams[id]
 	trailers := p != nil && p.base().gotHead
+	var fields []hpack.HeaderField
+	if cs, ok := p.(*ClientStream); ok {
+		fields = cs.nextFields()
+	}
 	cc.mu.Unlock()
 	if idle {
 		return connErr{http2.ErrCodeProtocol, "HEADERS on a stream the client did not open"} // §5.1, §8.4
 	}
 	cc.resp.reset(trailers, true)
-	return cc.startBlock(f, nil)
+	return cc.startBlock(f, fields)
 }
 
 // field checks a response's field (endpoint).
@@ -59,6 +63,7 @@ func (cc *ClientConn) endBlock() error {
 	}
 	fields := b.fields
 	b.fields = nil
+	cs.took(fields)
 	if cs.gotHead { // trailers (§8.1)
 		if !b.end {
 			return streamErr{id, http2.ErrCodeProtocol, "trailers without END_STREAM"}

@@ -24,6 +24,36 @@ type ClientStream struct {
 	finalRead bool                  // the final block returned by ReadHeader
 
 	head bool // a HEAD request: the response has no content
+
+	// inline holds the response's header blocks, one after the other, as
+	// long as they fit, and block0 the first block's place in blocks: a
+	// response with a short head and short trailers (a gRPC answer) costs
+	// no allocation beside the ClientStream's own, which stays within the
+	// 768-byte size class (TestStructSizes). inline[:used] are fields of
+	// blocks received; the read loop decodes the next block after them,
+	// so a block handed out is never written again.
+	used   uint8
+	inline [maxInlineResponseFields]hpack.HeaderField
+	block0 [1][]hpack.HeaderField
+}
+
+// maxInlineResponseFields is how many response fields, head and trailers
+// together, a ClientStream holds without another allocation.
+const maxInlineResponseFields = 12
+
+// nextFields returns where the next header block's fields are decoded:
+// after the fields of blocks received, while there is room. The lock is
+// held.
+func (cs *ClientStream) nextFields() []hpack.HeaderField {
+	return cs.inline[cs.used:cs.used]
+}
+
+// took notes that a whole block's fields are in place: when they are
+// inline, the next block goes after them. The lock is held.
+func (cs *ClientStream) took(fields []hpack.HeaderField) {
+	if n := int(cs.used); len(fields) > 0 && n < len(cs.inline) && &fields[0] == &cs.inline[n] {
+		cs.used += uint8(len(fields))
+	}
 }
 
 var errHeadersRead = errors.New("h2: final response header block already read")

@@ -332,13 +332,15 @@ func (c *Conn) timedOut(begun bool) onTimeout {
 
 // shed lets go of what an idle connection can make again when it
 // resumes: its Framer (a fresh one is made between frames for the same
-// reason, bigRead) and the emptied map of its streams.
+// reason, bigRead), the emptied map of its streams, and the timers kept
+// for its waits.
 func (c *Conn) shed() {
 	c.fr = nil
 	c.mu.Lock()
 	if len(c.streams) == 0 {
 		c.streams = nil
 	}
+	c.spares, c.nspares = nil, 0
 	c.mu.Unlock()
 	c.wmu.Lock()
 	c.henc.release()

@@ -2,6 +2,7 @@ package h2
 
 import (
 	"sync"
+	"time"
 
 	"golang.org/x/net/http2"
 )
@@ -15,10 +16,46 @@ import (
 type ctrlQueue struct {
 	mu       sync.Mutex
 	queue    []ctrl
-	flushing bool // a flusher goroutine is running
+	flushing bool  // a flusher goroutine is running
+	nspares  uint8 // timers in spares
 	glitches budget
 	recv     receiver
 	send     sender
+	spares   *spareTimer // stopped timers, for the next waits with a deadline
+}
+
+// spareTimer is a timer a connection keeps between the waits it serves,
+// in a list: a wait with a deadline then costs no allocation. Since Go
+// 1.23 a stopped timer delivers nothing stale, so a timer can serve wait
+// after wait.
+type spareTimer struct {
+	*time.Timer
+	next *spareTimer
+}
+
+// maxSpareTimers bounds the timers a connection keeps: as many as its
+// streams usually wait at once.
+const maxSpareTimers = 4
+
+// timer returns a timer that fires after d: a spare one reset, or a new
+// one. The lock is held.
+func (q *ctrlQueue) timer(d time.Duration) *spareTimer {
+	if t := q.spares; t != nil {
+		q.spares, t.next = t.next, nil
+		q.nspares--
+		t.Reset(d)
+		return t
+	}
+	return &spareTimer{Timer: time.NewTimer(d)}
+}
+
+// spare stops t and keeps it for the next wait. The lock is held.
+func (q *ctrlQueue) spare(t *spareTimer) {
+	t.Stop()
+	if q.nspares < maxSpareTimers {
+		q.spares, t.next = t, q.spares
+		q.nspares++
+	}
 }
 
 // glitch charges n to the budget of frames that ask work and carry none:

@@ -22,10 +22,10 @@ type headerBlock struct {
 // its frames (CVE-2024-27316, CVE-2023-45288): the wire bytes and frames
 // of the block, and its decoded size against the list limit.
 type blockBounds struct {
-	size   uint32 // header list size so far (§6.5.2: name + value + 32 each)
-	wire   int    // fragment bytes so far
+	wire   int // fragment bytes so far
 	frames int
-	over   bool // past the list limit: fields dropped, decoding goes on for the HPACK state
+	size   uint32 // header list size so far (§6.5.2: name + value + 32 each)
+	over   bool   // past the list limit: fields dropped, decoding goes on for the HPACK state
 }
 
 // feed counts a fragment of the block and decodes it with dec; done once

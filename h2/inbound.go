@@ -133,9 +133,20 @@ func (q *ctrlQueue) await(ch *chan struct{}, dl time.Time, op string, id uint32)
 		return &deadlineError{op, id}
 	}
 	w := wake(ch)
+	if dl.IsZero() {
+		q.mu.Unlock()
+		<-w
+		q.mu.Lock()
+		return nil
+	}
+	t := q.timer(time.Until(dl))
 	q.mu.Unlock()
-	wait(w, dl)
+	select {
+	case <-w:
+	case <-t.C:
+	}
 	q.mu.Lock()
+	q.spare(t)
 	return nil
 }
 

@@ -79,20 +79,6 @@ func (st *stream) writeErr() error {
 	return nil
 }
 
-// wait blocks until ch is poked or the deadline dl (if any) passes.
-func wait(ch chan struct{}, dl time.Time) {
-	if dl.IsZero() {
-		<-ch
-		return
-	}
-	t := time.NewTimer(time.Until(dl))
-	select {
-	case <-ch:
-	case <-t.C:
-	}
-	t.Stop()
-}
-
 // wake returns *ch, making it first. The lock is held.
 func wake(ch *chan struct{}) chan struct{} {
 	if *ch == nil {
