@@ -33,6 +33,7 @@ require (
 	github.com/letsencrypt/pebble/v2 v2.10.3 // indirect
 	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.20 // indirect
+	github.com/maypok86/otter/v2 v2.4.0 // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
 	github.com/summerwind/h2spec v2.2.1+incompatible // indirect

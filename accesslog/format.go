@@ -61,7 +61,8 @@ const (
 	fBasicAuth
 	fForwardAuth
 	fIdempotency
-	lastAttr = fIdempotency
+	fCache
+	lastAttr = fCache
 )
 
 const (
@@ -88,7 +89,7 @@ var keys = [lastAttr + 1]string{
 	fAccess: "access", fBodyLimit: "body_limit", fCompressed: "compressed", fRateLimited: "rate_limited",
 	fRateLimitStore: "rate_limit_store", fStatic: "static", fStripped: "stripped",
 	fRewritten: "rewritten", fUser: "user", fBasicAuth: "basic_auth", fForwardAuth: "forward_auth",
-	fIdempotency: "idempotency",
+	fIdempotency: "idempotency", fCache: "cache",
 }
 
 // names maps every name a format may use to its field: the JSON line's

@@ -288,6 +288,8 @@ func attrField(key string) (field, bool) {
 		return fForwardAuth, true
 	case "idempotency":
 		return fIdempotency, true
+	case "cache":
+		return fCache, true
 	}
 	return 0, false
 }

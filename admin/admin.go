@@ -12,6 +12,7 @@
 //	GET  /api/upstreams                          every upstream server, its health and statistics
 //	POST /api/upstreams/NAME/servers/ADDR/drain  take a server out of selection by hand
 //	POST /api/upstreams/NAME/servers/ADDR/enable put it back
+//	POST /api/cache/purge                        remove stored responses by URL, prefix and tag, fleet-wide
 //	GET  /debug/pprof/                           Go's profiler, with Handler's pprof set
 //
 // ADDR is the server's address as written in the config, percent-encoded
@@ -120,6 +121,7 @@ func (a *Server) Handler() http.Handler {
 	// Without a method, so that a GET gets 405 from serverAction rather
 	// than the JSON 404 of /api/.
 	mux.HandleFunc("/api/upstreams/{upstream}/servers/{server}/{action}", a.serverAction)
+	mux.HandleFunc("/api/cache/purge", a.purge)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
 	})

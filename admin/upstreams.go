@@ -26,6 +26,8 @@ type Upstreams struct {
 	Connections []Connections `json:"connections"`
 	InFlight    int64         `json:"requests_in_flight"`
 	Upstreams   []Upstream    `json:"upstreams"`
+	// Caches are the cache stores, with their hit ratios.
+	Caches []CacheStore `json:"caches"`
 }
 
 // ConfigInfo identifies a config.
@@ -100,7 +102,7 @@ func (a *Server) Snapshot() Upstreams {
 	now := time.Now()
 	hash, at := a.configInfo()
 	out := Upstreams{Time: now.UTC(), Config: ConfigInfo{Hash: hash, LoadedAt: at.UTC()},
-		WindowSeconds: observe.Window.Seconds(), Connections: []Connections{}, Upstreams: []Upstream{}}
+		WindowSeconds: observe.Window.Seconds(), Connections: []Connections{}, Upstreams: []Upstream{}, Caches: []CacheStore{}}
 	if a.Proxy != nil {
 		counts := map[[2]string]int{}
 		a.Proxy.Connections(func(listener, protocol string) { counts[[2]string{listener, protocol}]++ })
@@ -116,6 +118,7 @@ func (a *Server) Snapshot() Upstreams {
 	if gen == nil {
 		return out
 	}
+	out.Caches = cacheStores(gen)
 	idle := map[string]int{}
 	if a.Pool != nil {
 		a.Pool.IdleByKey(func(key string, n int) {

@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-proxy/sluice/acme"
 	"github.com/sluice-proxy/sluice/auth"
 	"github.com/sluice-proxy/sluice/balance"
+	"github.com/sluice-proxy/sluice/cache"
 	"github.com/sluice-proxy/sluice/compress"
 	"github.com/sluice-proxy/sluice/h2"
 	"github.com/sluice-proxy/sluice/idempotency"
@@ -67,6 +68,15 @@ type Generation struct {
 	layers    map[string]*idempotency.Layer
 	idemRedis *redis.Client
 
+	// stores are the cache stores, by name (storeOrder: in file order),
+	// caches the routes' caches, fleet the purge subscriber of a file with
+	// a redis section (fleetRedis its client).
+	stores     map[string]*storeSlot
+	storeOrder []string
+	caches     []*cache.Cache
+	fleet      *cache.Fleet
+	fleetRedis *redis.Client
+
 	// acme are the ACME managers of the TLS listeners with an acme
 	// section, one for each distinct section: made by Build, started by
 	// Listeners.StartACME, stopped by Close unless a later generation
@@ -85,6 +95,8 @@ func (g *Generation) Start(ctx context.Context) {
 	for _, u := range g.Upstreams {
 		u.Balancer().Start(ctx)
 	}
+	g.openStores(slog.Default())
+	g.startFleet(ctx)
 }
 
 // Carry hands the health state of old's upstreams to g's upstreams of the
@@ -112,6 +124,7 @@ func (g *Generation) Carry(old *Generation) {
 	for name, l := range g.layers {
 		l.Carry(old.layers[name])
 	}
+	g.carryStores(old)
 	for _, s := range g.acme {
 		for _, o := range old.acme {
 			if o.m != nil && o.key == s.key {
@@ -195,6 +208,10 @@ func (g *Generation) Close() {
 		g.redis.Close()
 	}
 	g.closeIdempotency()
+	g.closeStores()
+	if g.fleetRedis != nil {
+		g.fleetRedis.Close()
+	}
 }
 
 // RateLimits reports each route's rate limit decisions, for metrics: the
@@ -244,6 +261,9 @@ func Build(cfg *Config) (_ *Generation, err error) {
 		if err != nil && g.idemRedis != nil {
 			g.idemRedis.Close() // likewise, for an idempotency layer
 		}
+		if err != nil && g.fleetRedis != nil {
+			g.fleetRedis.Close()
+		}
 	}()
 	if err := g.buildTLS(log); err != nil {
 		return nil, err
@@ -259,6 +279,12 @@ func Build(cfg *Config) (_ *Generation, err error) {
 			return nil, err
 		}
 		g.Upstreams[u.Name] = built
+	}
+	g.buildCaches(cfg)
+	if len(g.stores) > 0 && cfg.Redis != nil {
+		// Purges reach every sluice sharing the server.
+		g.fleetRedis = ratelimit.NewRedisClient(cfg.Redis.Address, cfg.Redis.Password, cfg.Redis.DB, time.Second)
+		g.fleet = cache.NewFleet(g.fleetRedis, g.purgeLocal, log)
 	}
 	routes := make([]route.Route, 0, len(cfg.Routes))
 	for _, r := range cfg.Routes {
@@ -301,6 +327,16 @@ func Build(cfg *Config) (_ *Generation, err error) {
 				return nil, fmt.Errorf("%s:%d: route idempotency: %w", cfg.File, r.Idempotency.Line, err)
 			}
 			rt.Phases = append(rt.Phases, l.Phase())
+		}
+		if r.Cache != nil {
+			// After the phases that refuse requests (access, rate limit,
+			// authentication): a stored response answers only a request
+			// they let through.
+			c, err := g.routeCache(r)
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: route cache: %w", cfg.File, r.Cache.Line, err)
+			}
+			rt.Phases = append(rt.Phases, c)
 		}
 		if r.Compress != nil {
 			p, err := buildCompress(r.Compress)

@@ -85,6 +85,10 @@ type Config struct {
 	// status both give) and for the requests no route matches (404).
 	Errors []ErrorPage
 
+	// Cache (key "cache", default none) names the stores routes' caches
+	// keep responses in (see CacheSection).
+	Cache *CacheSection
+
 	warnings []Problem // see Warnings
 }
 
@@ -680,6 +684,10 @@ type Route struct {
 	// route's keyed requests the Idempotency-Key semantics: answers kept
 	// and replayed, 409 while the first runs, 422 for another payload.
 	Idempotency *Idempotency
+	// Cache (key "cache", default nil: off) stores the route's responses
+	// and answers from them (RFC 9111); the key given, even empty
+	// ("cache: {}"), turns it on with the defaults.
+	Cache *RouteCache
 	// Line is the line of the route in the file, for messages.
 	Line int
 

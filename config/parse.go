@@ -65,11 +65,12 @@ type decoder struct {
 	problems []Problem
 	// schema, when not nil, records the path of every key the schema
 	// knows of in each mapping walked, with sequence indexes written
-	// as "[]" and upstream names as "*". Tests use it to check that
+	// as "[]" and upstream and store names as "*". Tests use it to check that
 	// testdata/full.yaml uses every key.
 	schema map[string]bool
-	// upstream is the key path of the upstream being walked, for schemaKey.
-	upstream string
+	// upstream is the key path of the upstream being walked, and store of
+	// the cache store, for schemaKey.
+	upstream, store string
 	// truncated is set when a problem was dropped for maxProblems.
 	truncated bool
 	// warnings are what is allowed but most likely a mistake.
@@ -429,6 +430,9 @@ func (d *decoder) schemaKey(path string) string {
 	if u := d.upstream; u != "" && strings.HasPrefix(path, u+".") {
 		path = "upstreams.*" + path[len(u):]
 	}
+	if st := d.store; st != "" && strings.HasPrefix(path, st+".") {
+		path = "cache.stores.*" + path[len(st):]
+	}
 	return sequenceIndex.ReplaceAllString(path, "[]")
 }
 
@@ -627,6 +631,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 					{"basic_auth", func(n *yaml.Node, path string) { r.BasicAuth = d.routeBasicAuth(n, path) }},
 					{"forward_auth", func(n *yaml.Node, path string) { r.ForwardAuth = d.routeForwardAuth(n, path) }},
 					{"idempotency", func(n *yaml.Node, path string) { r.Idempotency = d.routeIdempotency(n, path) }},
+					{"cache", func(n *yaml.Node, path string) { r.Cache = d.routeCache(n, path) }},
 				})
 				d.routeTarget(n, path, present)
 				d.routePathKeys(n, path, present)
@@ -642,6 +647,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 		}},
 		{"redis", func(n *yaml.Node, path string) { c.Redis = d.redis(n, path) }},
 		{"errors", func(n *yaml.Node, path string) { c.Errors = d.errorPages(n, path) }},
+		{"cache", func(n *yaml.Node, path string) { c.Cache = d.cacheSection(n, path) }},
 		{"upstreams", func(n *yaml.Node, path string) {
 			d.upstreams(n, path, c)
 			if len(c.Upstreams) == 0 && (isNull(n) || n.Kind == yaml.MappingNode) {
@@ -655,6 +661,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 	d.checkRedisUsers(c)
 	d.checkShadowed(c.Routes, routeNodes)
 	d.checkIdempotency(c)
+	d.checkCache(c)
 	d.checkACMERedis(c)
 	seen := map[string]*yaml.Node{}
 	for _, a := range listenAddrs {

@@ -23,7 +23,8 @@ import (
 // other error is a 502 bad_gateway with the error in the log.
 //
 // A Handler may also implement any of the optional hook interfaces below
-// (RequestFilter, UpstreamRequestFilter, ResponseFilter, AnswerFilter,
+// (RequestFilter, UpstreamRequestFilter, UpstreamResponseFilter,
+// ResponseFilter, AnswerFilter,
 // FailToConnect, ErrorWhileProxy, FailToProxy, Logger); the Server checks
 // once, at start.
 // Hooks are called from the connection's goroutine; a Handler serves many
@@ -53,6 +54,25 @@ type UpstreamRequestFilter interface {
 // forwarded.
 type ResponseFilter interface {
 	ResponseFilter(s *Session, peer *Peer, resp *h1.Response)
+}
+
+// UpstreamResponseFilter sees the final response head of a try that is to
+// go to the client, before the tees and the ResponseFilters (pingora's
+// upstream_response_filter, which runs before its cache; its
+// response_filter, after it, is ResponseFilter here). It runs once per
+// request, for the response relayed (a status the retry policy retries is
+// seen only when it becomes the answer), never for a Response standing in
+// for an upstream's; resp's hop-by-hop fields are removed. It may change
+// the head, as ResponseFilter may; and it may answer instead of the
+// upstream: a non-nil Response replaces the upstream's (a stored copy of
+// one that a 304 just validated, say, or an error page: nginx's
+// proxy_intercept_errors), relayed as sluice's own answer or, with
+// AsUpstream, through the response phases as an upstream's. The upstream's
+// body is not read then: its connection is kept when the response has
+// none (a 304, a HEAD's), else closed. The try counts as answered, with
+// the upstream's status.
+type UpstreamResponseFilter interface {
+	UpstreamResponseFilter(s *Session, peer *Peer, resp *h1.Response) *Response
 }
 
 // AnswerFilter may change the header fields of an answer sluice makes

@@ -30,6 +30,12 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 	out, reusable := up.out()
 	s.respOut = out
 	stripHopByHop(&resp.Header, false)
+	if h := s.hooks.upstreamResponse; h != nil && peer != localPeer {
+		if r := h.UpstreamResponseFilter(s, peer, resp); r != nil {
+			s.replaceResponse(peer, a, r, out, reusable)
+			return
+		}
+	}
 	s.teeHead(resp)
 	if rf := s.hooks.responseFilter; rf != nil {
 		rf.ResponseFilter(s, peer, resp)
@@ -57,12 +63,19 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 	body := up.response(!pass, s.readTimeout(peer))
 	down := s.down
 	down.respond(resp, out)
+	var first []byte // a large first segment of a local body, sent uncopied
 	if body.ready() {
 		seg, err := body.next()
 		s.tap(body, seg)
-		down.buffer(seg)
-		if err == nil {
-			err = s.gather(body)
+		if peer == localPeer && len(seg) > maxCopied {
+			// A Response's body in memory (a stored copy, say) is not the
+			// connection's read buffer: it goes as it is, after the head.
+			first = seg
+		} else {
+			down.buffer(seg)
+			if err == nil {
+				err = s.gather(body)
+			}
 		}
 		if err != nil && err != io.EOF {
 			s.failBody(peer, a, err)
@@ -78,7 +91,7 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 		s.teeEnd(trailers)
 		s.releaseUpstream(a, reusable)
 	}
-	if err := down.send(nil, body.done(), trailers); err != nil {
+	if err := down.send(first, body.done(), trailers); err != nil {
 		s.lostClient(err, a, body, reusable)
 		return
 	}
@@ -118,6 +131,34 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 	if s.up != nil {
 		s.releaseUpstream(a, reusable)
 	}
+}
+
+// replaceResponse answers with r instead of the upstream's response, whose
+// head an UpstreamResponseFilter saw: the try ends, its connection kept
+// when the response has no body to read, and the tees, which saw nothing
+// of it, are told it did not come.
+func (s *Session) replaceResponse(peer *Peer, a *Attempt, r *Response, out outBody, reusable bool) {
+	if out.none || out.length == 0 {
+		// Nothing to read: the end of the response is at hand (an HTTP/2
+		// stream's END_STREAM, say), and the connection stays.
+		body := s.up.response(true, s.readTimeout(peer))
+		for !body.done() {
+			if _, err := body.next(); err != nil && err != io.EOF {
+				reusable = false
+				break
+			}
+		}
+		s.releaseUpstream(a, reusable)
+	} else {
+		s.dropUpstream()
+	}
+	s.teeAbort()
+	s.tees = s.tees[:0]
+	if r.AsUpstream {
+		s.serveLocal(r)
+		return
+	}
+	s.answer(r, true)
 }
 
 // readTimeout bounds each wait for the response body of peer: for a gRPC

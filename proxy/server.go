@@ -123,6 +123,7 @@ type Server struct {
 	streams   map[stream]struct{}       // the HTTP/2 and HTTP/3 streams being served
 	quic      map[QUICListener]struct{} // the HTTP/3 listeners (h3.go)
 	h3conns   map[*quicConn]struct{}    // the HTTP/3 connections (h3.go)
+	spawned   map[*nobody]struct{}      // the spawned requests running (Session.Spawn)
 	draining  atomic.Bool               // read on every request
 	// inFlight counts the requests between their head and their end
 	// (Session.serve). It changes twice per request, from every core, so
@@ -225,6 +226,7 @@ type hooks struct {
 	h                     Handler
 	requestFilter         RequestFilter
 	upstreamRequestFilter UpstreamRequestFilter
+	upstreamResponse      UpstreamResponseFilter
 	responseFilter        ResponseFilter
 	answerFilter          AnswerFilter
 	failToConnect         FailToConnect
@@ -262,6 +264,7 @@ func newHooks(h Handler) *hooks {
 	hk := &hooks{h: h}
 	hk.requestFilter, _ = h.(RequestFilter)
 	hk.upstreamRequestFilter, _ = h.(UpstreamRequestFilter)
+	hk.upstreamResponse, _ = h.(UpstreamResponseFilter)
 	hk.responseFilter, _ = h.(ResponseFilter)
 	hk.answerFilter, _ = h.(AnswerFilter)
 	hk.failToConnect, _ = h.(FailToConnect)
@@ -297,6 +300,7 @@ func (srv *Server) init() {
 	srv.streams = make(map[stream]struct{})
 	srv.quic = make(map[QUICListener]struct{})
 	srv.h3conns = make(map[*quicConn]struct{})
+	srv.spawned = make(map[*nobody]struct{})
 	srv.workers = workers.New((*conn).serve, maxIdleWorkers, workerIdle)
 	srv.expire, srv.cancelDials = context.WithCancel(context.Background())
 	srv.parker = park.New[*conn]()
@@ -494,6 +498,9 @@ func (srv *Server) expireDrain(done <-chan struct{}) {
 	for x := range srv.streams {
 		x.inFlight().cut(now)
 	}
+	for n := range srv.spawned {
+		n.flight.cut(now)
+	}
 	srv.mu.Unlock()
 	select {
 	case <-done:
@@ -511,6 +518,9 @@ func (srv *Server) expireDrain(done <-chan struct{}) {
 	}
 	for qc := range srv.h3conns {
 		qc.hc.Close()
+	}
+	for n := range srv.spawned {
+		n.flight.cut(now)
 	}
 	srv.mu.Unlock()
 	<-done

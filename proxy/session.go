@@ -106,6 +106,8 @@ type Session struct {
 	tees      []ResponseTee      // observers of the response (Tee)
 	teeEnded  bool               // the tees were told how it ended
 	once      bool               // the request must reach the upstream at most once (Once)
+	spawned   bool               // run by Spawn, for no client
+	values    []keyValue         // the phases' own (SetValue)
 }
 
 // reset prepares the session for the connection's next request, keeping
@@ -117,6 +119,7 @@ func (s *Session) reset() {
 	attempts := s.Attempts[:cap(s.Attempts)]
 	clear(attempts)
 	clear(s.tees[:cap(s.tees)])
+	clear(s.values[:cap(s.values)])
 	done := s.body.done
 	if done == nil {
 		done = make(chan struct{}, 1)
@@ -140,6 +143,7 @@ func (s *Session) reset() {
 		notes:   s.notes[:0],
 		extra:   s.extra,
 		tees:    s.tees[:0],
+		values:  s.values[:0],
 		local:   localUp{rbody: localBody{buf: s.local.rbody.buf}},
 		h1req:   h1Request{h1Body: h1Body{b: s.h1req.b}},
 	}

@@ -50,7 +50,8 @@ type Route struct {
 	// Phases are the route's own handling of the requests it matches
 	// (header rules, limits, compression, static files), run in order.
 	// Each implements one or more of proxy.RequestFilter,
-	// proxy.UpstreamRequestFilter, proxy.ResponseFilter,
+	// proxy.UpstreamRequestFilter, proxy.UpstreamResponseFilter,
+	// proxy.ResponseFilter,
 	// proxy.AnswerFilter, proxy.FailToProxy and ErrorPages; New sorts them
 	// by what they implement, once, and ignores a phase that implements
 	// none. The first RequestFilter that answers ends the request, and its
@@ -63,6 +64,7 @@ type Route struct {
 
 	request  []proxy.RequestFilter
 	upstream []proxy.UpstreamRequestFilter
+	upResp   []proxy.UpstreamResponseFilter
 	response []proxy.ResponseFilter
 	answer   []proxy.AnswerFilter
 	fail     []proxy.FailToProxy
@@ -134,13 +136,16 @@ func New(routes ...Route) *Table {
 	for i, r := range routes {
 		r.Host = strings.ToLower(r.Host)
 		r.label = label(&r)
-		r.request, r.upstream, r.response, r.answer, r.fail, r.pages = nil, nil, nil, nil, nil, nil
+		r.request, r.upstream, r.upResp, r.response, r.answer, r.fail, r.pages = nil, nil, nil, nil, nil, nil, nil
 		for _, p := range r.Phases {
 			if f, ok := p.(proxy.RequestFilter); ok {
 				r.request = append(r.request, f)
 			}
 			if f, ok := p.(proxy.UpstreamRequestFilter); ok {
 				r.upstream = append(r.upstream, f)
+			}
+			if f, ok := p.(proxy.UpstreamResponseFilter); ok {
+				r.upResp = append(r.upResp, f)
 			}
 			if f, ok := p.(proxy.ResponseFilter); ok {
 				r.response = append(r.response, f)
@@ -266,6 +271,20 @@ func (t *Table) UpstreamRequestFilter(s *proxy.Session, peer *proxy.Peer, req *h
 			f.UpstreamRequestFilter(s, peer, req)
 		}
 	}
+}
+
+// UpstreamResponseFilter runs the route's phases that see the upstream's
+// response before the response phases; the first that answers instead of
+// the upstream gives the answer, and the phases after it are not asked.
+func (t *Table) UpstreamResponseFilter(s *proxy.Session, peer *proxy.Peer, resp *h1.Response) *proxy.Response {
+	if r := t.route(s); r != nil {
+		for _, f := range r.upResp {
+			if a := f.UpstreamResponseFilter(s, peer, resp); a != nil {
+				return a
+			}
+		}
+	}
+	return nil
 }
 
 // ResponseFilter runs the route's phases that change the response head.

@@ -183,6 +183,36 @@ function upstreamSection(u, now) {
   return el("section", { class: "upstream", "data-upstream": u.name }, head, cards, failures(u, now));
 }
 
+// size writes a number of bytes in binary units.
+function size(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return (i ? n.toFixed(1) : String(n)) + " " + units[i];
+}
+
+// cacheCard is a cache store: its hit ratio, what it holds, what its
+// routes did with requests.
+function cacheCard(c) {
+  const ratio = typeof c.hit_ratio === "number" ? (100 * c.hit_ratio).toFixed(1) + "%" : "–";
+  const full = c.capacity > 0 ? c.bytes / c.capacity : 0;
+  const stats = el("dl", { class: "stats" },
+    stat("hit_ratio", "hit ratio", ratio),
+    stat("objects", "objects", c.objects),
+    stat("bytes", "held", size(c.bytes) + " / " + size(c.capacity)),
+    stat("hits", "hits", c.hits),
+    stat("misses", "misses", c.misses),
+    stat("stale", "stale", c.stale),
+    stat("collapsed", "collapsed", c.collapsed),
+    stat("evictions", "evictions", c.evictions),
+    stat("purged", "purged", c.purged));
+  return el("article", { class: "server store " + (full > 0.98 ? "warming" : "up"), "data-store": c.name },
+    el("div", { class: "card-head" },
+      el("div", { class: "addr" }, el("span", { class: "name", "data-field": "store" }, c.name),
+        el("span", { class: "badge" }, c.kind))),
+    stats);
+}
+
 function render(data) {
   updates++;
   lastUpdate = Date.now();
@@ -199,6 +229,12 @@ function render(data) {
   setText("window", String(data.window_seconds));
   const conns = data.connections.map((c) => c.listener + " " + c.protocol + ": " + c.open);
   setText("connections", conns.length ? conns.join(", ") : "none");
+  const caches = document.getElementById("caches");
+  const stores = data.caches || [];
+  caches.hidden = stores.length === 0;
+  if (stores.length) {
+    caches.replaceChildren(el("h2", {}, "Caches"), el("div", { class: "servers" }, ...stores.map(cacheCard)));
+  }
   const main = document.getElementById("upstreams");
   main.replaceChildren(...data.upstreams.map((u) => upstreamSection(u, now)));
 }

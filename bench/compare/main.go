@@ -104,7 +104,7 @@ func parseFlags(args []string) (options, error) {
 	}
 	for _, name := range list {
 		if _, ok := proxyByName(name); !ok {
-			return o, fmt.Errorf("-proxies: unknown proxy %q (known: sluice, sluice-reuse, sluice-dial, sluice-b, nginx, haproxy, caddy, go-relay)", name)
+			return o, fmt.Errorf("-proxies: unknown proxy %q (known: sluice, sluice-reuse, sluice-dial, sluice-b, sluice-disk, nginx, nginx-sendfile, haproxy, varnish, caddy, go-relay)", name)
 		}
 		o.proxies = append(o.proxies, name)
 	}
@@ -114,7 +114,7 @@ func parseFlags(args []string) (options, error) {
 			for _, sc := range scenarios {
 				known = append(known, sc.name)
 			}
-			return o, fmt.Errorf("-scenarios: unknown scenario %q (known: %s; groups: plain, tls, h2, h3, all)", name, strings.Join(known, ", "))
+			return o, fmt.Errorf("-scenarios: unknown scenario %q (known: %s; groups: plain, tls, h2, h3, static, cache, all)", name, strings.Join(known, ", "))
 		}
 		o.scenarios = append(o.scenarios, name)
 	}
@@ -525,6 +525,7 @@ func (b *bench) startProxy(p proxy, sc scenario, tag string) (*child, int, error
 	if sc.static {
 		s.static = filepath.Join(b.dir, "upstream", "www", "static")
 	}
+	s.cache = sc.cache
 	argv, env, err := p.configure(s)
 	if err != nil {
 		return nil, 0, err
@@ -584,6 +585,8 @@ func waitReady(c *child, port int, cfg *tls.Config) error {
 		{"GET", "/16k", "", size16k},
 		{"GET", "/1m", "", size1m},
 		{"POST", "/post", strings.Repeat("x", 4096), len(postBody)},
+		{"GET", "/cached/small", "", len(smallBody)},
+		{"GET", "/cached/1m", "", size1m},
 	}
 	for _, ck := range checks {
 		req, _ := http.NewRequest(ck.method, scheme+"://"+addr+ck.path, strings.NewReader(ck.body))

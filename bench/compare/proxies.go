@@ -44,6 +44,11 @@ type site struct {
 	// static is the directory the proxy serves /static/ from itself, in
 	// the static scenarios; "" for none.
 	static string
+	// cache has the proxy cache the upstream's responses (the cache
+	// scenarios): in memory where it can (sluice's memory store,
+	// HAProxy's cache, Varnish's malloc storage), in files for nginx, in
+	// 256 MiB.
+	cache bool
 }
 
 // keepIdle is the idle timeout that keeps the idle scenarios'
@@ -71,8 +76,9 @@ type proxy struct {
 	// the command that runs it in the foreground and the environment it
 	// needs on top of this program's.
 	configure func(s site) (argv, env []string, err error)
-	// notIn lists scenarios the proxy sits out.
-	notIn []string
+	// notIn lists scenarios the proxy sits out; onlyIn, when not empty,
+	// the only ones it runs in.
+	notIn, onlyIn []string
 	// noTLS makes the proxy sit out the TLS scenarios.
 	noTLS bool
 	// noH3 makes the proxy sit out the HTTP/3 scenarios.
@@ -92,12 +98,24 @@ var proxies = []proxy{
 	// sluice-b is the binary given with -sluice-b, configured as sluice:
 	// two builds side by side, round by round.
 	{name: "sluice-b", version: []string{"version"}, configure: sluiceConfig},
+	// sluice-disk caches in a disk store: hits are sent from their files
+	// by sendfile(2).
+	{name: "sluice-disk", version: []string{"version"}, configure: sluiceDiskConfig,
+		onlyIn: []string{"cache-small", "cache-1m"}},
 	// Debian's nginx (1.22) and HAProxy (2.6) are built without QUIC.
 	{name: "nginx", tool: "nginx", pkg: "nginx", version: []string{"-v"}, configure: nginxConfig, noH3: true},
+	// nginx-sendfile is nginx with sendfile on: its proxy_cache serves
+	// hits from files, by sendfile(2) with it (off by default).
+	{name: "nginx-sendfile", tool: "nginx", pkg: "nginx", version: []string{"-v"}, configure: nginxSendfileConfig,
+		onlyIn: []string{"cache-small", "cache-1m"}},
+	// Varnish caches and nothing else here: it runs in the cache
+	// scenarios alone.
+	{name: "varnish", tool: "varnishd", pkg: "varnish", version: []string{"-V"}, configure: varnishConfig,
+		onlyIn: []string{"cache-small", "cache-1m"}},
 	// HAProxy logs to syslog, not to a file: it sits out the access log
 	// scenario.
 	{name: "haproxy", tool: "haproxy", pkg: "haproxy", version: []string{"-v"}, configure: haproxyConfig, notIn: []string{"logged", "static-small", "static-1m"}, noH3: true},
-	{name: "caddy", tool: "caddy", pkg: "caddy", version: []string{"version"}, configure: caddyConfig, notIn: []string{"static-small", "static-1m"}},
+	{name: "caddy", tool: "caddy", pkg: "caddy", version: []string{"version"}, configure: caddyConfig, notIn: []string{"static-small", "static-1m", "cache-small", "cache-1m"}},
 	// go-relay (bench/relay) is the least a Go proxy does per request: a
 	// goroutine per connection, Go's netpoller, pooled upstream
 	// connections, nothing else (over TLS, crypto/tls as it comes, and
@@ -105,12 +123,12 @@ var proxies = []proxy{
 	// shows what the runtime costs apart from sluice's own work. It holds
 	// 68 KiB of buffers per connection, so it sits out the idle
 	// scenarios, and it writes no access log.
-	{name: "go-relay", configure: relayConfig, notIn: []string{"idle", "tls-idle", "logged", "static-small", "static-1m"}, noH3: true},
+	{name: "go-relay", configure: relayConfig, notIn: []string{"idle", "tls-idle", "logged", "static-small", "static-1m", "cache-small", "cache-1m"}, noH3: true},
 }
 
 // sitsOutWhy says why p is left out of scenario sc; "" when it is not.
 func (p proxy) sitsOutWhy(sc scenario) string {
-	if slices.Contains(p.notIn, sc.name) || sc.tls && p.noTLS {
+	if slices.Contains(p.notIn, sc.name) || sc.tls && p.noTLS || len(p.onlyIn) > 0 && !slices.Contains(p.onlyIn, sc.name) {
 		return "sits out this scenario"
 	}
 	if sc.h3 && p.noH3 {
@@ -143,7 +161,12 @@ func pinned(cpu string, argv ...string) []string {
 	return append([]string{"taskset", "-c", cpu}, argv...)
 }
 
-func sluiceConfig(s site) ([]string, []string, error) { return sluiceWith(s, "") }
+func sluiceConfig(s site) ([]string, []string, error) { return sluiceWith(s, "", "") }
+
+// sluiceDiskConfig caches in a disk store of 256 MiB.
+func sluiceDiskConfig(s site) ([]string, []string, error) {
+	return sluiceWith(s, "", fmt.Sprintf("cache:\n  stores:\n    default: {disk: {path: %q, size: 256MiB}}\n", filepath.Join(s.dir, "cache")))
+}
 
 func relayConfig(s site) ([]string, []string, error) {
 	argv := []string{s.binary, "-listen", fmt.Sprintf("127.0.0.1:%d", s.port), "-upstream", s.upstream}
@@ -155,11 +178,11 @@ func relayConfig(s site) ([]string, []string, error) {
 
 func sluiceModeConfig(mode string) func(s site) ([]string, []string, error) {
 	return func(s site) ([]string, []string, error) {
-		return sluiceWith(s, ", non_idempotent: "+mode)
+		return sluiceWith(s, ", non_idempotent: "+mode, "")
 	}
 }
 
-func sluiceWith(s site, pool string) ([]string, []string, error) {
+func sluiceWith(s site, pool, stores string) ([]string, []string, error) {
 	// With a log, sluice's defaults: text, 64 KiB batches.
 	accessLog := "{enabled: false}"
 	if s.accessLog != "" {
@@ -187,19 +210,24 @@ func sluiceWith(s site, pool string) ([]string, []string, error) {
 	if s.static != "" {
 		static = fmt.Sprintf("  - {path_prefix: /static/, static: {root: %q}}\n", s.static)
 	}
+	// The cache scenarios: the default store, 256 MiB in memory.
+	routeCache := ""
+	if s.cache {
+		routeCache = "\n    cache: {}"
+	}
 	cfg := filepath.Join(s.dir, "sluice.yaml")
 	err := writeFile(cfg, fmt.Sprintf(`listen:
   - address: 127.0.0.1:%d
 %s%saccess_log: %s
 log: {level: error}
 routes:
-%s  - upstream: app
-upstreams:
+%s  - upstream: app%s
+%supstreams:
   app:
     servers:
       - address: %s
     pool: {max_idle: 256, idle_timeout: 60s%s}
-`, s.port, tlsConf, timeouts, accessLog, static, s.upstream, pool))
+`, s.port, tlsConf, timeouts, accessLog, static, routeCache, stores, s.upstream, pool))
 	return pinned(proxyCPU, s.binary, "run", "-c", cfg), []string{"GOMAXPROCS=1"}, err
 }
 
@@ -236,7 +264,14 @@ func nginxArgv(binary, dir string) []string {
 		"-c", dir + "/nginx.conf", "-g", "daemon off;"}
 }
 
-func nginxConfig(s site) ([]string, []string, error) {
+func nginxConfig(s site) ([]string, []string, error) { return nginxWith(s, "") }
+
+// nginxSendfileConfig is nginx with sendfile on.
+func nginxSendfileConfig(s site) ([]string, []string, error) {
+	return nginxWith(s, "    sendfile on;\n")
+}
+
+func nginxWith(s site, extra string) ([]string, []string, error) {
 	common, err := nginxCommon(s.dir, s.noFile)
 	if err != nil {
 		return nil, nil, err
@@ -278,9 +313,16 @@ func nginxConfig(s site) ([]string, []string, error) {
 	if s.static != "" {
 		static = fmt.Sprintf("        location /static/ { alias %s/; sendfile on; tcp_nopush on; }\n", s.static)
 	}
+	// The cache scenarios: proxy_cache in files (nginx keeps only keys in
+	// memory, the bodies in the page cache), 256 MiB.
+	cachePath, cacheUse := "", ""
+	if s.cache {
+		cachePath = fmt.Sprintf("    proxy_cache_path %s/cache levels=1:2 keys_zone=c:16m max_size=256m inactive=1h use_temp_path=off;\n", s.dir)
+		cacheUse = "            proxy_cache c;\n"
+	}
 	conf := common + fmt.Sprintf(`http {
     access_log %s;
-%s%s    keepalive_requests 1000000;
+%s%s%s%s    keepalive_requests 1000000;
     upstream app {
         server %s;
         keepalive 256;
@@ -294,10 +336,10 @@ func nginxConfig(s site) ([]string, []string, error) {
             proxy_pass http://app;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
-        }
+%s        }
     }
 }
-`, accessLog, nginxTemp(s.dir), keepalive, s.upstream, s.port, listen, tlsConf, static)
+`, accessLog, nginxTemp(s.dir), extra, cachePath, keepalive, s.upstream, s.port, listen, tlsConf, static, cacheUse)
 	if err := writeFile(filepath.Join(s.dir, "nginx.conf"), conf); err != nil {
 		return nil, nil, err
 	}
@@ -346,13 +388,45 @@ frontend fe
     default_backend app
 
 backend app
-    server s1 %s
-`, maxconn, globalTLS, maxconn, idle, idle, s.port, bindTLS, s.upstream)
+%s    server s1 %s
+%s`, maxconn, globalTLS, maxconn, idle, idle, s.port, bindTLS, haproxyCacheUse(s), s.upstream, haproxyCache(s))
 	cfg := filepath.Join(s.dir, "haproxy.cfg")
 	if err := writeFile(cfg, conf); err != nil {
 		return nil, nil, err
 	}
 	return pinned(proxyCPU, s.binary, "-f", cfg, "-db"), nil, nil
+}
+
+// haproxyCache is the cache section of the cache scenarios: 256 MiB in
+// memory, objects up to 2 MiB, kept as long as they are fresh.
+func haproxyCache(s site) string {
+	if !s.cache {
+		return ""
+	}
+	return "\ncache c\n    total-max-size 256\n    max-object-size 2097152\n    max-age 3600\n"
+}
+
+func haproxyCacheUse(s site) string {
+	if !s.cache {
+		return ""
+	}
+	return "    http-request cache-use c\n    http-response cache-store c\n"
+}
+
+// varnishConfig runs varnishd in the foreground with its built-in VCL
+// in front of the upstream: its malloc storage of 256 MiB, one thread
+// pool (as every proxy here, one worker on one CPU), no jail (it runs as
+// whoever runs the comparison), its work directory in the temp dir.
+func varnishConfig(s site) ([]string, []string, error) {
+	host, port, _ := strings.Cut(s.upstream, ":")
+	vcl := fmt.Sprintf("vcl 4.1;\nbackend default {\n    .host = %q;\n    .port = %q;\n}\n", host, port)
+	file := filepath.Join(s.dir, "default.vcl")
+	if err := writeFile(file, vcl); err != nil {
+		return nil, nil, err
+	}
+	return pinned(proxyCPU, s.binary, "-F", "-j", "none", "-n", filepath.Join(s.dir, "work"),
+		"-a", fmt.Sprintf("127.0.0.1:%d", s.port), "-f", file, "-s", "malloc,256m",
+		"-p", "thread_pools=1", "-p", "thread_pool_min=10", "-p", "thread_pool_max=1000"), nil, nil
 }
 
 func caddyConfig(s site) ([]string, []string, error) {
@@ -468,10 +542,12 @@ func upstreamConfig(binary, dir string, port int, noFile uint64, status bool) ([
         client_max_body_size 1m;
         location = /small { return 200 %q; }
         location = /post { return 200 %q; }
+        location = /cached/small { add_header Cache-Control "max-age=3600"; return 200 %q; }
+        location = /cached/1m { add_header Cache-Control "max-age=3600"; alias %s/1m; }
 %s        location / { root %s; }
     }
 }
-`, nginxTemp(dir), port, smallBody, postBody, statusLocation, www)
+`, nginxTemp(dir), port, smallBody, postBody, smallBody, www, statusLocation, www)
 	if err := writeFile(filepath.Join(dir, "nginx.conf"), conf); err != nil {
 		return nil, err
 	}

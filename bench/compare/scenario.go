@@ -38,6 +38,11 @@ type scenario struct {
 	// www/static directory, themselves (sluice's static route, nginx's
 	// alias); the upstream is not asked.
 	static bool
+	// cache makes the proxies cache (sluice's cache, nginx's proxy_cache,
+	// HAProxy's cache, Varnish): path is a response the upstream marks
+	// cacheable for an hour, so that after the warm-up every request is
+	// a hit.
+	cache bool
 }
 
 var scenarios = []scenario{
@@ -57,6 +62,8 @@ var scenarios = []scenario{
 	{name: "h3-small", title: "HTTP/3 small GET (bench/h3load)", path: "/small", tls: true, h3: true},
 	{name: "static-small", title: "small file, static route", path: "/static/small.txt", static: true},
 	{name: "static-1m", title: "1 MiB file, static route", path: "/static/1m.bin", static: true},
+	{name: "cache-small", title: "small hit, cache", path: "/cached/small", cache: true},
+	{name: "cache-1m", title: "1 MiB hit, cache", path: "/cached/1m", cache: true},
 }
 
 // scenarioGroups are names -scenarios takes for several scenarios. The
@@ -64,8 +71,9 @@ var scenarios = []scenario{
 // still needs no more than wrk and openssl.
 var scenarioGroups = map[string]func(scenario) bool{
 	"all":    func(scenario) bool { return true },
-	"plain":  func(sc scenario) bool { return !sc.tls && !sc.static },
+	"plain":  func(sc scenario) bool { return !sc.tls && !sc.static && !sc.cache },
 	"static": func(sc scenario) bool { return sc.static },
+	"cache":  func(sc scenario) bool { return sc.cache },
 	"tls":    func(sc scenario) bool { return sc.tls && !sc.multiplexed() },
 	"h2":     func(sc scenario) bool { return sc.h2 },
 	"h3":     func(sc scenario) bool { return sc.h3 },

@@ -37,6 +37,8 @@ var goals = []goal{
 	{scenario: "tls-idle", what: "idle TLS keep-alive connection: RSS each", limit: 8192},
 	{scenario: "h2-small", what: "HTTP/2 small GET: CPU per request ÷ HAProxy", limit: 1, figure: cpuPerRequest, ref: "haproxy"},
 	{scenario: "h3-small", what: "HTTP/3 small GET: CPU per request ÷ Caddy", limit: 0.7, figure: cpuPerRequest, ref: "caddy"},
+	{scenario: "cache-small", what: "small hit: CPU per request ÷ nginx proxy_cache", limit: 1, figure: cpuPerRequest},
+	{scenario: "cache-1m", what: "1 MiB hit: MB/s ÷ Varnish", limit: 1, atLeast: true, figure: bytesPerSecond, ref: "varnish"},
 }
 
 func p99(s sample) float64            { return float64(s.p99) }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/admin"
 	"github.com/sluice-proxy/sluice/balance"
+	"github.com/sluice-proxy/sluice/cache"
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/idempotency"
 	"github.com/sluice-proxy/sluice/internal/sock"
@@ -149,6 +150,13 @@ func start(path string, cfg *config.Config, l loaded, stderr io.Writer, log *slo
 	}
 	run.gen.Store(gen)
 	run.current.p.Store(srv)
+	// The collector paces itself by the heap the memory stores do not
+	// hold (cache.PaceGC): without a memory store it changes nothing.
+	stopPacing := cache.PaceGC()
+	go func() {
+		<-ctx.Done()
+		stopPacing()
+	}()
 	gen.Start(ctx)
 	stopAll := func() {
 		if run.adminStop != nil {
@@ -328,6 +336,16 @@ func (r *running) ensureMetrics() {
 			})
 			report(s)
 		})
+	})
+	m.WatchCache(func(report func(observe.CacheState)) {
+		for _, st := range r.gen.Load().CacheStates() {
+			s := observe.CacheState{Store: st.Name, Objects: st.Stats.Objects, Bytes: st.Stats.Bytes,
+				Capacity: st.Stats.Capacity, Evictions: st.Stats.Evictions, Purged: st.Stats.Purged}
+			st.Counts.Each(func(result string, n uint64) {
+				s.Results = append(s.Results, observe.CacheResult{Result: result, Count: n})
+			})
+			report(s)
+		}
 	})
 	r.metrics = m
 }

@@ -315,7 +315,7 @@ func TestREADMEReference(t *testing.T) {
 // userKeyed are the mappings whose keys the config's author names (an
 // upstream, a status, a header field): keyPaths writes their keys as *.
 var userKeyed = map[string]bool{
-	"upstreams": true, "errors": true, "routes[].errors": true, "routes[].respond.headers": true,
+	"upstreams": true, "errors": true, "routes[].errors": true, "routes[].respond.headers": true, "cache.stores": true,
 	"routes[].headers.request.set": true, "routes[].headers.request.add": true,
 	"routes[].headers.response.set": true, "routes[].headers.response.add": true,
 }

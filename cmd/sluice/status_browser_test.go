@@ -124,11 +124,19 @@ func TestStatusPageInBrowser(t *testing.T) {
 	// An upstream whose every server is gone: its requests fail for good
 	// after every try.
 	gone1, gone2 := freeAddr(t), freeAddr(t)
+	// A cached route, whose answers are fresh for a second: its store's
+	// card shows hits and misses.
+	c := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+		c.Respond(200, "cached", upstreamtest.Field{Name: "Cache-Control", Value: "max-age=1"})
+	})
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	cfg := fmt.Sprintf("listen: [{address: 127.0.0.1:0}]\naccess_log: {enabled: false}\nadmin: {address: %s}\n"+
-		"routes: [{path_prefix: /gone/, upstream: gone}, {upstream: app}]\nupstreams:\n  app:\n    balance: round_robin\n"+
+		"cache: {stores: {default: {memory: 8MiB}}}\n"+
+		"routes: [{path_prefix: /gone/, upstream: gone}, {path_prefix: /cached/, upstream: c, cache: {}}, {upstream: app}]\n"+
+		"upstreams:\n  app:\n    balance: round_robin\n"+
 		"    servers: [{address: %s}, {address: %s}, {address: %s}]\n"+
-		"  gone:\n    servers: [{address: %s}, {address: %s}]\n", freeAddr(t), a.Addr(), b.Addr(), dead, gone1, gone2)
+		"  gone:\n    servers: [{address: %s}, {address: %s}]\n"+
+		"  c:\n    servers: [{address: %s}]\n", freeAddr(t), a.Addr(), b.Addr(), dead, gone1, gone2, c.Addr())
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +155,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 				return
 			default:
 			}
-			for _, p := range []string{"/", "/", "/", "/gone/"} {
+			for _, p := range []string{"/", "/", "/", "/gone/", "/cached/x"} {
 				if resp, err := client.Get("http://" + r.proxy + p); err == nil {
 					io.Copy(io.Discard, resp.Body) // read whole, the connection is kept alive
 					resp.Body.Close()
@@ -257,6 +265,14 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if page := text("body"); regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d|[AP]M\b`).MatchString(page) {
 		t.Errorf("the page shows a date or a clock time, not a relative time:\n%s", page)
 	}
+
+	// The cache store's card: its hit ratio, and hits and misses.
+	store := func(field string) string {
+		return `article.store[data-store="default"] [data-field="` + field + `"]`
+	}
+	waitPage("the cache store's hits and misses", func() bool {
+		return number(store("hits")) > 0 && number(store("misses")) > 0 && strings.HasSuffix(text(store("hit_ratio")), "%")
+	})
 
 	// The Drain button drains.
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`article.server[data-server="`+b.Addr()+`"] button[data-action="drain"]`))); err != nil {
