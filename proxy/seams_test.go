@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // intercepting is a phased Handler with an UpstreamResponseFilter.
@@ -66,7 +67,7 @@ func TestUpstreamResponseFilter(t *testing.T) {
 			if _, _, _, ended := tee.result(); ended != "abort" {
 				t.Errorf("the tee was told %q, want abort", ended)
 			}
-			waitFor(t, "the access log line", func() bool { return strings.Contains(hs.access.String(), "upstream_status=") })
+			wait.For(t, "the access log line", func() bool { return strings.Contains(hs.access.String(), "upstream_status=") })
 			if line := hs.access.String(); !strings.Contains(line, "upstream_status="+map[int]string{304: "304", 500: "500"}[saw]) {
 				t.Errorf("access log %q", line)
 			}

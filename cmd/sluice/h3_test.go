@@ -178,10 +178,7 @@ func TestRunH3(t *testing.T) {
 		}()
 	}
 	waitCount := func(n int64) {
-<<<<<<< HEAD
 		t.Helper()
-=======
->>>>>>> h3-rest
 		if !wait.Until(wait.Timeout, func() bool { return ok.Load() >= n }) {
 			t.Fatalf("only %d requests in %v, %d failed: %v\n%s", ok.Load(), wait.Timeout, failed.Load(), firstErr.Load(), s.log.String())
 		}
