@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/route"
 )
@@ -122,7 +123,7 @@ func TestBasicOnTheWire(t *testing.T) {
 	if n := len(up.Requests()); n != 3 {
 		t.Errorf("the upstream got %d requests, want the 3 let through", n)
 	}
-	proxytest.WaitFor(t, "the access log lines", func() bool { return strings.Count(log.String(), "\n") == len(tests) })
+	wait.For(t, "the access log lines", func() bool { return strings.Count(log.String(), "\n") == len(tests) })
 	for _, tt := range tests {
 		if tt.note != "" && !strings.Contains(log.String(), " "+tt.note+"\n") {
 			t.Errorf("no line ends with %s:\n%s", tt.note, log.String())

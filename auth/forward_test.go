@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/route"
 )
@@ -159,7 +160,7 @@ func TestForward(t *testing.T) {
 	if conns != 1 {
 		t.Errorf("%d connections to the service for 3 subrequests, want 1 kept", conns)
 	}
-	proxytest.WaitFor(t, "the access log lines", func() bool { return strings.Count(log.String(), "\n") == 3 })
+	wait.For(t, "the access log lines", func() bool { return strings.Count(log.String(), "\n") == 3 })
 	for _, note := range []string{"forward_auth=200", "forward_auth=401", "forward_auth=302"} {
 		if !strings.Contains(log.String(), " "+note+"\n") {
 			t.Errorf("no access log line ends with %s:\n%s", note, log.String())

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/internal/proxytest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // TestDjangoExample runs the README's commands for
@@ -87,7 +87,7 @@ func TestDjangoExample(t *testing.T) {
 		syscall.Kill(-gunicorn.Process.Pid, syscall.SIGTERM)
 		gunicorn.Wait()
 	}()
-	proxytest.WaitFor(t, "gunicorn's socket", func() bool {
+	wait.For(t, "gunicorn's socket", func() bool {
 		c, err := net.Dial("unix", sock)
 		if err == nil {
 			c.Close()
@@ -121,7 +121,7 @@ func TestDjangoExample(t *testing.T) {
 	waitLog := func(re *regexp.Regexp, n int) []string {
 		t.Helper()
 		var m [][]string
-		proxytest.WaitFor(t, fmt.Sprintf("%d lines matching %s", n, re), func() bool {
+		wait.For(t, fmt.Sprintf("%d lines matching %s", n, re), func() bool {
 			m = re.FindAllStringSubmatch(log.String(), -1)
 			return len(m) >= n
 		})

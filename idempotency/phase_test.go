@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-proxy/sluice/idempotency"
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/retry"
@@ -96,7 +97,7 @@ func TestPhaseKeepsAndReplays(t *testing.T) {
 	}
 	// The answer is kept as the request ends: wait for the store.
 	var again *http.Response
-	proxytest.WaitFor(t, "the answer replayed", func() bool {
+	wait.For(t, "the answer replayed", func() bool {
 		again, body = proxytest.Do(t, addr, post("k1", "book"))
 		return again.StatusCode == 201
 	})
@@ -124,7 +125,7 @@ func TestPhaseInFlight(t *testing.T) {
 		resp, _ := proxytest.Do(t, addr, post("k2", "book"))
 		done <- resp.StatusCode
 	}()
-	proxytest.WaitFor(t, "the first request upstream", func() bool { return o.n.Load() == 1 })
+	wait.For(t, "the first request upstream", func() bool { return o.n.Load() == 1 })
 	resp, _ := proxytest.Do(t, addr, post("k2", "book"))
 	if resp.StatusCode != 409 || resp.Header.Get("Retry-After") == "" {
 		t.Errorf("while the first runs: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
@@ -149,7 +150,7 @@ func TestPhaseUnknownOutcome(t *testing.T) {
 	}
 	var resp *http.Response
 	var body string
-	proxytest.WaitFor(t, "the outcome kept as unknown", func() bool {
+	wait.For(t, "the outcome kept as unknown", func() bool {
 		resp, body = proxytest.Do(t, addr, post("k3", "book"))
 		return resp.StatusCode == 502 && strings.Contains(body, "unknown")
 	})
@@ -176,7 +177,7 @@ func TestPhaseUnsentReleases(t *testing.T) {
 		t.Fatalf("first, upstream down: %d", resp.StatusCode)
 	}
 	live.Store(true)
-	proxytest.WaitFor(t, "the retry through", func() bool {
+	wait.For(t, "the retry through", func() bool {
 		resp, _ := proxytest.Do(t, addr, post("k4", "book"))
 		return resp.StatusCode == 201
 	})
@@ -218,7 +219,7 @@ func TestPhaseClientGivesUp(t *testing.T) {
 					t.Fatal(err)
 				}
 				io.WriteString(nc, post("k5", "book"))
-				proxytest.WaitFor(t, "the request upstream", func() bool { return o.n.Load() == 1 })
+				wait.For(t, "the request upstream", func() bool { return o.n.Load() == 1 })
 				nc.Close() // the client times out and leaves
 			} else {
 				tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
@@ -235,14 +236,14 @@ func TestPhaseClientGivesUp(t *testing.T) {
 					_, err := tr.RoundTrip(req)
 					errc <- err
 				}()
-				proxytest.WaitFor(t, "the request upstream", func() bool { return o.n.Load() == 1 })
+				wait.For(t, "the request upstream", func() bool { return o.n.Load() == 1 })
 				cancel() // the client resets its stream
 				<-errc
 			}
 			close(o.hold)
 			var resp *http.Response
 			var body string
-			proxytest.WaitFor(t, "the answer kept", func() bool {
+			wait.For(t, "the answer kept", func() bool {
 				resp, body = proxytest.Do(t, addr, post("k5", "book"))
 				return resp.StatusCode == 201
 			})

@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/redistest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/ratelimit"
 	"github.com/sluice-proxy/sluice/route"
@@ -218,7 +219,7 @@ func TestRedisDown(t *testing.T) {
 	// script's first EVAL, may take longer than 50ms.)
 	for i, path := range []string{"/killed/allow", "/killed/deny"} {
 		l := limiters[i]
-		proxytest.WaitFor(t, "a request to "+path+" decided by Redis", func() bool {
+		wait.For(t, "a request to "+path+" decided by Redis", func() bool {
 			return get(path) == 200 && l.Counts().Allowed > 0
 		})
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/proxy"
 )
 
@@ -89,7 +90,7 @@ func TestRespond(t *testing.T) {
 	if n := len(up.Requests()); n != 0 {
 		t.Errorf("the upstream got %d requests", n)
 	}
-	proxytest.WaitFor(t, "the access log lines", func() bool { return strings.Count(log.String(), "\n") == len(tests)+1 })
+	wait.For(t, "the access log lines", func() bool { return strings.Count(log.String(), "\n") == len(tests)+1 })
 	if strings.Contains(log.String(), "upstream=") {
 		t.Errorf("access log names an upstream:\n%s", log.String())
 	}

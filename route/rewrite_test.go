@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/retry"
 )
@@ -102,7 +103,7 @@ func TestRewriteRoute(t *testing.T) {
 	if reqs := first.Requests(); len(reqs) != 1 || reqs[0].Target != "/users?api_version=2" {
 		t.Errorf("the first server got %v", reqs)
 	}
-	proxytest.WaitFor(t, "the access log line", func() bool { return strings.Count(log.String(), "\n") == 1 })
+	wait.For(t, "the access log line", func() bool { return strings.Count(log.String(), "\n") == 1 })
 	if line := log.String(); !strings.Contains(line, `target="/api/v2/users?page=3"`) || !strings.Contains(line, "tries=2") ||
 		!strings.HasSuffix(strings.TrimSpace(line), ` rewritten="/users?api_version=2"`) || !strings.Contains(line, `route=*~^/api/v([0-9]+)/(.*)$`) {
 		t.Errorf("access log %q: want the client's target, tries=2, the route and rewritten=", line)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/internal/proxytest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // TestDemo runs sluice demo and keeps every promise it prints: each curl
@@ -43,7 +44,7 @@ func TestDemo(t *testing.T) {
 			t.Error("sluice demo did not stop 10 s after TERM")
 		}
 	}()
-	proxytest.WaitFor(t, "the demo's text", func() bool { return strings.Contains(stdout.String(), "Ctrl-C stops.") })
+	wait.For(t, "the demo's text", func() bool { return strings.Contains(stdout.String(), "Ctrl-C stops.") })
 	text := stdout.String()
 	addr := regexp.MustCompile(`a proxy on http://(127\.0\.0\.1:\d+) `).FindStringSubmatch(text)
 	status := regexp.MustCompile(`Status page: (http://127\.0\.0\.1:\d+/status)`).FindStringSubmatch(text)
@@ -97,7 +98,7 @@ func TestDemo(t *testing.T) {
 			}
 		}
 		for _, w := range p.log {
-			proxytest.WaitFor(t, "the log line "+w, func() bool { return strings.Contains(stderr.String(), w) })
+			wait.For(t, "the log line "+w, func() bool { return strings.Contains(stderr.String(), w) })
 		}
 	}
 	// The POST flaky reset went to no other server.

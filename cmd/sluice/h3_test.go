@@ -22,7 +22,6 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/quicvarint"
 
-	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 	"github.com/sluice-proxy/sluice/internal/wait"
@@ -258,7 +257,7 @@ func TestReloadDropsH3(t *testing.T) {
 		status, _, _ := h3Get(held, "/held")
 		heldDone <- status
 	}()
-	proxytest.WaitFor(t, "the held request upstream", func() bool { return up.Count("GET", "/held") == 1 })
+	wait.For(t, "the held request upstream", func() bool { return up.Count("GET", "/held") == 1 })
 	s.reloadWith(t, noH3)
 	if !strings.Contains(s.log.String(), "stopped serving HTTP/3") || s.sockets[0].udp != nil || s.sockets[0].retired == nil {
 		t.Fatalf("after a reload without h3: udp %v, retired %v\n%s", s.sockets[0].udp, s.sockets[0].retired, s.log.String())
@@ -279,7 +278,7 @@ func TestReloadDropsH3(t *testing.T) {
 	// closes.
 	s.reloadWith(t, noH3)
 	r := s.sockets[0].retired
-	proxytest.WaitFor(t, "the HTTP/3 socket closed after the drain", func() bool { return !r.open() })
+	wait.For(t, "the HTTP/3 socket closed after the drain", func() bool { return !r.open() })
 	pc, err := net.ListenPacket("udp", addr)
 	if err != nil {
 		t.Fatalf("the UDP port is still taken after the drain: %v", err)

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/redistest"
 	"github.com/sluice-proxy/sluice/internal/wait"
 )
@@ -631,7 +630,7 @@ upstreams:
 		return out
 	}
 	// The answers are kept after they went to the client: wait for them.
-	proxytest.WaitFor(t, "two commands for each new key", func() bool { return len(sluiceCmds()) >= 2*n })
+	wait.For(t, "two commands for each new key", func() bool { return len(sluiceCmds()) >= 2*n })
 	for i := range n {
 		if a, _ := post("/redis/orders", fmt.Sprintf("count-%d", i)); a.status != 201 || a.field("Idempotent-Replayed") != "true" {
 			t.Fatalf("count-%d's replay: %d\n%s", i, a.status, a.head)
@@ -648,7 +647,7 @@ upstreams:
 		nc.Write([]byte("ECHO done\r\n"))
 		bufio.NewReader(nc).ReadString('\n')
 	}()
-	proxytest.WaitFor(t, "the test's ECHO in MONITOR", func() bool {
+	wait.For(t, "the test's ECHO in MONITOR", func() bool {
 		cs := m.commands()
 		return len(cs) > 0 && cs[len(cs)-1][1] == "echo"
 	})

@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // runSluice runs sluice run -c path in this process until the test ends
@@ -52,7 +53,7 @@ func runSluice(t *testing.T, path string) (addr string, log *proxytest.Buffer, w
 	waitLog = func(re *regexp.Regexp, n int) [][]string {
 		t.Helper()
 		var m [][]string
-		proxytest.WaitFor(t, fmt.Sprintf("%d lines matching %s", n, re), func() bool {
+		wait.For(t, fmt.Sprintf("%d lines matching %s", n, re), func() bool {
 			m = re.FindAllStringSubmatch(log.String(), -1)
 			return len(m) >= n
 		})

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // TestQuickstartExample runs the README's Quickstart with
@@ -111,7 +111,7 @@ func TestQuickstartExample(t *testing.T) {
 		t.Errorf("after the reload: %q, %v", body, err)
 	}
 	// Every request has its line in the access log.
-	proxytest.WaitFor(t, "the access log's lines of the GETs and the HEAD", func() bool {
+	wait.For(t, "the access log's lines of the GETs and the HEAD", func() bool {
 		lines, _ := os.ReadFile(accessLog)
 		return len(regexp.MustCompile(`method=GET .*status=200 .*upstream_name=app `).FindAll(lines, -1)) == 2 &&
 			regexp.MustCompile(`method=HEAD .*status=308 `).Match(lines)

@@ -499,7 +499,7 @@ func TestReloadAccessLogFormat(t *testing.T) {
 	lines := func(n int) []string {
 		t.Helper()
 		var got []string
-		proxytest.WaitFor(t, fmt.Sprintf("%d access log lines", n), func() bool {
+		wait.For(t, fmt.Sprintf("%d access log lines", n), func() bool {
 			b, _ := os.ReadFile(path)
 			got = strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
 			return len(got) >= n && strings.HasSuffix(string(b), "\n")

@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/internal/proxytest"
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // shortDir returns a new directory under os.TempDir(), removed when the
@@ -161,7 +162,7 @@ func TestRunUnixSocket(t *testing.T) {
 	}
 	get("/go")
 	get("/go")
-	proxytest.WaitFor(t, "the access log lines", func() bool {
+	wait.For(t, "the access log lines", func() bool {
 		b, _ := os.ReadFile(accessPath)
 		return strings.Count(string(b), "\n") == 3
 	})

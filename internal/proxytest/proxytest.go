@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/internal/wait"
 	"github.com/sluice-proxy/sluice/proxy"
 )
 
@@ -90,10 +89,4 @@ func Sticky(t testing.TB, addr, name string) {
 	if len(spread) < 2 {
 		t.Fatalf("20 users all hashed to %v", spread)
 	}
-}
-
-// WaitFor is wait.For, kept for the tests that call it by this name.
-func WaitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	wait.For(t, what, cond)
 }
