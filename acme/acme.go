@@ -90,6 +90,12 @@ type Options struct {
 	// RenewCheckInterval is how often the certificates are checked for
 	// renewal; 0 means 10 minutes.
 	RenewCheckInterval time.Duration
+
+	// noARI renews by RenewalWindowRatio alone, for tests: pebble's
+	// renewal window spans the whole life of the seconds-long
+	// certificates they use, so that its suggested time may come at once,
+	// before the other instances of a fleet test loaded the certificate.
+	noARI bool
 }
 
 // Manager obtains and renews the certificates of Options.Domains. Its
@@ -269,6 +275,7 @@ func (m *Manager) Start(ctx context.Context, ch Challenges) error {
 	})
 	r.magic = certmagic.New(r.cache, certmagic.Config{
 		RenewalWindowRatio: m.opts.RenewalWindowRatio,
+		DisableARI:         m.opts.noARI,
 		Storage:            r.storage,
 		Logger:             zl,
 		OnEvent:            m.onEvent,
