@@ -44,7 +44,7 @@ func parseRange(v []byte, size int64) (byteRange, rangeOutcome) {
 	first, last := spec[:dash], spec[dash+1:]
 	if len(first) == 0 {
 		// -suffix: the last n bytes.
-		n, ok := digits(last)
+		n, ok := h1.ParseDecimal(last)
 		if !ok {
 			return byteRange{}, rangeNone
 		}
@@ -54,13 +54,13 @@ func parseRange(v []byte, size int64) (byteRange, rangeOutcome) {
 		n = min(n, size)
 		return byteRange{off: size - n, n: n}, rangePartial
 	}
-	off, ok := digits(first)
+	off, ok := h1.ParseDecimal(first)
 	if !ok {
 		return byteRange{}, rangeNone
 	}
 	end := size - 1
 	if len(last) > 0 {
-		e, ok := digits(last)
+		e, ok := h1.ParseDecimal(last)
 		if !ok || e < off {
 			return byteRange{}, rangeNone // invalid: ignored
 		}
@@ -70,21 +70,6 @@ func parseRange(v []byte, size int64) (byteRange, rangeOutcome) {
 		return byteRange{}, rangeUnsatisfiable
 	}
 	return byteRange{off: off, n: end - off + 1}, rangePartial
-}
-
-// digits parses a non-empty run of decimal digits of at most 18.
-func digits(b []byte) (int64, bool) {
-	if len(b) == 0 || len(b) > 18 {
-		return 0, false
-	}
-	var n int64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(c-'0')
-	}
-	return n, true
 }
 
 // ifRangeHolds reports whether a request's If-Range, if any, lets its
