@@ -14,6 +14,12 @@
 // reads its relay (New), not the socket, until the old one closes it or
 // exits, then the socket. Both send on the socket. Nothing is dropped on
 // the way: the relay's writes wait while the new process's queue is full.
+// The datagrams the old process read before the hand-over are still on
+// their way through quic-go when it begins: Forward puts a mark behind
+// them, and Handled says when quic-go's server has taken them all up, so
+// that the old process stops listening only once the connection attempts
+// among them have begun their handshakes (and completed them), none
+// refused as it stops.
 //
 // A datagram is a process's own when its destination connection ID is one
 // the process handed out (IDs, for quic-go's Transport): each process
