@@ -171,6 +171,12 @@ type QUICOptions struct {
 	// reads the socket can tell whose a datagram is (package quicshare).
 	// nil: quic-go's, random. Read once, by ListenQUIC.
 	ConnectionIDs quic.ConnectionIDGenerator
+	// Mark, when set, is asked about the source address of each new
+	// connection attempt first: one it reports true for is a mark that
+	// what reads the socket put among its datagrams (package quicshare's
+	// Conn.Mark), answered with a Retry and counted nowhere. Read once,
+	// by ListenQUIC.
+	Mark func(net.Addr) bool
 }
 
 // QUICSocket is an HTTP/3 listening socket: a UDP socket, quic-go's
@@ -191,6 +197,7 @@ type QUICSocket struct {
 	conf *quic.Config
 	rate rateWindow
 	hs   handshakes
+	mark func(net.Addr) bool // QUICOptions.Mark
 }
 
 // handshakes counts the connections of a QUICSocket whose handshake is
@@ -249,7 +256,7 @@ func (h *handshakes) idleChan() <-chan struct{} {
 // that quic-go can use GSO, GRO and ECN where the kernel has them). The
 // socket stays pc's caller's: Close leaves it open.
 func ListenQUIC(pc net.PacketConn, opts QUICOptions) (*QUICSocket, error) {
-	q := &QUICSocket{pc: pc}
+	q := &QUICSocket{pc: pc, mark: opts.Mark}
 	if err := q.Set(opts); err != nil {
 		return nil, err
 	}
@@ -303,8 +310,8 @@ func (q *QUICSocket) listen() error {
 }
 
 // Set changes the options new handshakes take; on a socket that
-// stopped listening (Unlisten), it listens again. opts.ConnectionIDs is
-// ListenQUIC's business, and ignored.
+// stopped listening (Unlisten), it listens again. opts.ConnectionIDs and
+// opts.Mark are ListenQUIC's business, and ignored.
 func (q *QUICSocket) Set(opts QUICOptions) error {
 	if opts.TLS == nil || opts.TLS.GetCertificate == nil && opts.TLS.GetConfigForClient == nil && len(opts.TLS.Certificates) == 0 {
 		return errors.New("proxy: HTTP/3 needs a TLS config with certificates")
@@ -350,7 +357,10 @@ func (q *QUICSocket) Unlisten() {
 
 // verifySource decides whether a new connection attempt must prove its
 // address first (RetryAbove).
-func (q *QUICSocket) verifySource(net.Addr) bool {
+func (q *QUICSocket) verifySource(addr net.Addr) bool {
+	if q.mark != nil && q.mark(addr) {
+		return true
+	}
 	q.mu.Lock()
 	limit := q.opts.RetryAbove
 	q.mu.Unlock()

@@ -670,3 +670,28 @@ func TestQUICSocketUnlistenIdle(t *testing.T) {
 	}
 	<-unlistened
 }
+
+// TestQUICSocketMark: an attempt from an address QUICOptions.Mark claims
+// gets a Retry (verifySource true) and is not counted toward RetryAbove
+// (2 here, not passed); the others are counted.
+func TestQUICSocketMark(t *testing.T) {
+	mark := &net.UDPAddr{IP: net.IPv4zero}
+	q := &QUICSocket{mark: func(a net.Addr) bool { return a == net.Addr(mark) }}
+	q.opts.RetryAbove = 2
+	for i, tc := range []struct {
+		addr  net.Addr
+		retry bool
+	}{
+		{mark, true},
+		{&net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}, false},
+		{mark, true},
+		{&net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 2}, false},
+	} {
+		if got := q.verifySource(tc.addr); got != tc.retry {
+			t.Errorf("attempt %d from %v: Retry %v, want %v", i, tc.addr, got, tc.retry)
+		}
+	}
+	if n := q.rate.cur + q.rate.last; n != 2 {
+		t.Errorf("%d attempts counted toward RetryAbove, want the 2 not marks", n)
+	}
+}

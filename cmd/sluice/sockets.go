@@ -157,7 +157,7 @@ func (s *socket) serveQUIC(srv *proxy.Server, qopts proxy.QUICOptions, opts prox
 		return err
 	}
 	if s.quic == nil {
-		qopts.ConnectionIDs = s.udp.IDs()
+		qopts.ConnectionIDs, qopts.Mark = s.udp.IDs(), s.udp.Mark
 		q, err := proxy.ListenQUIC(s.udp, qopts)
 		if err != nil {
 			return fmt.Errorf("%s: HTTP/3: %w", s.address, err)
@@ -401,6 +401,16 @@ func (s *socket) unlistenQUIC(idle context.Context) {
 		return
 	}
 	if idle != nil {
+		if s.udp != nil && s.udp.Forwarding() {
+			// The datagrams read before the hand-over may hold connection
+			// attempts quic-go has not taken up yet: counted as under way
+			// only once it has (quicshare's Handled), and refused if it
+			// takes them up while it stops listening.
+			select {
+			case <-s.udp.Handled():
+			case <-idle.Done():
+			}
+		}
 		s.quic.UnlistenIdle(idle)
 	} else {
 		s.quic.Unlisten()

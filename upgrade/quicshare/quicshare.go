@@ -14,6 +14,12 @@
 // reads its relay (New), not the socket, until the old one closes it or
 // exits, then the socket. Both send on the socket. Nothing is dropped on
 // the way: the relay's writes wait while the new process's queue is full.
+// The datagrams the old process read before the hand-over are still on
+// their way through quic-go when it begins: Forward puts a mark behind
+// them, and Handled says when quic-go's server has taken them all up, so
+// that the old process stops listening only once the connection attempts
+// among them have begun their handshakes (and completed them), none
+// refused as it stops.
 //
 // A datagram is a process's own when its destination connection ID is one
 // the process handed out (IDs, for quic-go's Transport): each process
@@ -28,12 +34,14 @@
 package quicshare
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"net"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,6 +70,17 @@ type Conn struct {
 	rbuf, wbuf []byte // ReadBatch's
 
 	forwarded, relayed atomic.Int64
+
+	// mark is the datagram ReadBatch returns first once Forward armed it
+	// (marking), handled closed once quic-go took it up (mark.go).
+	// deadline is the read deadline asked for (SetReadDeadline), which
+	// arm's wake-up replaces for a moment; dmu orders the two.
+	mark        []byte
+	marking     atomic.Bool
+	handled     chan struct{}
+	handledOnce sync.Once
+	dmu         sync.Mutex
+	deadline    time.Time
 }
 
 // New returns the process's side of udp. from is the relay from the old
@@ -69,7 +88,10 @@ type Conn struct {
 // it is read until it ends, and closed), else nil. New reads the relay's
 // hello, and takes a tag that no process alive uses.
 func New(udp *net.UDPConn, from *net.UnixConn) (*Conn, error) {
-	c := &Conn{UDPConn: udp, sock: ipv4.NewPacketConn(udp), from: from}
+	dcid := make([]byte, IDLen)
+	binary.BigEndian.PutUint64(dcid, mrand.Uint64())
+	c := &Conn{UDPConn: udp, sock: ipv4.NewPacketConn(udp), from: from,
+		mark: appendMark(nil, dcid), handled: make(chan struct{})}
 	if from == nil {
 		c.fromGone.Store(true)
 		c.ids = newIDs(byte(mrand.Uint32()))
@@ -132,10 +154,13 @@ const relayBuffer = 4 << 20
 
 // Forward passes, from now on, every datagram that is not this process's
 // to the new process over to (keep, from Successor), which Close closes.
+// The datagrams read before are quic-go's still; Handled says when it has
+// taken them all up.
 func (c *Conn) Forward(to *net.UnixConn) {
 	if old := c.to.Swap(to); old != nil {
 		old.Close()
 	}
+	c.arm()
 }
 
 // Relaying reports whether the process still reads the old process's
@@ -152,7 +177,16 @@ func (c *Conn) Counts() (forwarded, relayed int64) { return c.forwarded.Load(), 
 // one, are passed to it and not returned. It returns at least one.
 func (c *Conn) ReadBatch(ms []ipv4.Message, flags int) (int, error) {
 	for {
+		if c.takeMark() {
+			// quic-go asks for a batch once it has passed the last one
+			// on: the mark follows every datagram read before Forward.
+			c.putMark(&ms[0])
+			return 1, nil
+		}
 		n, err := c.read(ms, flags)
+		if err != nil && c.woken(err) {
+			continue // arm's wake-up: the mark, then the read again
+		}
 		if err != nil || n == 0 {
 			return n, err
 		}
@@ -236,6 +270,9 @@ func move(dst, src *ipv4.Message) {
 // the reading goroutine): a past one stops quic-go's read loop wherever it
 // waits.
 func (c *Conn) SetReadDeadline(t time.Time) error {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	c.deadline = t
 	if c.from != nil {
 		c.from.SetReadDeadline(t)
 	}
