@@ -12,6 +12,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/sluice-proxy/sluice/internal/tlstest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // echoServer is a process's QUIC server in the test: quic-go on its side
@@ -163,11 +164,17 @@ func TestShare(t *testing.T) {
 		echo(t, c1, "old "+string(rune('a'+i%26)))
 		echo(t, c2, "new "+string(rune('a'+i%26)))
 	}
+	// A datagram forwarded last (an acknowledgement after the last echo)
+	// may still be in the relay: every one must come through.
 	forwarded, _ := old.Counts()
-	_, relayed := next.Counts()
-	if forwarded == 0 || relayed != forwarded {
-		t.Errorf("forwarded %d datagrams, the new side got %d over the relay", forwarded, relayed)
+	if forwarded == 0 {
+		t.Error("no datagram forwarded")
 	}
+	wait.For(t, "the forwarded datagrams over the relay", func() bool {
+		forwarded, _ = old.Counts()
+		_, relayed := next.Counts()
+		return relayed == forwarded
+	})
 
 	// The old process drains and exits.
 	c1.CloseWithError(0, "")
