@@ -410,10 +410,13 @@ func TestUpgradeUnixSockets(t *testing.T) {
 		}
 	})
 	log.wait(t, "listening", regexp.MustCompile(`msg=listening address=unix:`), 1)
-	first, err := readPIDFile(pidFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The pid file is written once the listeners serve, after they log.
+	var first int
+	wait.Within(t, processTimeout, "the pid file", func() bool {
+		var err error
+		first, err = readPIDFile(pidFile)
+		return err == nil
+	})
 	before := map[string]os.FileInfo{}
 	for name, p := range socks {
 		fi, err := os.Stat(p)
