@@ -54,27 +54,11 @@ func (srv *Server) ServeQUIC(ln QUICListener, opts ListenerOptions) error {
 	if opts.Handler != nil {
 		l.hooks = newHooks(opts.Handler)
 	}
-	if srv.hooks.Load() == nil && l.hooks == nil {
-		ln.Close()
-		return errors.New("proxy: Server has no Handler")
+	untrack, err := track(srv, srv.quic, ln, l)
+	if err != nil {
+		return err
 	}
-	srv.mu.Lock()
-	if srv.draining.Load() {
-		srv.mu.Unlock()
-		ln.Close()
-		return ErrServerClosed
-	}
-	srv.quic[ln] = struct{}{}
-	srv.wg.Add(1)
-	srv.mu.Unlock()
-	l.addr = ln.Addr().String()
-	defer srv.wg.Done()
-	defer func() {
-		srv.mu.Lock()
-		delete(srv.quic, ln)
-		srv.mu.Unlock()
-		ln.Close()
-	}()
+	defer untrack()
 	for {
 		qc, err := ln.Accept(context.Background())
 		if err != nil {

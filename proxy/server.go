@@ -334,6 +334,38 @@ func orDefault(d, def time.Duration) time.Duration {
 	return d
 }
 
+// track admits ln, a listener or a QUIC listener served with l, to set,
+// one of the Server's sets that Shutdown closes; it refuses it, closing
+// it, when the Server has no Handler or drains. untrack takes ln out and
+// closes it: the serving loop defers it.
+func track[L interface {
+	comparable
+	Close() error
+	Addr() net.Addr
+}](srv *Server, set map[L]struct{}, ln L, l *listener) (untrack func(), err error) {
+	if srv.hooks.Load() == nil && l.hooks == nil {
+		ln.Close()
+		return nil, errors.New("proxy: Server has no Handler")
+	}
+	srv.mu.Lock()
+	if srv.draining.Load() {
+		srv.mu.Unlock()
+		ln.Close()
+		return nil, ErrServerClosed
+	}
+	set[ln] = struct{}{}
+	srv.wg.Add(1)
+	srv.mu.Unlock()
+	l.addr = ln.Addr().String()
+	return func() {
+		srv.mu.Lock()
+		delete(set, ln)
+		srv.mu.Unlock()
+		ln.Close()
+		srv.wg.Done()
+	}, nil
+}
+
 // Serve accepts connections on ln until Shutdown, when it returns
 // ErrServerClosed, and serves each on a goroutine of its own while it lasts
 // (a worker that may have served earlier ones; workers.go). It closes ln on
@@ -345,27 +377,11 @@ func (srv *Server) Serve(ln net.Listener) error {
 
 // serve is Serve for a listener l.
 func (srv *Server) serve(ln net.Listener, l *listener) error {
-	if srv.hooks.Load() == nil && l.hooks == nil {
-		ln.Close()
-		return errors.New("proxy: Server has no Handler")
+	untrack, err := track(srv, srv.listeners, ln, l)
+	if err != nil {
+		return err
 	}
-	srv.mu.Lock()
-	if srv.draining.Load() {
-		srv.mu.Unlock()
-		ln.Close()
-		return ErrServerClosed
-	}
-	srv.listeners[ln] = struct{}{}
-	srv.wg.Add(1)
-	srv.mu.Unlock()
-	l.addr = ln.Addr().String()
-	defer srv.wg.Done()
-	defer func() {
-		srv.mu.Lock()
-		delete(srv.listeners, ln)
-		srv.mu.Unlock()
-		ln.Close()
-	}()
+	defer untrack()
 
 	st := newAcceptState(l.shed) // the back-off, and a descriptor in reserve (accept.go)
 	defer st.close()
