@@ -160,3 +160,20 @@ func FuzzOwn(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseHello(f *testing.F) {
+	f.Add(appendHello(nil, []byte{1}))
+	f.Add(appendHello(nil, []byte{3, 9, 200}))
+	f.Add([]byte{'H'})
+	f.Add([]byte{'D', 1, 2})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		tags, err := parseHello(p)
+		if err != nil {
+			return
+		}
+		// What parses is a hello of its tags, byte for byte.
+		if len(tags) == 0 || !bytes.Equal(appendHello(nil, tags), p) {
+			t.Fatalf("%x parsed as the tags %x", p, tags)
+		}
+	})
+}
