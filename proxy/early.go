@@ -16,11 +16,18 @@ import (
 // client as any answer does.
 
 // earlySafe reports whether a request in early data may be forwarded: its
-// method is safe (RFC 9110 §9.2.1: GET, HEAD, OPTIONS) and it has no body.
+// method is one earlyMethod takes and it has no body.
 func earlySafe(method string, f h1.Framing) bool {
+	return earlyMethod(method) && f.Empty()
+}
+
+// earlyMethod reports whether a request in early data with this method
+// may be forwarded, if it has no body: a safe one (RFC 9110 §9.2.1: GET,
+// HEAD, OPTIONS).
+func earlyMethod(method string) bool {
 	switch method {
 	case "GET", "HEAD", "OPTIONS":
-		return f.Empty()
+		return true
 	}
 	return false
 }

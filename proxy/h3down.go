@@ -123,7 +123,7 @@ func (x *h3exchange) abandon() { x.flight.abandon() }
 
 func (x *h3exchange) framing(f h1.Framing) h1.Framing {
 	st := x.st
-	if x.s.Early && isSafeMethod(x.s.Request.Method()) && st.ContentLength() < 0 {
+	if x.s.Early && earlyMethod(x.s.Request.Method()) && st.ContentLength() < 0 {
 		// Whether a request in early data may go upstream depends on
 		// its having no body: wait for the stream to tell, within the
 		// header timeout.
@@ -138,8 +138,6 @@ func (x *h3exchange) framing(f h1.Framing) h1.Framing {
 	// A body of unknown length, which HTTP/1.1 carries chunked.
 	return h1.Framing{Kind: h1.Chunked}
 }
-
-func isSafeMethod(m string) bool { return m == "GET" || m == "HEAD" || m == "OPTIONS" }
 
 func (x *h3exchange) body(f h1.Framing) requestBody {
 	x.reqEnd = f.Empty()
