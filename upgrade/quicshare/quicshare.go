@@ -201,8 +201,15 @@ func (c *Conn) ReadBatch(ms []ipv4.Message, flags int) (int, error) {
 				if err := c.send(to, m); err == nil {
 					continue
 				}
-				// The new process is gone: this one takes what comes.
-				c.to.CompareAndSwap(to, nil)
+				// The new process is gone, or this one is closing (the
+				// deadline that wakes quic-go's read loop ends the
+				// relay's write too): this one takes what comes, and
+				// closes its end of the relay, so that a new process
+				// still there reads the socket instead of a relay that
+				// would never end (Close finds no relay to close).
+				if c.to.CompareAndSwap(to, nil) {
+					to.Close()
+				}
 				to = nil
 			}
 			if k != i {

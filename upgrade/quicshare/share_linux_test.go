@@ -3,6 +3,7 @@ package quicshare
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"net"
 	"reflect"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+	"golang.org/x/net/ipv4"
 
 	"github.com/sluice-proxy/sluice/internal/tlstest"
 	"github.com/sluice-proxy/sluice/internal/wait"
@@ -195,4 +197,64 @@ func TestShare(t *testing.T) {
 		}
 	}
 	t.Logf("forwarded %d datagrams", forwarded)
+}
+
+// TestForwardWriteFailureEndsRelay: a write to the relay that fails (the
+// deadline that wakes quic-go's read loop as its Transport closes ends
+// the relay's writes too) closes this side's end of the relay, so that the
+// new process reads the relay to its end and then the socket. Left open,
+// with Close finding no relay to close, the new process read a relay that
+// never ended, and took nothing from the socket (a stall TestShare met
+// once in 40 runs under load).
+func TestForwardWriteFailureEndsRelay(t *testing.T) {
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := New(udp, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	keep, give, err := old.Successor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, err := FromFile(give)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer from.Close()
+	keep.SetWriteBuffer(4096) // a few datagrams fill it
+	old.Forward(keep)
+
+	client, err := net.DialUDP("udp", nil, udp.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	datagram := make([]byte, 1200)
+	datagram[0] = 0x40 // a short header, to a connection ID this side never handed out
+	for range 32 {
+		client.Write(datagram)
+	}
+	read := make(chan error, 1)
+	go func() {
+		ms := []ipv4.Message{{Buffers: [][]byte{make([]byte, 1500)}, OOB: make([]byte, 128)}}
+		for {
+			if _, err := old.ReadBatch(ms, 0); err != nil {
+				read <- err
+				return
+			}
+		}
+	}()
+	wait.For(t, "a write to the full relay", func() bool { return wait.Blocked("quicshare.(*Conn).send(", "IO wait") })
+	old.SetReadDeadline(time.Now()) // as quic-go's Transport.Close does
+	wait.For(t, "the relay's end", func() bool {
+		from.SetReadDeadline(time.Now().Add(wait.Timeout))
+		_, err := from.Read(make([]byte, maxRelayMessage))
+		return errors.Is(err, io.EOF)
+	})
+	old.Close()
+	<-read
 }
