@@ -495,6 +495,7 @@ func (c *core) onData(f *http2.DataFrame) error {
 		return streamErr{id, http2.ErrCodeProtocol, "DATA beyond content-length"} // §8.1.1
 	}
 	if len(data) > 0 {
+		st.take(len(data))
 		st.buf = append(st.buf, data...)
 		poke(st.rwake)
 	}

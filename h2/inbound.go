@@ -2,6 +2,7 @@ package h2
 
 import (
 	"io"
+	"sync"
 	"time"
 )
 
@@ -13,7 +14,35 @@ import (
 func (st *stream) buffered() int { return len(st.buf) - st.off }
 
 // drop lets go of what was received and not read.
-func (st *stream) drop() { st.buf, st.off = nil, 0 }
+func (st *stream) drop() { st.retire() }
+
+// A stream's DATA waits for its reader in a buffer of its own. Most
+// streams get little (a response to a GET, a small request body), so
+// their first buffer is a recycled one of spareBufSize: taken by the
+// first DATA that fits, given back once the reader has it all and no more
+// can come, or when what is left is dropped. A stream given more grows
+// its buffer as append does, and that one is left to the collector.
+const spareBufSize = 4 << 10
+
+var spareBufs = sync.Pool{New: func() any { return new([spareBufSize]byte) }}
+
+// take gives st, whose buffer is empty, a spare one for n bytes, if they
+// fit. The lock is held.
+func (st *stream) take(n int) {
+	if st.buf == nil && n <= spareBufSize {
+		st.buf = spareBufs.Get().(*[spareBufSize]byte)[:0]
+	}
+}
+
+// retire lets go of st's buffer and what it holds unread, giving a spare
+// one back. Nothing outside the lock keeps a slice of it: reads copy out.
+// The lock is held.
+func (st *stream) retire() {
+	if cap(st.buf) == spareBufSize {
+		spareBufs.Put((*[spareBufSize]byte)(st.buf[:spareBufSize]))
+	}
+	st.buf, st.off = nil, 0
+}
 
 // receiver is a connection's side of its streams' receiving halves, kept
 // under the connection's lock beside the frames owed (ctrlQueue): the
@@ -89,8 +118,8 @@ func (c *core) read(st *stream, p []byte) (int, error) {
 			st.off += n
 			if st.off == len(st.buf) {
 				st.buf, st.off = st.buf[:0], 0
-				if cap(st.buf) > 64<<10 {
-					st.buf = nil
+				if st.remoteEnded || st.closed || cap(st.buf) > 64<<10 {
+					st.retire() // no more can come, or a large buffer
 				}
 			}
 			q.consumed(st, int64(n))
@@ -99,6 +128,7 @@ func (c *core) read(st *stream, p []byte) (int, error) {
 			return n, nil
 		}
 		if st.remoteEnded {
+			st.retire()
 			q.mu.Unlock()
 			return 0, io.EOF
 		}

@@ -18,6 +18,14 @@ const (
 
 var handlers = workers.New(func(st *Stream) { st.c.runHandler(st) }, maxIdleWorkers, workerIdle)
 
+// uncorkers run the flushes writers leave for after the scheduler's round
+// (core.uncork), on goroutines that wait for the next one as handlers'
+// do: one a connection at most at a time, and no go statement's closure.
+// Made by init: uncork's flush may start another.
+var uncorkers *workers.Pool[*core]
+
+func init() { uncorkers = workers.New((*core).uncork, maxIdleWorkers, workerIdle) }
+
 // spawn runs st's handler on an idle worker, or on a new one when none is
 // waiting.
 func spawn(st *Stream) { handlers.Go(st) }

@@ -130,7 +130,7 @@ func (c *core) unlock(force, more bool) error {
 	}
 	if err == nil && !force && c.waiting.Load() == 0 && c.wb.bw.Buffered() < writeBufSize/2 && (more || c.end.busy()) {
 		if c.uncorking.CompareAndSwap(false, true) {
-			go c.uncork()
+			uncorkers.Go(c)
 		}
 		c.wmu.Unlock()
 		return nil
