@@ -236,8 +236,7 @@ func validToken(s string) bool {
 // or trailing SP or HTAB.
 func validValue(s string) bool {
 	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case 0, '\r', '\n':
+		if badInValue[s[i]] {
 			return false
 		}
 	}
@@ -251,6 +250,9 @@ func validValue(s string) bool {
 	}
 	return true
 }
+
+// badInValue marks the bytes no field value may hold: one look-up a byte.
+var badInValue = [256]bool{0: true, '\r': true, '\n': true}
 
 // validPath refuses controls, spaces and bytes outside ASCII in :path, which
 // could not be forwarded to an HTTP/1.1 hop as the same request target.

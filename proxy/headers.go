@@ -7,12 +7,25 @@ import (
 	"github.com/sluice-proxy/sluice/h1"
 )
 
-// hopByHop are the fields that describe one connection and never pass a
-// proxy (RFC 9110 §7.6.1), besides those the Connection field names.
-// Transfer-Encoding is hop-by-hop too, but bodies pass through with their
-// framing intact, so it stays with them; TE stays when it only asks for
-// trailers, which sluice passes through.
-var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Upgrade"}
+// isHopByHop reports whether the field name: value describes one
+// connection and never passes a proxy (RFC 9110 §7.6.1), besides those the
+// Connection field names: Connection, Keep-Alive, Proxy-Connection and
+// Upgrade (unless keepUpgrade), and TE unless it only asks for trailers,
+// which sluice passes through. Transfer-Encoding is hop-by-hop too, but
+// bodies pass through with their framing intact, so it stays with them.
+func isHopByHop(name, value []byte, keepUpgrade bool) bool {
+	switch len(name) { // most names are passed over by their length alone
+	case 2:
+		return h1.EqualFold(name, "TE") && !h1.EqualFold(bytes.TrimSpace(value), "trailers")
+	case 7:
+		return !keepUpgrade && h1.EqualFold(name, "Upgrade")
+	case 10:
+		return h1.EqualFold(name, "Connection") || h1.EqualFold(name, "Keep-Alive")
+	case 16:
+		return h1.EqualFold(name, "Proxy-Connection")
+	}
+	return false
+}
 
 // stripHopByHop removes the hop-by-hop fields from h. With keepUpgrade, the
 // Upgrade field stays (a protocol switch being relayed).
@@ -33,16 +46,10 @@ func stripHopByHop(h *h1.Header, keepUpgrade bool) {
 			delNamed(h, tok, i)
 		}
 	}
-	for _, name := range hopByHop {
-		if keepUpgrade && name == "Upgrade" {
-			continue
+	for i := h.Len() - 1; i >= 0; i-- {
+		if isHopByHop(h.Name(i), h.Value(i), keepUpgrade) {
+			h.DelAt(i)
 		}
-		if h.Has(name) {
-			h.Del(name)
-		}
-	}
-	if te := h.Get("TE"); te != nil && !h1.EqualFold(bytes.TrimSpace(te), "trailers") {
-		h.Del("TE")
 	}
 }
 
