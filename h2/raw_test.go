@@ -405,3 +405,50 @@ func TestBadPreface(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// TestAwaitBody checks what a handler learns of a request whose header
+// block did not end the stream: END_STREAM alone (no body), DATA, trailers
+// without DATA, or nothing before the deadline. The client sends what
+// follows the head once the handler is about to wait, so that the wait
+// is what sees it come (or, by a hair, the call finds it there).
+func TestAwaitBody(t *testing.T) {
+	tests := []struct {
+		name     string
+		then     func(rc *rawClient) // nil: nothing until the deadline
+		deadline time.Duration
+		want     bool
+	}{
+		{"END_STREAM alone", func(rc *rawClient) { rc.fr.WriteData(1, true, nil) }, time.Minute, true},
+		{"DATA", func(rc *rawClient) { rc.fr.WriteData(1, true, []byte("x")) }, time.Minute, false},
+		{"empty DATA, then more", func(rc *rawClient) { rc.fr.WriteData(1, false, nil); rc.fr.WriteData(1, true, []byte("x")) }, time.Minute, false},
+		{"trailers", func(rc *rawClient) { rc.headers(1, true, "x-t", "1") }, time.Minute, false},
+		{"nothing", nil, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			waiting := make(chan struct{})
+			got := make(chan bool, 1)
+			ts := newTestServer(t, nil, func(st *Stream) {
+				close(waiting)
+				got <- st.AwaitBody(time.Now().Add(tt.deadline))
+				io.Copy(io.Discard, st)
+				ok(st)
+			})
+			rc := handshake(t, ts.addr())
+			rc.headers(1, false, getReq...)
+			<-waiting
+			if tt.then != nil {
+				tt.then(rc)
+			}
+			if g := <-got; g != tt.want {
+				t.Errorf("AwaitBody = %v, want %v", g, tt.want)
+			}
+			if tt.then == nil {
+				rc.fr.WriteData(1, true, nil)
+			}
+			if status, _ := rc.wantResponse(1); status != "200" {
+				t.Errorf("status %q", status)
+			}
+		})
+	}
+}

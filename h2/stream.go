@@ -54,6 +54,28 @@ func (st *Stream) Header() []hpack.HeaderField { return st.header }
 // its header block, before the Handler started.
 func (st *Stream) NoBody() bool { return st.noBody }
 
+// AwaitBody waits until the request tells whether it has a body (DATA
+// arrives, or the stream ends: END_STREAM, a reset, the connection gone)
+// or deadline passes, and reports whether it is known to have none: it
+// ended with no DATA and no trailers. A proxy asks before it frames a body
+// of unknown length for an HTTP/1.1 hop, so that a GET whose END_STREAM
+// came in a frame of its own goes without a body, not chunked with
+// nothing in it. It reads nothing: Read still returns what arrived.
+func (st *Stream) AwaitBody(deadline time.Time) bool {
+	if st.noBody {
+		return true
+	}
+	c := st.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for st.buffered() == 0 && !st.remoteEnded && !st.closed {
+		if c.await(&st.rwake, deadline, "read", st.id) != nil {
+			break // the deadline passed
+		}
+	}
+	return st.buffered() == 0 && st.received == 0 && st.remoteEnded && st.trailers == nil
+}
+
 // Arrived reports how many request body bytes have arrived and not been
 // read, and whether the body ended with them (END_STREAM came, without
 // trailers): a body that arrived whole is read without waiting.

@@ -88,6 +88,7 @@ func (st *Stream) AwaitBody(deadline time.Time) bool {
 	}
 	st.qs.SetReadDeadline(deadline)
 	_, err := st.r.Peek(1)
+	st.qs.SetReadDeadline(time.Time{}) // the body's reads set their own
 	if err == io.EOF {
 		st.ended = true
 	}

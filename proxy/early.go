@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"time"
+
 	"github.com/sluice-proxy/sluice/h1"
 )
 
@@ -23,7 +25,9 @@ func earlySafe(method string, f h1.Framing) bool {
 
 // earlyMethod reports whether a request in early data with this method
 // may be forwarded, if it has no body: a safe one (RFC 9110 §9.2.1: GET,
-// HEAD, OPTIONS).
+// HEAD, OPTIONS). They are also the methods whose requests come without a
+// body in practice, for which an HTTP/2 or HTTP/3 stream that did not end
+// with its head is given bodyProbe to end before a body is assumed.
 func earlyMethod(method string) bool {
 	switch method {
 	case "GET", "HEAD", "OPTIONS":
@@ -31,6 +35,14 @@ func earlyMethod(method string) bool {
 	}
 	return false
 }
+
+// bodyProbe is how long a GET, HEAD or OPTIONS on an HTTP/2 or HTTP/3
+// stream whose head did not end it may wait for the stream to end or
+// carry DATA, before its body is taken to be of unknown length and sent
+// chunked to an HTTP/1.1 upstream. Clients send the end in the next frame
+// or packet, if not with the head; the wait costs nothing to a request
+// that has a body (its DATA ends it) and spares upstreams a chunked GET.
+const bodyProbe = 50 * time.Millisecond
 
 // tooEarly is the answer to a request in early data that is not
 // earlySafe.

@@ -552,3 +552,48 @@ func TestH2ClientResetKeepsUpstreamConnection(t *testing.T) {
 		t.Errorf("the upstream accepted %d connections, want 1: the reset cost the connection", n)
 	}
 }
+
+// TestH2EndInItsOwnFrame: a request whose END_STREAM comes in a DATA frame
+// of its own, after a HEADERS that did not end the stream, reaches an
+// HTTP/1.1 upstream as the client meant it: a GET without a body (not
+// chunked with nothing in it), a GET with a body with it.
+func TestH2EndInItsOwnFrame(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.Echo())
+	hs, _ := startH2(t, peers(testOptions(), up.Addr()), h2c())
+	c := dialH2Raw(t, hs.addr)
+	for i, tt := range []struct {
+		name, body string
+	}{
+		{"no body", ""},
+		{"a body", "x"},
+	} {
+		id := uint32(2*i + 1)
+		t.Run(tt.name, func(t *testing.T) {
+			// HEADERS and the DATA that ends the stream in one write:
+			// the DATA is there as the stream is served, not yet read.
+			var out bytes.Buffer
+			fr := http2.NewFramer(&out, nil)
+			c.buf.Reset()
+			for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":path", "/late"}, {":authority", "a"}} {
+				c.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+			}
+			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.buf.Bytes(), EndHeaders: true})
+			fr.WriteData(id, true, []byte(tt.body))
+			if _, err := c.nc.Write(out.Bytes()); err != nil {
+				t.Fatal(err)
+			}
+			if status, body, err := c.tryResponse(id); err != nil || status != "200" || string(body) != tt.body {
+				t.Fatalf("%s %q %v, want 200 %q", status, body, err, tt.body)
+			}
+			reqs := up.Requests()
+			r := reqs[len(reqs)-1]
+			te, _ := field(r.Header, "Transfer-Encoding")
+			if tt.body == "" && (te != "" || len(r.RawBody) != 0) {
+				t.Errorf("a GET without a body went upstream with Transfer-Encoding %q and body %q", te, r.RawBody)
+			}
+			if string(r.Decoded) != tt.body {
+				t.Errorf("upstream got body %q, want %q", r.Decoded, tt.body)
+			}
+		})
+	}
+}

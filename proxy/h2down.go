@@ -136,6 +136,8 @@ func (x *h2exchange) framing(f h1.Framing) h1.Framing {
 	case x.whole:
 		n, _ := x.st.Arrived()
 		return h1.Framing{Kind: h1.Length, Length: int64(n)}
+	case earlyMethod(x.s.Request.Method()) && x.st.AwaitBody(time.Now().Add(bodyProbe)):
+		return h1.Framing{Kind: h1.NoBody}
 	}
 	// A body of unknown length, which HTTP/1.1 carries chunked.
 	return h1.Framing{Kind: h1.Chunked}

@@ -123,11 +123,15 @@ func (x *h3exchange) abandon() { x.flight.abandon() }
 
 func (x *h3exchange) framing(f h1.Framing) h1.Framing {
 	st := x.st
-	if x.s.Early && earlyMethod(x.s.Request.Method()) && st.ContentLength() < 0 {
+	if earlyMethod(x.s.Request.Method()) && st.ContentLength() < 0 {
 		// Whether a request in early data may go upstream depends on
 		// its having no body: wait for the stream to tell, within the
-		// header timeout.
-		st.AwaitBody(time.Now().Add(x.s.srv.headerTimeout()))
+		// header timeout. Any other waits a little (bodyProbe).
+		wait := bodyProbe
+		if x.s.Early {
+			wait = x.s.srv.headerTimeout()
+		}
+		st.AwaitBody(time.Now().Add(wait))
 	}
 	switch {
 	case st.NoBody():
