@@ -1,6 +1,7 @@
 package h2
 
 import (
+	"runtime"
 	"sync"
 	"time"
 
@@ -17,6 +18,7 @@ type ctrlQueue struct {
 	mu       sync.Mutex
 	queue    []ctrl
 	flushing bool  // a flusher goroutine is running
+	holding  bool  // it holds PING answers back for a while (pongHold)
 	nspares  uint8 // timers in spares
 	glitches budget
 	recv     receiver
@@ -95,23 +97,66 @@ func (c *core) kick() {
 		return
 	}
 	c.flushing = true
+	c.holding = pongsOnly(c.queue)
 	c.mu.Unlock()
+	// A goroutine of its own, not a pooled one: it may be the only one
+	// a connection starts (a test's, on synctest's clock, must start it
+	// in its bubble).
 	go c.flushQueue()
 }
 
-func (c *core) flushQueue() {
-	for {
-		_, err := c.lockWrite()
-		if err == nil {
-			err = c.unlockWrite(false)
+// pongHold is how long answers to PINGs alone wait for a write to go out
+// with. gRPC clients and servers send a PING each time DATA comes (to size
+// their windows), and each answer written alone was a write(2) of its own,
+// a third of a unary call's writes through sluice; the next frames of the
+// connection (the next call's answer) mostly come within it. The peer's
+// measure of the round trip grows by as much at most, a check of an idle
+// connection is answered that much later, and a PING flood still meets
+// the glitch budget before the queue's bound (maxQueued).
+const pongHold = 5 * time.Millisecond
+
+// pongsOnly reports whether every queued frame answers a PING.
+func pongsOnly(q []ctrl) bool {
+	for _, x := range q {
+		if x.kind != cPingAck {
+			return false
 		}
+	}
+	return true
+}
+
+// flushQueue writes the queued frames, after the goroutines runnable now
+// have had their turn: the handlers the frames just read woke are about
+// to write, and the queue (a PING's answer, a WINDOW_UPDATE) goes out in
+// their write instead of one of its own. Answers to PINGs alone may wait
+// longer (pongHold); what is queued meanwhile waits with them.
+func (c *core) flushQueue() {
+	c.mu.Lock()
+	hold := c.holding
+	c.mu.Unlock()
+	if hold {
+		time.Sleep(pongHold)
+	} else {
+		runtime.Gosched()
+	}
+	for {
 		c.mu.Lock()
-		if err != nil || len(c.queue) == 0 {
-			c.flushing = false
+		if len(c.queue) == 0 {
+			c.flushing, c.holding = false, false
 			c.mu.Unlock()
 			return
 		}
 		c.mu.Unlock()
+		_, err := c.lockWrite()
+		if err == nil {
+			err = c.unlockWrite(false)
+		}
+		if err != nil {
+			c.mu.Lock()
+			c.flushing, c.holding = false, false
+			c.mu.Unlock()
+			return
+		}
 	}
 }
 

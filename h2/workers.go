@@ -31,7 +31,9 @@ var handlers = workers.New(func(st *Stream) { st.c.runHandler(st) }, maxIdleWork
 // Made by init: uncork's flush may start another.
 var uncorkers *workers.Pool[*core]
 
-func init() { uncorkers = workers.New((*core).uncork, maxIdleWorkers, workerIdle) }
+func init() {
+	uncorkers = workers.New((*core).uncork, maxIdleWorkers, workerIdle)
+}
 
 // spawn runs st's handler on an idle worker, or on a new one when none is
 // waiting.
