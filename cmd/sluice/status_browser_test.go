@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/sluice-proxy/sluice/internal/upstreamtest"
+	"github.com/sluice-proxy/sluice/internal/wait"
 )
 
 // chromium returns the path of Debian's chromium, skipping the test when
@@ -161,6 +162,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 					resp.Body.Close()
 				}
 			}
+			// The pause is the load's own pace, not a wait for an
+			// event: traffic that the page's figures follow.
 			time.Sleep(2 * time.Millisecond)
 		}
 	}()
@@ -192,16 +195,12 @@ func TestStatusPageInBrowser(t *testing.T) {
 		}
 		return n
 	}
-	// waitPage polls the page until cond holds; the context's deadline
-	// bounds it.
+	// waitPage polls the page until cond holds, within the browser
+	// context's deadline.
 	waitPage := func(what string, cond func() bool) {
 		t.Helper()
-		for !cond() {
-			if ctx.Err() != nil {
-				t.Fatalf("gave up waiting for the page to show %s", what)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		deadline, _ := ctx.Deadline()
+		wait.Within(t, time.Until(deadline), "the page to show "+what, cond)
 	}
 	// redrawn waits for the page to draw itself once more, after a change
 	// of viewport.
