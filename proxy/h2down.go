@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -31,19 +30,12 @@ type h2exchange struct {
 	flight
 
 	// The request body.
-	rbuf    []byte
-	reqEnd  bool // the body ended (read to io.EOF)
-	whole   bool // it had all arrived when the stream was served
-	limited bool
-	room    int64
+	rbuf   []byte
+	reqEnd bool // the body ended (read to io.EOF)
+	whole  bool // it had all arrived when the stream was served
+	bodyRoom
 
-	// The response.
-	fields  []hpack.HeaderField
-	pending bool // the final head is to go with the next send
-	ended   bool // the response ended (END_STREAM sent)
-	pay     []byte
-	seen    interned    // the strings of field values lately sent
-	cut     atomic.Bool // the stream was reset; the drain timeout may do it from another goroutine
+	streamAnswer // the response; ended: END_STREAM sent
 }
 
 var exchangePool = sync.Pool{New: func() any {
@@ -101,9 +93,7 @@ func (c *conn) serveStream(st *h2.Stream) {
 
 // reset readies x for the stream st of c, keeping its buffers.
 func (x *h2exchange) reset(st *h2.Stream, c *conn) {
-	clear(x.fields[:cap(x.fields)]) // no strings of the last response kept alive
-	*x = h2exchange{st: st, c: c, cutUp: x.cutUp, wbuf: x.wbuf[:0], rbuf: x.rbuf, fields: x.fields[:0],
-		pay: x.pay[:0], seen: x.seen}
+	*x = h2exchange{st: st, c: c, cutUp: x.cutUp, wbuf: x.wbuf[:0], rbuf: x.rbuf, streamAnswer: x.resetAnswer()}
 }
 
 func (x *h2exchange) inFlight() *flight { return &x.flight }
@@ -119,7 +109,7 @@ func (x *h2exchange) abandon() { x.flight.abandon() }
 // (RFC 9113 §8.1).
 func (x *h2exchange) finish() {
 	switch {
-	case x.cut.Load():
+	case x.severed.Load():
 	case !x.ended:
 		x.abort()
 	case !x.reqEnd:
@@ -160,11 +150,8 @@ func (x *h2exchange) next() ([]byte, error) {
 		x.rbuf = make([]byte, h2ReadBuf)
 	}
 	n, err := x.st.Read(x.rbuf)
-	if x.limited {
-		if int64(n) > x.room {
-			return nil, h1.ErrBodyTooLarge
-		}
-		x.room -= int64(n)
+	if err := x.charge(n); err != nil {
+		return nil, err
 	}
 	if err == nil {
 		if left, whole := x.st.Arrived(); left == 0 && whole {
@@ -202,13 +189,6 @@ func (x *h2exchange) addTrailers(h *h1.Header) {
 
 func (x *h2exchange) framed() bool { return false }
 
-func (x *h2exchange) limit(n int64) {
-	if n < 0 || x.limited && n >= x.room {
-		return
-	}
-	x.limited, x.room = true, n
-}
-
 func (x *h2exchange) setReadDeadline(t time.Time) { x.st.SetReadDeadline(t) }
 
 func (x *h2exchange) prefetch(int64) {} // the stream holds what has arrived
@@ -216,82 +196,30 @@ func (x *h2exchange) prefetch(int64) {} // the stream holds what has arrived
 func (x *h2exchange) mustDrain() bool { return false }
 
 func (x *h2exchange) interim(resp *h1.Response) error {
-	if resp.Status == 101 {
-		return errors.New("proxy: 101 Switching Protocols cannot go to an HTTP/2 client")
+	if err := x.interimFields(resp, "HTTP/2"); err != nil {
+		return err
 	}
-	x.fields = appendFields(x.fields[:0], resp, &x.seen)
 	x.s.BytesOut += int64(headSize(x.fields))
 	return x.writeErr(x.st.WriteHeaders(x.fields, false))
 }
 
 func (x *h2exchange) takesChunked() bool { return false }
 
-func (x *h2exchange) respond(resp *h1.Response, out outBody) {
-	x.fields = appendFields(x.fields[:0], resp, &x.seen)
-	if !out.none && out.length >= 0 && !resp.Header.Has("Content-Length") {
-		x.fields = append(x.fields, hpack.HeaderField{Name: "content-length", Value: strconv.FormatInt(out.length, 10)})
-	}
-	x.pending = true
-	x.pay = x.pay[:0]
-}
-
-func (x *h2exchange) buffer(p []byte) { x.pay = append(x.pay, p...) }
-
-func (x *h2exchange) held() int { return len(x.pay) }
-
 func (x *h2exchange) send(p []byte, end bool, trailers *h1.Header) error {
-	if x.cut.Load() {
+	if x.severed.Load() {
 		return errStreamCut
 	}
-	body := x.pay
-	switch {
-	case len(p) == 0:
-	case len(body) == 0:
-		body = p
-	default:
-		x.pay = append(x.pay, p...)
-		body = x.pay
-	}
-	x.pay = x.pay[:0]
-	endData := end && (trailers == nil || trailers.Len() == 0)
-	st := x.st
-	x.s.BytesOut += int64(len(body))
-	if x.pending {
-		x.pending = false
-		x.s.BytesOut += int64(headSize(x.fields))
-		if err := st.WriteResponse(x.fields, body, endData); err != nil {
-			return x.writeErr(err)
-		}
-	} else {
-		if len(body) > 0 {
-			if _, err := st.Write(body); err != nil {
-				return x.writeErr(err)
-			}
-		}
-		if endData {
-			if err := st.End(); err != nil {
-				return x.writeErr(err)
-			}
-		}
-	}
-	if end && !endData {
-		x.fields = appendHeader(x.fields[:0], trailers, &x.seen)
-		if err := st.WriteTrailers(x.fields); err != nil {
-			return x.writeErr(err)
-		}
-	}
-	x.ended = end
-	return nil
+	return x.write(h2wire{x.st}, &x.s.BytesOut, p, end, trailers)
 }
 
-// writeErr is err, after which nothing more of the response can go: the
-// stream is cut.
-func (x *h2exchange) writeErr(err error) error {
-	if err != nil {
-		x.cut.Store(true)
-	}
-	return err
+// h2wire is an HTTP/2 stream as an answerWire.
+type h2wire struct{ *h2.Stream }
+
+func (w h2wire) writeHead(fields []hpack.HeaderField, body []byte, end bool) error {
+	return w.WriteResponse(fields, body, end)
 }
+
+func (w h2wire) writeTrailers(fields []hpack.HeaderField) error { return w.WriteTrailers(fields) }
 
 var errStreamCut = errors.New("proxy: the HTTP/2 stream was reset")
 
@@ -304,7 +232,7 @@ func (x *h2exchange) tunnel(*h1.Response, net.Conn, []byte) error {
 }
 
 func (x *h2exchange) abort() {
-	if x.cut.CompareAndSwap(false, true) {
+	if x.severed.CompareAndSwap(false, true) {
 		x.st.Reset(http2.ErrCodeInternal)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,20 +30,14 @@ type h3exchange struct {
 	flight
 
 	// The request body.
-	rbuf    []byte
-	reqEnd  bool
-	limited bool
-	room    int64
+	rbuf   []byte
+	reqEnd bool
+	bodyRoom
 
 	// The response.
-	hfields []hpack.HeaderField
-	fields  []qpack.HeaderField
-	pending bool        // the final head is to go with the next send
-	ended   bool        // the response ended
-	fin     atomic.Bool // the response is ending: the stream's end is no reset
-	pay     []byte
-	seen    interned
-	cut     atomic.Bool // the stream was reset
+	streamAnswer
+	qfields []qpack.HeaderField // the fields as QPACK takes them
+	fin     atomic.Bool         // the response is ending: the stream's end is no reset
 }
 
 var h3ExchangePool = sync.Pool{New: func() any {
@@ -96,11 +89,11 @@ func (q *quicConn) serveStream(st *h3.Stream) {
 		x.reset(nil, nil)
 		h3ExchangePool.Put(x)
 	}()
-	x.hfields = x.hfields[:0]
+	x.fields = x.fields[:0]
 	for _, f := range st.Header() {
-		x.hfields = append(x.hfields, hpack.HeaderField{Name: f.Name, Value: f.Value})
+		x.fields = append(x.fields, hpack.HeaderField{Name: f.Name, Value: f.Value})
 	}
-	if err := requestFromH2(&s.Request, x.hfields); err != nil {
+	if err := requestFromH2(&s.Request, x.fields); err != nil {
 		s.answerBadRequest(err)
 		return
 	}
@@ -109,10 +102,9 @@ func (q *quicConn) serveStream(st *h3.Stream) {
 
 // reset readies x for the stream st of q, keeping its buffers.
 func (x *h3exchange) reset(st *h3.Stream, q *quicConn) {
-	clear(x.fields[:cap(x.fields)])
-	clear(x.hfields[:cap(x.hfields)])
-	*x = h3exchange{st: st, q: q, cutUp: x.cutUp, wbuf: x.wbuf[:0], rbuf: x.rbuf, fields: x.fields[:0],
-		hfields: x.hfields[:0], pay: x.pay[:0], seen: x.seen}
+	clear(x.qfields[:cap(x.qfields)])
+	*x = h3exchange{st: st, q: q, cutUp: x.cutUp, wbuf: x.wbuf[:0], rbuf: x.rbuf, streamAnswer: x.resetAnswer(),
+		qfields: x.qfields[:0]}
 }
 
 func (x *h3exchange) inFlight() *flight { return &x.flight }
@@ -156,11 +148,8 @@ func (x *h3exchange) next() ([]byte, error) {
 		x.rbuf = make([]byte, h2ReadBuf)
 	}
 	n, err := x.st.Read(x.rbuf)
-	if x.limited {
-		if int64(n) > x.room {
-			return nil, h1.ErrBodyTooLarge
-		}
-		x.room -= int64(n)
+	if err := x.charge(n); err != nil {
+		return nil, err
 	}
 	if err == io.EOF {
 		x.reqEnd = true
@@ -184,13 +173,6 @@ func (x *h3exchange) addTrailers(h *h1.Header) {
 
 func (x *h3exchange) framed() bool { return false }
 
-func (x *h3exchange) limit(n int64) {
-	if n < 0 || x.limited && n >= x.room {
-		return
-	}
-	x.limited, x.room = true, n
-}
-
 func (x *h3exchange) setReadDeadline(t time.Time) { x.st.SetReadDeadline(t) }
 
 func (x *h3exchange) prefetch(int64) {}
@@ -198,38 +180,24 @@ func (x *h3exchange) prefetch(int64) {}
 func (x *h3exchange) mustDrain() bool { return false }
 
 func (x *h3exchange) interim(resp *h1.Response) error {
-	if resp.Status == 101 {
-		return errors.New("proxy: 101 Switching Protocols cannot go to an HTTP/3 client")
+	if err := x.interimFields(resp, "HTTP/3"); err != nil {
+		return err
 	}
-	x.hfields = appendFields(x.hfields[:0], resp, &x.seen)
-	x.s.BytesOut += int64(headSize(x.hfields))
+	x.s.BytesOut += int64(headSize(x.fields))
 	x.deadline()
-	return x.writeErr(x.st.WriteHeaders(x.qpackFields(), false))
+	return x.writeErr(x.st.WriteHeaders(x.qpackFields(x.fields), false))
 }
 
-// qpackFields returns x.hfields as QPACK fields.
-func (x *h3exchange) qpackFields() []qpack.HeaderField {
-	x.fields = x.fields[:0]
-	for _, f := range x.hfields {
-		x.fields = append(x.fields, qpack.HeaderField{Name: f.Name, Value: f.Value})
+// qpackFields returns fields as QPACK's.
+func (x *h3exchange) qpackFields(fields []hpack.HeaderField) []qpack.HeaderField {
+	x.qfields = x.qfields[:0]
+	for _, f := range fields {
+		x.qfields = append(x.qfields, qpack.HeaderField{Name: f.Name, Value: f.Value})
 	}
-	return x.fields
+	return x.qfields
 }
 
 func (x *h3exchange) takesChunked() bool { return false }
-
-func (x *h3exchange) respond(resp *h1.Response, out outBody) {
-	x.hfields = appendFields(x.hfields[:0], resp, &x.seen)
-	if !out.none && out.length >= 0 && !resp.Header.Has("Content-Length") {
-		x.hfields = append(x.hfields, hpack.HeaderField{Name: "content-length", Value: strconv.FormatInt(out.length, 10)})
-	}
-	x.pending = true
-	x.pay = x.pay[:0]
-}
-
-func (x *h3exchange) buffer(p []byte) { x.pay = append(x.pay, p...) }
-
-func (x *h3exchange) held() int { return len(x.pay) }
 
 // deadline bounds the next write by the send timeout.
 func (x *h3exchange) deadline() {
@@ -237,60 +205,29 @@ func (x *h3exchange) deadline() {
 }
 
 func (x *h3exchange) send(p []byte, end bool, trailers *h1.Header) error {
-	if x.cut.Load() {
+	if x.severed.Load() {
 		return errH3StreamCut
 	}
-	body := x.pay
-	switch {
-	case len(p) == 0:
-	case len(body) == 0:
-		body = p
-	default:
-		x.pay = append(x.pay, p...)
-		body = x.pay
-	}
-	x.pay = x.pay[:0]
-	endData := end && (trailers == nil || trailers.Len() == 0)
-	if endData {
+	if end {
 		x.fin.Store(true)
 	}
-	st := x.st
-	x.s.BytesOut += int64(len(body))
 	x.deadline()
-	if x.pending {
-		x.pending = false
-		x.s.BytesOut += int64(headSize(x.hfields))
-		if err := st.WriteResponse(x.qpackFields(), body, endData); err != nil {
-			return x.writeErr(err)
-		}
-	} else {
-		if len(body) > 0 {
-			if _, err := st.Write(body); err != nil {
-				return x.writeErr(err)
-			}
-		}
-		if endData {
-			if err := st.End(); err != nil {
-				return x.writeErr(err)
-			}
-		}
-	}
-	if end && !endData {
-		x.fin.Store(true)
-		x.hfields = appendHeader(x.hfields[:0], trailers, &x.seen)
-		if err := st.WriteHeaders(x.qpackFields(), true); err != nil {
-			return x.writeErr(err)
-		}
-	}
-	x.ended = end
-	return nil
+	return x.write(h3wire{x}, &x.s.BytesOut, p, end, trailers)
 }
 
-func (x *h3exchange) writeErr(err error) error {
-	if err != nil {
-		x.cut.Store(true)
-	}
-	return err
+// h3wire is an HTTP/3 stream as an answerWire: the fields go as QPACK's.
+type h3wire struct{ x *h3exchange }
+
+func (w h3wire) writeHead(fields []hpack.HeaderField, body []byte, end bool) error {
+	return w.x.st.WriteResponse(w.x.qpackFields(fields), body, end)
+}
+
+func (w h3wire) Write(body []byte) (int, error) { return w.x.st.Write(body) }
+
+func (w h3wire) End() error { return w.x.st.End() }
+
+func (w h3wire) writeTrailers(fields []hpack.HeaderField) error {
+	return w.x.st.WriteHeaders(w.x.qpackFields(fields), true)
 }
 
 var errH3StreamCut = errors.New("proxy: the HTTP/3 stream was reset")
@@ -304,7 +241,7 @@ func (x *h3exchange) tunnel(*h1.Response, net.Conn, []byte) error {
 }
 
 func (x *h3exchange) abort() {
-	if x.cut.CompareAndSwap(false, true) {
+	if x.severed.CompareAndSwap(false, true) {
 		x.st.Reset(h3.ErrInternal)
 	}
 }
