@@ -161,7 +161,11 @@ func TestRedisFleet(t *testing.T) {
 // clock.
 func TestRedisLease(t *testing.T) {
 	srv := redistest.Start(t)
-	const lease = 300 * time.Millisecond
+	// A second: renewals every third of it, so that only a renewal held
+	// up by two thirds of a second (a loaded machine running the race
+	// detector held one up by 430 ms at a lease of 300) lets the claim
+	// lapse.
+	const lease = time.Second
 	o := Options{Lease: lease, TTL: time.Minute}
 	a, ac := redisLayer(t, srv.Addr, o)
 	b, _ := redisLayer(t, srv.Addr, o)
