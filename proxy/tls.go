@@ -331,10 +331,19 @@ var plainHTTPAnswer = func() []byte {
 // handshake record, are handed over as they came.
 type helloConn struct {
 	net.Conn
-	early  []byte  // the bytes read before the handshake, from the first record's start
-	earlyp *[]byte // the pooled buffer early is in, if it is
-	at     int     // where the bytes of early not yet handed over begin, after next
-	next   []byte  // the record (or its rest) the next read takes, in early
+	// early holds the bytes read before the handshake, until they are
+	// handed over; then nil, and the connection's life long helloConn is
+	// the socket and a pointer.
+	early *earlyBytes
+}
+
+// earlyBytes are the bytes of a connection read before its handshake and
+// not yet handed over to crypto/tls (helloConn).
+type earlyBytes struct {
+	b    []byte  // from the first record's start
+	bp   *[]byte // the pooled buffer b is in, if it is
+	at   int     // where the bytes of b not yet handed over begin, after next
+	next []byte  // the record (or its rest) the next read takes, in b
 	// Of the first record while it is handed over in fragments: its
 	// type and version, its payload bytes framed so far, and those left.
 	hdr        [3]byte
@@ -344,12 +353,12 @@ type helloConn struct {
 // newHelloConn is a helloConn over nc that hands over early first, from
 // its pooled buffer earlyp (nil when it is not one).
 func newHelloConn(nc net.Conn, early []byte, earlyp *[]byte) *helloConn {
-	h := &helloConn{Conn: nc, early: early, earlyp: earlyp}
+	e := &earlyBytes{b: early, bp: earlyp}
 	if n := helloPayload(early); n > 0 {
-		copy(h.hdr[:], early[:3])
-		h.at, h.left = tlsRecordHeader, n
+		copy(e.hdr[:], early[:3])
+		e.at, e.left = tlsRecordHeader, n
 	}
-	return h
+	return &helloConn{Conn: nc, early: e}
 }
 
 // tlsRecordHeader is the length of a TLS record's header: its content
@@ -374,30 +383,34 @@ func helloPayload(b []byte) int {
 }
 
 func (h *helloConn) Read(p []byte) (int, error) {
-	if len(h.next) == 0 {
+	e := h.early
+	if e == nil {
+		return h.Conn.Read(p)
+	}
+	if len(e.next) == 0 {
 		switch {
-		case h.left > 0:
+		case e.left > 0:
 			// The fragment's header goes in the 5 bytes before its
 			// payload, handed over already (the record's own header,
 			// or the last fragment's payload).
-			k := helloFragment(h.sent, h.left, len(p)-tlsRecordHeader)
-			start := h.at - tlsRecordHeader
-			copy(h.early[start:], h.hdr[:])
-			h.early[start+3], h.early[start+4] = byte(k>>8), byte(k)
-			h.next = h.early[start : h.at+k]
-			h.at += k
-			h.sent += k
-			h.left -= k
-		case h.at < len(h.early):
-			h.next, h.at = h.early[h.at:], len(h.early)
+			k := helloFragment(e.sent, e.left, len(p)-tlsRecordHeader)
+			start := e.at - tlsRecordHeader
+			copy(e.b[start:], e.hdr[:])
+			e.b[start+3], e.b[start+4] = byte(k>>8), byte(k)
+			e.next = e.b[start : e.at+k]
+			e.at += k
+			e.sent += k
+			e.left -= k
+		case e.at < len(e.b):
+			e.next, e.at = e.b[e.at:], len(e.b)
 		default:
 			h.release()
 			return h.Conn.Read(p)
 		}
 	}
-	n := copy(p, h.next)
-	h.next = h.next[n:]
-	if len(h.next) == 0 && h.left == 0 && h.at == len(h.early) {
+	n := copy(p, e.next)
+	e.next = e.next[n:]
+	if len(e.next) == 0 && e.left == 0 && e.at == len(e.b) {
 		h.release()
 	}
 	return n, nil
@@ -405,12 +418,10 @@ func (h *helloConn) Read(p []byte) (int, error) {
 
 // release lets go of the bytes read before the handshake, all handed over.
 func (h *helloConn) release() {
-	h.early, h.next = nil, nil
-	h.at = 0
-	if h.earlyp != nil {
-		putBuf(h.earlyp)
-		h.earlyp = nil
+	if bp := h.early.bp; bp != nil {
+		putBuf(bp)
 	}
+	h.early = nil
 }
 
 // minHelloFragment is the least payload a fragment of the first record
