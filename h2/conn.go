@@ -332,13 +332,16 @@ func (c *Conn) timedOut(begun bool) onTimeout {
 
 // shed lets go of what an idle connection can make again when it
 // resumes: its Framer (a fresh one is made between frames for the same
-// reason, bigRead), the emptied map of its streams, and the timers kept
-// for its waits.
+// reason, bigRead), the emptied map of its streams and queue of frames
+// owed, and the timers kept for its waits.
 func (c *Conn) shed() {
 	c.fr = nil
 	c.mu.Lock()
 	if len(c.streams) == 0 {
 		c.streams = nil
+	}
+	if len(c.queue) == 0 {
+		c.queue = nil
 	}
 	c.spares, c.nspares = nil, 0
 	c.mu.Unlock()

@@ -98,10 +98,6 @@ func (c *conn) readHello() (bool, error) {
 	return false, nil
 }
 
-// tlsHandshakeRecord is the content type of a TLS handshake record (RFC
-// 8446 §5.1), which a ClientHello comes in.
-const tlsHandshakeRecord = 0x16
-
 // helloWhole reports whether b, the first bytes of a connection, hold its
 // first TLS record whole, or are not a TLS handshake record.
 func helloWhole(b []byte) bool {

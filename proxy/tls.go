@@ -169,7 +169,7 @@ func (c *conn) handshake() bool {
 	if c.tls == nil {
 		var under net.Conn = c.raw
 		if c.early != nil {
-			under = &helloConn{Conn: c.raw, early: c.early, earlyp: c.earlyp}
+			under = newHelloConn(c.raw, c.early, c.earlyp)
 			c.early, c.earlyp = nil, nil
 		}
 		c.tls = tls.Server(under, c.ln.tls)
@@ -312,25 +312,141 @@ var plainHTTPAnswer = func() []byte {
 
 // helloConn is the socket under a TLS connection whose first bytes were
 // read before its handshake began (conn.awaitHello): a read takes those
-// first. Only crypto/tls reads it, one read at a time.
+// first, then the socket's. Only crypto/tls reads it, one read at a time.
+//
+// A ClientHello that came whole in its first record is handed over in
+// smaller records of the same type and version (RFC 8446 §5.1 lets a
+// handshake message be fragmented across records as the sender likes, and
+// the transcript is of the messages, not of their records), each within
+// the buffer crypto/tls reads into. crypto/tls keeps the two buffers it
+// reads a handshake into for the connection's life: its record buffer,
+// grown to the largest record it read, and its handshake buffer, grown to
+// the largest message. A post-quantum key share (X25519MLKEM768, Go's and
+// browsers' default) makes the ClientHello about 1.5–2 KB, in one record,
+// and so both buffers; in records that fit its first read's buffer the
+// record buffer stays at that (576 bytes), and the handshake buffer grows
+// by doubling from the first record's size to a little past the message's
+// (see helloFragment). An idle connection keeps about 1.4 KB less. Records
+// after the first, and a first record that did not come whole or is not a
+// handshake record, are handed over as they came.
 type helloConn struct {
 	net.Conn
-	early  []byte
-	earlyp *[]byte // the pooled buffer early is in, if it is
+	// early holds the bytes read before the handshake, until they are
+	// handed over; then nil, and the connection's life long helloConn is
+	// the socket and a pointer.
+	early *earlyBytes
+}
+
+// earlyBytes are the bytes of a connection read before its handshake and
+// not yet handed over to crypto/tls (helloConn).
+type earlyBytes struct {
+	b    []byte  // from the first record's start
+	bp   *[]byte // the pooled buffer b is in, if it is
+	at   int     // where the bytes of b not yet handed over begin, after next
+	next []byte  // the record (or its rest) the next read takes, in b
+	// Of the first record while it is handed over in fragments: its
+	// type and version, its payload bytes framed so far, and those left.
+	hdr        [3]byte
+	sent, left int
+}
+
+// newHelloConn is a helloConn over nc that hands over early first, from
+// its pooled buffer earlyp (nil when it is not one).
+func newHelloConn(nc net.Conn, early []byte, earlyp *[]byte) *helloConn {
+	e := &earlyBytes{b: early, bp: earlyp}
+	if n := helloPayload(early); n > 0 {
+		copy(e.hdr[:], early[:3])
+		e.at, e.left = tlsRecordHeader, n
+	}
+	return &helloConn{Conn: nc, early: e}
+}
+
+// tlsRecordHeader is the length of a TLS record's header: its content
+// type, legacy version and payload length (RFC 8446 §5.1).
+const tlsRecordHeader = 5
+
+// tlsHandshakeRecord is the content type of a TLS handshake record (RFC
+// 8446 §5.1), which a ClientHello comes in.
+const tlsHandshakeRecord = 0x16
+
+// helloPayload returns the length of the payload of the handshake record
+// b begins with, when b holds it whole and it is not empty; 0 otherwise.
+func helloPayload(b []byte) int {
+	if len(b) < tlsRecordHeader || b[0] != tlsHandshakeRecord {
+		return 0
+	}
+	n := int(b[3])<<8 | int(b[4])
+	if len(b) < tlsRecordHeader+n {
+		return 0
+	}
+	return n
 }
 
 func (h *helloConn) Read(p []byte) (int, error) {
-	if len(h.early) == 0 {
+	e := h.early
+	if e == nil {
 		return h.Conn.Read(p)
 	}
-	n := copy(p, h.early)
-	h.early = h.early[n:]
-	if len(h.early) == 0 {
-		h.early = nil
-		if h.earlyp != nil {
-			putBuf(h.earlyp)
-			h.earlyp = nil
+	if len(e.next) == 0 {
+		switch {
+		case e.left > 0:
+			// The fragment's header goes in the 5 bytes before its
+			// payload, handed over already (the record's own header,
+			// or the last fragment's payload).
+			k := helloFragment(e.sent, e.left, len(p)-tlsRecordHeader)
+			start := e.at - tlsRecordHeader
+			copy(e.b[start:], e.hdr[:])
+			e.b[start+3], e.b[start+4] = byte(k>>8), byte(k)
+			e.next = e.b[start : e.at+k]
+			e.at += k
+			e.sent += k
+			e.left -= k
+		case e.at < len(e.b):
+			e.next, e.at = e.b[e.at:], len(e.b)
+		default:
+			h.release()
+			return h.Conn.Read(p)
 		}
 	}
+	n := copy(p, e.next)
+	e.next = e.next[n:]
+	if len(e.next) == 0 && e.left == 0 && e.at == len(e.b) {
+		h.release()
+	}
 	return n, nil
+}
+
+// release lets go of the bytes read before the handshake, all handed over.
+func (h *helloConn) release() {
+	if bp := h.early.bp; bp != nil {
+		putBuf(bp)
+	}
+	h.early = nil
+}
+
+// minHelloFragment is the least payload a fragment of the first record
+// carries when the reader's buffer is smaller than that.
+const minHelloFragment = 256
+
+// helloFragment returns the payload length of the next record the first
+// record's payload is handed over in, sent bytes of it framed already and
+// left to go, for a read into a buffer with room for that much payload
+// after the header. Each fits room (or minHelloFragment), so that
+// crypto/tls's record buffer need not grow; the first is the payload
+// halved until it fits, and each later one at most what was sent before
+// it, so that the handshake buffer, which a bytes.Buffer grows to twice
+// its size when a write does not fit, doubles from the first record's
+// size to a little past the whole: a 1,500-byte ClientHello goes in
+// records of 375, 375, 571 and 179 bytes, its handshake buffer 384, 768,
+// then 1,536 bytes (in records of 571 it would end at 2,304).
+func helloFragment(sent, left, room int) int {
+	room = max(room, minHelloFragment)
+	if sent == 0 {
+		k := left
+		for k > room {
+			k = (k + 1) / 2
+		}
+		return k
+	}
+	return min(left, room, sent)
 }

@@ -2,7 +2,7 @@
 // TLS handshakes cost the sluice binary, and whether other clients are
 // served meanwhile:
 //
-//	go run ./bench/tlsidle [-conns 10000] [-halfopen 10000] [-settle 130s] [-curves default|x25519] [-proto http/1.1|h2|h3] [-sluice BIN] [-keep]
+//	go run ./bench/tlsidle [-conns 10000] [-halfopen 10000] [-settle 130s] [-curves default|x25519] [-proto http/1.1|h2|h3] [-sluice BIN] [-heapprofile FILE] [-keep]
 //
 // It runs sluice with one TLS listener (a certificate made for the run,
 // ECDSA P-256) in front of a Go HTTP upstream, warms it up and reads its
@@ -16,7 +16,12 @@
 //   - closes them and opens -conns keep-alive TLS 1.3 connections, each
 //     through its handshake and one GET, and lets them sit idle (they
 //     park after 200 ms): RSS per connection, the growth divided by their
-//     number, read 3 s after they opened and later, up to -settle. With
+//     number, read 3 s after they opened and later, up to -settle: 130 s
+//     is after the collection Go forces every 2 minutes, 250 s after the
+//     second, which lets the runtime give back the free heap the first
+//     left (its scavenger's goal is set at each collection from the heap
+//     in use before the sweep: after the first, the handshakes' garbage
+//     still counts). With
 //     -proto h2 they speak HTTP/2 (ALPN h2, one GET on stream 1, SETTINGS
 //     acknowledged); an idle HTTP/2 connection parks too, its engine
 //     stopped between frames. With -proto h3 they are QUIC connections
@@ -25,7 +30,13 @@
 //
 // With the RSS it prints sluice's goroutines (its admin listener's
 // /debug/pprof/goroutine), after the warm-up and with the idle
-// connections open.
+// connections open, and where the RSS goes (the runtime's MemStats, from
+// the admin listener's /debug/pprof/heap?debug=1, which forces no
+// collection): the heap's spans in use, free spans the runtime keeps and
+// has not given back to the system, stacks, and the rest; per connection,
+// from the same figures after the warm-up. -heapprofile saves sluice's
+// heap profile (in use after a collection) with the idle connections open,
+// after the last reading.
 //
 // The clients run in this process, so sluice's RSS is its own. Everything
 // listens on 127.0.0.1; sluice runs in a temp dir, killed on exit.
@@ -68,6 +79,7 @@ type options struct {
 	curves          string
 	proto           string
 	sluice          string
+	heapProfile     string
 	keep            bool
 }
 
@@ -75,10 +87,11 @@ func main() {
 	var o options
 	flag.IntVar(&o.conns, "conns", 10000, "idle keep-alive TLS connections")
 	flag.IntVar(&o.halfOpen, "halfopen", 10000, "half-open TLS handshakes")
-	flag.DurationVar(&o.settle, "settle", 130*time.Second, "how long RSS is read with the idle connections open (3s, 30s, 60s, 130s)")
+	flag.DurationVar(&o.settle, "settle", 130*time.Second, "how long RSS is read with the idle connections open (3s, 30s, 60s, 130s, 250s)")
 	flag.StringVar(&o.curves, "curves", "default", "the clients' key shares: default (X25519MLKEM768 first, as Go's and browsers') or x25519")
 	flag.StringVar(&o.proto, "proto", "http/1.1", "what the idle connections speak: http/1.1, h2 or h3")
 	flag.StringVar(&o.sluice, "sluice", "", "sluice `binary` (default: build ./cmd/sluice into the temp dir)")
+	flag.StringVar(&o.heapProfile, "heapprofile", "", "save sluice's heap profile to `file` with the idle connections open, after the last reading")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp dir (config, certificate and logs) and print its path")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -167,6 +180,10 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
+	baseMem, err := memStats(sl.admin)
+	if err != nil {
+		return err
+	}
 	t0 = time.Now()
 	var idle []io.Closer
 	if o.proto == "h3" {
@@ -180,7 +197,7 @@ func run(o options) error {
 	}
 	opened := time.Now()
 	fmt.Printf("%d idle TLS connections opened in %v (%d failed%s)\n", len(idle), opened.Sub(t0).Round(time.Millisecond), failed, errText(firstErr))
-	for _, after := range []time.Duration{3 * time.Second, 30 * time.Second, 60 * time.Second, 130 * time.Second} {
+	for _, after := range []time.Duration{3 * time.Second, 30 * time.Second, 60 * time.Second, 130 * time.Second, 250 * time.Second} {
 		if after > o.settle {
 			break
 		}
@@ -195,6 +212,15 @@ func run(o options) error {
 			fmt.Printf("goroutines after warm-up %d, %v after they opened %d: %.2f per idle connection\n",
 				baseGoroutines, after, n, float64(n-baseGoroutines)/float64(max(len(idle), 1)))
 		}
+		if m, err := memStats(sl.admin); err == nil {
+			fmt.Println(m.perConn(baseMem, len(idle)))
+		}
+	}
+	if o.heapProfile != "" && ctx.Err() == nil {
+		if err := saveHeapProfile(sl.admin, o.heapProfile); err != nil {
+			return err
+		}
+		fmt.Printf("heap profile (in use after a collection) saved to %s\n", o.heapProfile)
 	}
 	for _, c := range idle {
 		c.Close()
