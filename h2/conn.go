@@ -128,11 +128,11 @@ type Conn struct {
 
 	maxStreams uint32
 	// Guarded by core.mu.
-	maxID         uint32 // highest client stream id seen: lower unknown ids are closed
-	handlers      int    // handler goroutines running
-	serving       bool
+	maxID         uint32    // highest client stream id seen: lower unknown ids are closed
+	handlers      int       // handler goroutines running
 	idleBy        time.Time // when IdleTimeout ends the idle connection; zero while a stream is open
 	parkBy        time.Time // when the idle connection parks (ParkAfter); zero while a stream is open
+	serving       bool
 	peerGoAway    bool
 	ending        bool // graceful end decided: the read loop stops at its next read
 	shutdownTimer *time.Timer

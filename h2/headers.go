@@ -1,6 +1,7 @@
 package h2
 
 import (
+	"sync"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -105,10 +106,14 @@ func (c *core) onField(f hpack.HeaderField) {
 // reqBlock is what a server keeps of a request header block being read,
 // beside the core's headerBlock.
 type reqBlock struct {
-	check   fieldCheck
-	st      *Stream // the stream the block opens, if a request's: its fields go in st.hdr
-	selfDep bool    // a priority that depends on its own stream (§5.3.1)
+	check   *fieldCheck // from checks while a block is read: a parked connection holds none
+	st      *Stream     // the stream the block opens, if a request's: its fields go in st.hdr
+	selfDep bool        // a priority that depends on its own stream (§5.3.1)
 }
+
+// checks holds the field checks of blocks being read, 128 bytes that a
+// connection would otherwise keep while it idles.
+var checks = sync.Pool{New: func() any { return new(fieldCheck) }}
 
 // onHeaders begins a request's header block, or its trailers (endpoint).
 func (c *Conn) onHeaders(f *http2.HeadersFrame) error {
@@ -119,8 +124,12 @@ func (c *Conn) onHeaders(f *http2.HeadersFrame) error {
 	c.mu.Lock()
 	trailers := c.streams[id] != nil
 	c.mu.Unlock()
-	c.req = reqBlock{selfDep: f.HasPriority() && f.Priority.StreamDep == id}
-	c.req.check.reset(trailers, false)
+	check := c.req.check
+	if check == nil {
+		check = checks.Get().(*fieldCheck)
+	}
+	check.reset(trailers, false)
+	c.req = reqBlock{check: check, selfDep: f.HasPriority() && f.Priority.StreamDep == id}
 	var fields []hpack.HeaderField
 	if !trailers {
 		c.req.st = new(Stream)
@@ -139,7 +148,10 @@ func (c *Conn) field(f hpack.HeaderField) bool {
 // block to drop.
 func (c *Conn) endBlock() error {
 	err := c.endRequestBlock()
-	c.req.st = nil
+	if c.req.check != nil {
+		checks.Put(c.req.check)
+	}
+	c.req = reqBlock{}
 	return err
 }
 
