@@ -39,14 +39,22 @@ type Claim struct {
 	token Token
 	ended atomic.Bool
 	lost  atomic.Bool // a renewal found the claim taken
+
+	// The layer's live claims, for its renewer (under its lock).
+	prev, next *Claim
+	linked     bool
 }
 
 // ErrEnded is returned by a Claim's ending methods after the first.
 var ErrEnded = errors.New("idempotency: the claim has ended already")
 
-// claim makes the claim of a key Begin claimed, and has it renewed.
-func (l *Layer) claim(key Key, fp Fingerprint, token Token) *Claim {
-	c := &Claim{l: l, key: key, fp: fp, token: token}
+// claim makes the claim of a key Begin claimed, in c when it is not nil
+// (a zero Claim, in an allocation of the caller's), and has it renewed.
+func (l *Layer) claim(key Key, fp Fingerprint, token Token, c *Claim) *Claim {
+	if c == nil {
+		c = new(Claim)
+	}
+	c.l, c.key, c.fp, c.token = l, key, fp, token
 	l.live.Add(1)
 	l.renewer.add(c)
 	return c
