@@ -150,23 +150,32 @@ func (d *decoder) fields(h *h1.Header) {
 // connection (RFC 9110 §7.6.1), and the replay's connection is another.
 var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "TE", "Upgrade"}
 
-// copyEndToEnd appends to dst the fields of src that are end to end: all
-// but hopByHop and those that src's Connection fields name.
-func copyEndToEnd(dst, src *h1.Header) {
-	// Room for all of them first: one allocation for the names and
-	// values, one for the fields, rather than one each time they grow.
-	size := 0
+// appendEndToEnd appends to dst, as Encode writes an answer's fields
+// (their count, then each name and value), the fields of src that are
+// end to end: all but hopByHop and those that src's Connection fields
+// name. It returns the new dst and what the fields add to Answer.size.
+func appendEndToEnd(dst []byte, src *h1.Header) ([]byte, int) {
+	n, size := 0, 0
 	for i := 0; i < src.Len(); i++ {
-		size += len(src.Name(i)) + len(src.Value(i))
-	}
-	dst.Grow(src.Len(), size)
-	for i := 0; i < src.Len(); i++ {
-		n := src.Name(i)
-		if isHopByHop(n) || namedByConnection(src, n) {
-			continue
+		if endToEnd(src, i) {
+			n++
+			size += len(src.Name(i)) + len(src.Value(i)) + 2*binary.MaxVarintLen64
 		}
-		dst.AddBytes(n, src.Value(i))
 	}
+	dst = binary.AppendUvarint(dst, uint64(n))
+	for i := 0; i < src.Len() && n > 0; i++ {
+		if endToEnd(src, i) {
+			dst = appendPart(dst, src.Name(i))
+			dst = appendPart(dst, src.Value(i))
+		}
+	}
+	return dst, size
+}
+
+// endToEnd reports whether h's field i is end to end.
+func endToEnd(h *h1.Header, i int) bool {
+	n := h.Name(i)
+	return !isHopByHop(n) && !namedByConnection(h, n)
 }
 
 func isHopByHop(name []byte) bool {

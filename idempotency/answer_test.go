@@ -54,10 +54,10 @@ func TestAnswerEncoding(t *testing.T) {
 	}
 }
 
-// TestCopyEndToEnd checks that a kept answer leaves out the hop-by-hop
+// TestEndToEndFields checks that a kept answer leaves out the hop-by-hop
 // fields, those Connection names included, and keeps the others as they
 // were.
-func TestCopyEndToEnd(t *testing.T) {
+func TestEndToEndFields(t *testing.T) {
 	var src, dst h1.Header
 	for _, f := range [][2]string{
 		{"Content-Type", "text/plain"}, {"Connection", "keep-alive, X-Hop"}, {"X-Hop", "1"},
@@ -66,9 +66,17 @@ func TestCopyEndToEnd(t *testing.T) {
 	} {
 		src.Add(f[0], f[1])
 	}
-	copyEndToEnd(&dst, &src)
+	enc, size := appendEndToEnd(nil, &src)
+	d := decoder{b: enc}
+	d.fields(&dst)
+	if d.bad || len(d.b) != 0 {
+		t.Fatalf("the fields' encoding %q does not decode", enc)
+	}
 	if got, want := dst.String(), "Content-Type: text/plain\r\nX-End: 2\r\nContent-Length: 5\r\n"; got != want {
 		t.Errorf("kept %q, want %q", got, want)
+	}
+	if a := (&Answer{Header: dst}); size != a.size()-(&Answer{}).size() {
+		t.Errorf("the fields add %d to the size, want %d", size, a.size()-(&Answer{}).size())
 	}
 }
 

@@ -2,7 +2,6 @@ package idempotency
 
 import (
 	"context"
-	"strconv"
 
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/proxy"
@@ -88,7 +87,7 @@ func (t *tee) Head(resp *h1.Response) {
 	t.head = true
 	size := int64(-1)
 	if v := resp.Header.Get("Content-Length"); v != nil {
-		if n, err := strconv.ParseInt(string(v), 10, 64); err == nil {
+		if n, ok := h1.ParseDecimal(v); ok {
 			size = n
 		}
 	}
