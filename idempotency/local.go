@@ -56,7 +56,7 @@ type Local struct {
 
 type localShard struct {
 	mu     sync.Mutex
-	m      map[Key]localRecord
+	t      recordTable
 	queue  []expiry // by when records expire, oldest first (nearly: see sweep)
 	head   int      // queue[:head] are done
 	chunks []answerChunk
@@ -72,6 +72,7 @@ type expiry struct {
 }
 
 type localRecord struct {
+	key     Key
 	token   Token
 	fp      Fingerprint
 	lease   int64 // StateInFlight: the claim ends then unless renewed
@@ -112,7 +113,6 @@ func NewLocal(maxKeys int, maxBytes int64) *Local {
 	l.SetMaxKeys(maxKeys)
 	l.SetMaxBytes(maxBytes)
 	for i := range l.shards {
-		l.shards[i].m = make(map[Key]localRecord)
 		l.shards[i].cur = noChunk
 	}
 	return l
@@ -162,34 +162,36 @@ func (l *Local) Begin(_ context.Context, key Key, fp Fingerprint, token Token, t
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	l.sweep(sh, now, false)
-	r, ok := sh.m[key]
-	if ok && now >= r.expires && r.at(now) != StateInFlight {
-		l.remove(sh, key, &r)
-		ok = false
+	r := sh.t.get(&key)
+	if r != nil && now >= r.expires && r.at(now) != StateInFlight {
+		l.remove(sh, r)
+		r = nil
 	}
 	prior := StateNone
-	if ok {
+	if r != nil {
 		s := r.at(now)
 		switch {
 		case r.fp != fp:
 			return Found{State: s, Mismatch: true}, nil
 		case s == StateKept:
-			return Found{State: s, Answer: sh.answer(&r)}, nil
+			return Found{State: s, Answer: sh.answer(r)}, nil
 		case (s == StateUnknown || s == StateAbandoned) && t.Retake:
 			prior = s
-			l.drop(sh, &r)
+			l.drop(sh, r)
 		default:
 			return Found{State: s}, nil
 		}
-	} else if int64(len(sh.m)) >= l.perShard.Load() {
-		l.sweep(sh, now, true)
-		if int64(len(sh.m)) >= l.perShard.Load() {
-			return Found{}, ErrFull
+	} else {
+		if int64(sh.t.n) >= l.perShard.Load() {
+			l.sweep(sh, now, true)
+			if int64(sh.t.n) >= l.perShard.Load() {
+				return Found{}, ErrFull
+			}
 		}
+		r = sh.t.add(&key)
 	}
-	r = localRecord{state: StateInFlight, token: token, fp: fp, lease: now + int64(t.Lease),
+	*r = localRecord{key: key, state: StateInFlight, token: token, fp: fp, lease: now + int64(t.Lease),
 		expires: now + int64(max(t.TTL, t.Lease))}
-	sh.m[key] = r
 	sh.queue = append(sh.queue, expiry{key, r.expires})
 	return Found{Claimed: true, Prior: prior}, nil
 }
@@ -201,7 +203,7 @@ func (l *Local) Renew(_ context.Context, held []Held, t Terms) ([]bool, error) {
 	for i, h := range held {
 		sh := l.shard(h.Key)
 		sh.mu.Lock()
-		if r, found := sh.m[h.Key]; found && r.state == StateInFlight && r.token == h.Token {
+		if r := sh.t.get(&h.Key); r != nil && r.state == StateInFlight && r.token == h.Token {
 			// Held again even if the lease ran out, as long as no
 			// request retook the key: nothing acted on its lapse.
 			r.lease = now + int64(t.Lease)
@@ -209,7 +211,6 @@ func (l *Local) Renew(_ context.Context, held []Held, t Terms) ([]bool, error) {
 				r.expires = r.lease
 				sh.queue = append(sh.queue, expiry{h.Key, r.expires})
 			}
-			sh.m[h.Key] = r
 			ok[i] = true
 		}
 		sh.mu.Unlock()
@@ -227,12 +228,12 @@ func (l *Local) End(_ context.Context, key Key, fp Fingerprint, token Token, s S
 	sh := l.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	r, ok := sh.m[key]
-	if !ok || r.state != StateInFlight || r.token != token {
+	r := sh.t.get(&key)
+	if r == nil || r.state != StateInFlight || r.token != token {
 		return StateNone, ErrLost
 	}
 	if s == StateNone {
-		l.remove(sh, key, &r)
+		l.remove(sh, r)
 		return StateNone, nil
 	}
 	if s == StateKept {
@@ -254,19 +255,18 @@ func (l *Local) End(_ context.Context, key Key, fp Fingerprint, token Token, s S
 			}
 		}
 	}
-	r = localRecord{state: s, token: token, fp: fp, expires: now + int64(t.TTL)}
+	*r = localRecord{key: key, state: s, token: token, fp: fp, expires: now + int64(t.TTL)}
 	if s == StateKept {
 		r.chunk, r.off, r.n = sh.put(answer)
 	}
-	sh.m[key] = r
 	sh.queue = append(sh.queue, expiry{key, r.expires})
 	return s, nil
 }
 
-// remove deletes key's record r from sh.
-func (l *Local) remove(sh *localShard, key Key, r *localRecord) {
+// remove deletes the record r from sh.
+func (l *Local) remove(sh *localShard, r *localRecord) {
 	l.drop(sh, r)
-	delete(sh.m, key)
+	sh.t.remove(&r.key)
 }
 
 // drop frees r's answer, if it has one.
@@ -353,16 +353,15 @@ func (l *Local) sweep(sh *localShard, now int64, all bool) {
 			break
 		}
 		sh.head++
-		r, ok := sh.m[e.key]
+		r := sh.t.get(&e.key)
 		switch {
-		case !ok || r.expires != e.at:
+		case r == nil || r.expires != e.at:
 		case r.at(now) != StateInFlight:
-			l.remove(sh, e.key, &r)
+			l.remove(sh, r)
 		default:
 			// In flight past its record's time: look again at the
 			// end of its lease.
 			r.expires = r.lease
-			sh.m[e.key] = r
 			sh.queue = append(sh.queue, expiry{e.key, r.expires})
 		}
 	}
@@ -371,11 +370,12 @@ func (l *Local) sweep(sh *localShard, now int64, all bool) {
 		sh.queue, sh.head = sh.queue[:n], 0
 	}
 	if all {
-		for k, r := range sh.m {
+		sh.t.each(func(r *localRecord) bool {
 			if now >= r.expires && r.at(now) != StateInFlight {
-				l.remove(sh, k, &r)
+				l.remove(sh, r)
 			}
-		}
+			return true
+		})
 	}
 }
 
@@ -386,7 +386,7 @@ func (l *Local) Len() int {
 	for i := range l.shards {
 		sh := &l.shards[i]
 		sh.mu.Lock()
-		n += len(sh.m)
+		n += sh.t.n
 		sh.mu.Unlock()
 	}
 	return n
