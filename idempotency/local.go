@@ -26,7 +26,7 @@ const localShards = 64
 // split into 64 shards, each with its own lock. Its size is bounded:
 //
 //   - at most maxKeys records (rounded up to a multiple of 64), each about
-//     250 bytes besides its answer. A new key in a full shard first has
+//     200 bytes besides its answer. A new key in a full shard first has
 //     the shard's expired records removed; if none has expired, Begin
 //     fails with ErrFull (a store error: the request follows
 //     on_store_error). A record is never dropped before its time, since a
@@ -65,10 +65,17 @@ type localShard struct {
 	_      [32]byte // keeps neighbouring shards' locks off one cache line
 }
 
-// expiry is when key's record expires, as it was when queued.
+// expiry is when the record at index rec of the shard's table expires,
+// as it was when queued. The index, not the key, names the record: an
+// entry is 16 bytes, and the sweep reaches its record without a lookup.
+// The record there may have been removed since (its state is then
+// StateNone), or even be another key's, which a record's index is given
+// to once it is free: an entry only ever removes a record whose time it
+// is (its expires is the entry's at, which is past), and so is right
+// whichever record that is.
 type expiry struct {
-	key Key
 	at  int64
+	rec uint32
 }
 
 type localRecord struct {
@@ -80,7 +87,8 @@ type localRecord struct {
 	// StateKept: the answer is chunk's bytes [off, off+n).
 	chunk  uint64
 	off, n int
-	state  State // StateInFlight (which reads as StateAbandoned after lease), or an ended state
+	state  State  // StateInFlight (which reads as StateAbandoned after lease), or an ended state; StateNone when free
+	idx    uint32 // its index in the shard's table
 }
 
 // answerChunk holds answers of a shard, one after the other: the shard
@@ -190,9 +198,9 @@ func (l *Local) Begin(_ context.Context, key Key, fp Fingerprint, token Token, t
 		}
 		r = sh.t.add(&key)
 	}
-	*r = localRecord{key: key, state: StateInFlight, token: token, fp: fp, lease: now + int64(t.Lease),
+	*r = localRecord{key: key, idx: r.idx, state: StateInFlight, token: token, fp: fp, lease: now + int64(t.Lease),
 		expires: now + int64(max(t.TTL, t.Lease))}
-	sh.queue = append(sh.queue, expiry{key, r.expires})
+	sh.queue = append(sh.queue, expiry{r.expires, r.idx})
 	return Found{Claimed: true, Prior: prior}, nil
 }
 
@@ -209,7 +217,7 @@ func (l *Local) Renew(_ context.Context, held []Held, t Terms) ([]bool, error) {
 			r.lease = now + int64(t.Lease)
 			if r.expires < r.lease {
 				r.expires = r.lease
-				sh.queue = append(sh.queue, expiry{h.Key, r.expires})
+				sh.queue = append(sh.queue, expiry{r.expires, r.idx})
 			}
 			ok[i] = true
 		}
@@ -255,11 +263,11 @@ func (l *Local) End(_ context.Context, key Key, fp Fingerprint, token Token, s S
 			}
 		}
 	}
-	*r = localRecord{key: key, state: s, token: token, fp: fp, expires: now + int64(t.TTL)}
+	*r = localRecord{key: key, idx: r.idx, state: s, token: token, fp: fp, expires: now + int64(t.TTL)}
 	if s == StateKept {
 		r.chunk, r.off, r.n = sh.put(answer)
 	}
-	sh.queue = append(sh.queue, expiry{key, r.expires})
+	sh.queue = append(sh.queue, expiry{r.expires, r.idx})
 	return s, nil
 }
 
@@ -353,16 +361,16 @@ func (l *Local) sweep(sh *localShard, now int64, all bool) {
 			break
 		}
 		sh.head++
-		r := sh.t.get(&e.key)
+		r := sh.t.rec(e.rec)
 		switch {
-		case r == nil || r.expires != e.at:
+		case r.state == StateNone || r.expires != e.at:
 		case r.at(now) != StateInFlight:
 			l.remove(sh, r)
 		default:
 			// In flight past its record's time: look again at the
 			// end of its lease.
 			r.expires = r.lease
-			sh.queue = append(sh.queue, expiry{e.key, r.expires})
+			sh.queue = append(sh.queue, expiry{r.expires, r.idx})
 		}
 	}
 	if sh.head > 64 && sh.head*2 > len(sh.queue) {

@@ -69,7 +69,8 @@ func (t *recordTable) get(k *Key) *localRecord {
 }
 
 // add adds a record for k, which has none, and returns it with its key
-// set; the caller sets the rest (a record freed by remove is zero).
+// and index set; the caller sets the rest (a record freed by remove is
+// zero).
 func (t *recordTable) add(k *Key) *localRecord {
 	if (t.n+1)*2 > len(t.slots) {
 		t.grow()
@@ -88,7 +89,7 @@ func (t *recordTable) add(k *Key) *localRecord {
 	t.slots[pos] = uint64(tag(k))<<32 | uint64(i+1)
 	t.n++
 	r := t.rec(i)
-	r.key = *k
+	r.key, r.idx = *k, i
 	return r
 }
 
