@@ -2,7 +2,7 @@ package idempotency
 
 import (
 	"context"
-	"encoding/binary"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,7 +20,10 @@ const (
 
 // localShards is the number of independently locked parts of a Local
 // store.
-const localShards = 64
+const (
+	localShardBits = 6
+	localShards    = 1 << localShardBits
+)
 
 // Local is a Store in this process's memory: a map from key to record,
 // split into 64 shards, each with its own lock. Its size is bounded:
@@ -51,6 +54,7 @@ type Local struct {
 	maxBytes atomic.Int64
 	bytes    atomic.Int64 // of the answers kept
 	epoch    time.Time    // times are nanoseconds since it
+	seed     maphash.Seed // of hash
 	shards   [localShards]localShard
 }
 
@@ -117,7 +121,7 @@ const (
 // NewLocal returns an empty Local store of at most maxKeys records and
 // maxBytes bytes of answers; 0 means DefaultMaxKeys, DefaultMaxBytes.
 func NewLocal(maxKeys int, maxBytes int64) *Local {
-	l := &Local{epoch: time.Now()}
+	l := &Local{epoch: time.Now(), seed: maphash.MakeSeed()}
 	l.SetMaxKeys(maxKeys)
 	l.SetMaxBytes(maxBytes)
 	for i := range l.shards {
@@ -146,9 +150,15 @@ func (l *Local) SetMaxBytes(n int64) {
 	l.maxBytes.Store(n)
 }
 
-func (l *Local) shard(k Key) *localShard {
-	return &l.shards[binary.LittleEndian.Uint64(k[:8])%localShards]
-}
+// hash returns k's hash under the store's seed: its top bits choose the
+// shard, its low 32 bits are k's tag in the shard's table. Keys are
+// digests of what clients send, and could be chosen to fall into one
+// shard, or crowd one place of its table, if they chose it: the seed is
+// secret, and random for each store.
+func (l *Local) hash(k *Key) uint64 { return maphash.Comparable(l.seed, *k) }
+
+// shard returns the shard of the key whose hash is h.
+func (l *Local) shard(h uint64) *localShard { return &l.shards[h>>(64-localShardBits)] }
 
 // now returns the store's time: nanoseconds since it was made, on the
 // monotonic clock.
@@ -166,11 +176,12 @@ func (r *localRecord) at(now int64) State {
 // Begin implements Store.
 func (l *Local) Begin(_ context.Context, key Key, fp Fingerprint, token Token, t Terms) (Found, error) {
 	now := l.now()
-	sh := l.shard(key)
+	h := l.hash(&key)
+	sh := l.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	l.sweep(sh, now, false)
-	r := sh.t.get(&key)
+	r := sh.t.get(&key, uint32(h))
 	if r != nil && now >= r.expires && r.at(now) != StateInFlight {
 		l.remove(sh, r)
 		r = nil
@@ -196,7 +207,7 @@ func (l *Local) Begin(_ context.Context, key Key, fp Fingerprint, token Token, t
 				return Found{}, ErrFull
 			}
 		}
-		r = sh.t.add(&key)
+		r = sh.t.add(&key, uint32(h))
 	}
 	*r = localRecord{key: key, idx: r.idx, state: StateInFlight, token: token, fp: fp, lease: now + int64(t.Lease),
 		expires: now + int64(max(t.TTL, t.Lease))}
@@ -209,9 +220,10 @@ func (l *Local) Renew(_ context.Context, held []Held, t Terms) ([]bool, error) {
 	now := l.now()
 	ok := make([]bool, len(held))
 	for i, h := range held {
-		sh := l.shard(h.Key)
+		hash := l.hash(&h.Key)
+		sh := l.shard(hash)
 		sh.mu.Lock()
-		if r := sh.t.get(&h.Key); r != nil && r.state == StateInFlight && r.token == h.Token {
+		if r := sh.t.get(&h.Key, uint32(hash)); r != nil && r.state == StateInFlight && r.token == h.Token {
 			// Held again even if the lease ran out, as long as no
 			// request retook the key: nothing acted on its lapse.
 			r.lease = now + int64(t.Lease)
@@ -233,10 +245,11 @@ func (l *Local) instant() {}
 // again when End returns.
 func (l *Local) End(_ context.Context, key Key, fp Fingerprint, token Token, s State, answer []byte, t Terms) (State, error) {
 	now := l.now()
-	sh := l.shard(key)
+	h := l.hash(&key)
+	sh := l.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	r := sh.t.get(&key)
+	r := sh.t.get(&key, uint32(h))
 	if r == nil || r.state != StateInFlight || r.token != token {
 		return StateNone, ErrLost
 	}
@@ -274,7 +287,7 @@ func (l *Local) End(_ context.Context, key Key, fp Fingerprint, token Token, s S
 // remove deletes the record r from sh.
 func (l *Local) remove(sh *localShard, r *localRecord) {
 	l.drop(sh, r)
-	sh.t.remove(&r.key)
+	sh.t.remove(&r.key, uint32(l.hash(&r.key)))
 }
 
 // drop frees r's answer, if it has one.

@@ -1,7 +1,5 @@
 package idempotency
 
-import "encoding/binary"
-
 // recordTable is a shard's records by key: an open-addressed hash table
 // of 8-byte slots (linear probing), each holding a tag of the key and the
 // index of its record, and the records themselves in pages. It is a
@@ -18,11 +16,15 @@ import "encoding/binary"
 //   - nothing in it is a pointer but the pages themselves: the garbage
 //     collector marks a few blocks, whatever the number of records.
 //
-// Keys are SHA-256 digests, uniform already: the tag is 4 of their bytes
-// (not those that chose the shard), and a slot's home is the tag modulo
-// the table's size, so that growing and removing need no record read. A
-// removal shifts the slots after it back (no tombstones), so the table
-// never needs rebuilding. The zero recordTable is empty and ready.
+// A key's tag is 32 bits of its hash under the store's secret seed (see
+// Local.hash), which the table is given with the key: keys are SHA-256
+// digests of what clients send, and a client that could choose their
+// bits could crowd one home with them (hash flooding), as it cannot
+// choose the bits of a hash it does not know the seed of. A slot's home
+// is its tag modulo the table's size, so that growing and removing need
+// no record read. A removal shifts the slots after it back (no
+// tombstones), so the table never needs rebuilding. The zero recordTable
+// is empty and ready.
 type recordTable struct {
 	slots []uint64 // 0 is free; else tag<<32 | index+1; a power of two long
 	pages [][]localRecord
@@ -35,19 +37,15 @@ const (
 	pageSize  = 1 << pageShift
 )
 
-// tag returns k's tag.
-func tag(k *Key) uint32 { return binary.LittleEndian.Uint32(k[8:]) }
-
 // rec returns the record at index i.
 func (t *recordTable) rec(i uint32) *localRecord { return &t.pages[i>>pageShift][i&(pageSize-1)] }
 
-// find returns the record of k, or nil; pos is its slot, or the free slot
-// where k would go.
-func (t *recordTable) find(k *Key) (r *localRecord, pos int) {
+// find returns the record of k, whose tag is g, or nil; pos is its slot,
+// or the free slot where k would go.
+func (t *recordTable) find(k *Key, g uint32) (r *localRecord, pos int) {
 	if len(t.slots) == 0 {
 		return nil, -1
 	}
-	g := tag(k)
 	mask := len(t.slots) - 1
 	for i := int(g) & mask; ; i = (i + 1) & mask {
 		s := t.slots[i]
@@ -62,20 +60,20 @@ func (t *recordTable) find(k *Key) (r *localRecord, pos int) {
 	}
 }
 
-// get returns the record of k, or nil.
-func (t *recordTable) get(k *Key) *localRecord {
-	r, _ := t.find(k)
+// get returns the record of k, whose tag is g, or nil.
+func (t *recordTable) get(k *Key, g uint32) *localRecord {
+	r, _ := t.find(k, g)
 	return r
 }
 
-// add adds a record for k, which has none, and returns it with its key
+// add adds a record for k, whose tag is g and which has none, and returns it with its key
 // and index set; the caller sets the rest (a record freed by remove is
 // zero).
-func (t *recordTable) add(k *Key) *localRecord {
+func (t *recordTable) add(k *Key, g uint32) *localRecord {
 	if (t.n+1)*2 > len(t.slots) {
 		t.grow()
 	}
-	_, pos := t.find(k)
+	_, pos := t.find(k, g)
 	var i uint32
 	if n := len(t.free); n > 0 {
 		i = t.free[n-1]
@@ -86,7 +84,7 @@ func (t *recordTable) add(k *Key) *localRecord {
 			t.pages = append(t.pages, make([]localRecord, pageSize))
 		}
 	}
-	t.slots[pos] = uint64(tag(k))<<32 | uint64(i+1)
+	t.slots[pos] = uint64(g)<<32 | uint64(i+1)
 	t.n++
 	r := t.rec(i)
 	r.key, r.idx = *k, i
@@ -110,9 +108,9 @@ func (t *recordTable) grow() {
 	}
 }
 
-// remove removes the record of k, if there is one.
-func (t *recordTable) remove(k *Key) {
-	r, pos := t.find(k)
+// remove removes the record of k, whose tag is g, if there is one.
+func (t *recordTable) remove(k *Key, g uint32) {
+	r, pos := t.find(k, g)
 	if r == nil {
 		return
 	}

@@ -16,6 +16,7 @@ func TestRecordTable(t *testing.T) {
 		rng := rand.New(rand.NewPCG(1, uint64(homes)))
 		var tbl recordTable
 		held := make(map[Key]Token)
+		tags := make(map[Key]uint32)
 		key := func(i int) Key {
 			var k Key
 			binary.LittleEndian.PutUint64(k[:], uint64(i))
@@ -27,17 +28,17 @@ func TestRecordTable(t *testing.T) {
 			if rng.IntN(2) == 0 {
 				g = ^g
 			}
-			binary.LittleEndian.PutUint32(k[8:], g)
+			tags[k] = g
 			return k
 		}
 		var keys []Key
 		for step := range 3000 {
 			if len(keys) == 0 || rng.IntN(3) > 0 {
 				k := key(step)
-				if tbl.get(&k) != nil {
+				if tbl.get(&k, tags[k]) != nil {
 					t.Fatalf("step %d: a new key found", step)
 				}
-				r := tbl.add(&k)
+				r := tbl.add(&k, tags[k])
 				r.token = Token{byte(step), byte(step >> 8)}
 				held[k] = r.token
 				keys = append(keys, k)
@@ -46,9 +47,9 @@ func TestRecordTable(t *testing.T) {
 				k := keys[i]
 				keys[i] = keys[len(keys)-1]
 				keys = keys[:len(keys)-1]
-				tbl.remove(&k)
+				tbl.remove(&k, tags[k])
 				delete(held, k)
-				if tbl.get(&k) != nil {
+				if tbl.get(&k, tags[k]) != nil {
 					t.Fatalf("step %d: a removed key found", step)
 				}
 			}
@@ -59,7 +60,7 @@ func TestRecordTable(t *testing.T) {
 				continue
 			}
 			for k, tok := range held {
-				if r := tbl.get(&k); r == nil || r.key != k || r.token != tok {
+				if r := tbl.get(&k, tags[k]); r == nil || r.key != k || r.token != tok {
 					t.Fatalf("step %d: key %x: %+v", step, k[:12], r)
 				}
 			}
@@ -80,13 +81,13 @@ func TestRecordTable(t *testing.T) {
 		tbl.each(func(r *localRecord) bool {
 			if r.token[0]%2 == 1 {
 				delete(held, r.key)
-				tbl.remove(&r.key)
+				tbl.remove(&r.key, tags[r.key])
 				odd++
 			}
 			return true
 		})
 		for k := range held {
-			if tbl.get(&k) == nil {
+			if tbl.get(&k, tags[k]) == nil {
 				t.Errorf("homes %d: %x lost by removals while visiting", homes, k[:12])
 			}
 		}
