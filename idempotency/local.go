@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,6 +64,7 @@ type localShard struct {
 	t      recordTable
 	queue  []expiry // by when records expire, oldest first (nearly: see sweep)
 	head   int      // queue[:head] are done
+	due    int64    // queue[head].at; math.MaxInt64 when the queue is done
 	chunks []answerChunk
 	chunk0 uint64   // the id of chunks[0]: ids count the shard's chunks
 	cur    uint64   // the id of the chunk answers are appended to; noChunk before the first
@@ -126,6 +128,7 @@ func NewLocal(maxKeys int, maxBytes int64) *Local {
 	l.SetMaxBytes(maxBytes)
 	for i := range l.shards {
 		l.shards[i].cur = noChunk
+		l.shards[i].due = math.MaxInt64
 	}
 	return l
 }
@@ -211,7 +214,7 @@ func (l *Local) Begin(_ context.Context, key Key, fp Fingerprint, token Token, t
 	}
 	*r = localRecord{key: key, idx: r.idx, state: StateInFlight, token: token, fp: fp, lease: now + int64(t.Lease),
 		expires: now + int64(max(t.TTL, t.Lease))}
-	sh.queue = append(sh.queue, expiry{r.expires, r.idx})
+	sh.enqueue(r)
 	return Found{Claimed: true, Prior: prior}, nil
 }
 
@@ -229,7 +232,7 @@ func (l *Local) Renew(_ context.Context, held []Held, t Terms) ([]bool, error) {
 			r.lease = now + int64(t.Lease)
 			if r.expires < r.lease {
 				r.expires = r.lease
-				sh.queue = append(sh.queue, expiry{r.expires, r.idx})
+				sh.enqueue(r)
 			}
 			ok[i] = true
 		}
@@ -280,7 +283,7 @@ func (l *Local) End(_ context.Context, key Key, fp Fingerprint, token Token, s S
 	if s == StateKept {
 		r.chunk, r.off, r.n = sh.put(answer)
 	}
-	sh.queue = append(sh.queue, expiry{r.expires, r.idx})
+	sh.enqueue(r)
 	return s, nil
 }
 
@@ -360,6 +363,14 @@ func (sh *localShard) trim() {
 	}
 }
 
+// enqueue queues r's expiry.
+func (sh *localShard) enqueue(r *localRecord) {
+	if sh.head == len(sh.queue) {
+		sh.due = r.expires
+	}
+	sh.queue = append(sh.queue, expiry{r.expires, r.idx})
+}
+
 // sweep removes the records of sh that expired by now, from the head of
 // its queue. The queue is in the order records were queued, which is
 // the order they expire in as long as the store's terms stay the same;
@@ -368,6 +379,9 @@ func (sh *localShard) trim() {
 // (all). An entry whose record was queued again since, or is in flight
 // under its lease, is skipped: it has a later entry.
 func (l *Local) sweep(sh *localShard, now int64, all bool) {
+	if now < sh.due && !all {
+		return // nothing due: the queue's head is not read (a cache miss, often)
+	}
 	for sh.head < len(sh.queue) {
 		e := sh.queue[sh.head]
 		if now < e.at {
@@ -383,12 +397,16 @@ func (l *Local) sweep(sh *localShard, now int64, all bool) {
 			// In flight past its record's time: look again at the
 			// end of its lease.
 			r.expires = r.lease
-			sh.queue = append(sh.queue, expiry{r.expires, r.idx})
+			sh.enqueue(r)
 		}
 	}
 	if sh.head > 64 && sh.head*2 > len(sh.queue) {
 		n := copy(sh.queue, sh.queue[sh.head:])
 		sh.queue, sh.head = sh.queue[:n], 0
+	}
+	sh.due = math.MaxInt64
+	if sh.head < len(sh.queue) {
+		sh.due = sh.queue[sh.head].at
 	}
 	if all {
 		sh.t.each(func(r *localRecord) bool {
