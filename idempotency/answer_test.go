@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -77,6 +78,19 @@ func TestEndToEndFields(t *testing.T) {
 	}
 	if a := (&Answer{Header: dst}); size != a.size()-(&Answer{}).size() {
 		t.Errorf("the fields add %d to the size, want %d", size, a.size()-(&Answer{}).size())
+	}
+	// 200 fields: their count takes two bytes, and they move to make room.
+	var many, want h1.Header
+	for i := range 200 {
+		many.Add("X-"+strconv.Itoa(i), strconv.Itoa(i))
+		want.Add("X-"+strconv.Itoa(i), strconv.Itoa(i))
+		if i%50 == 0 {
+			many.Add("Keep-Alive", "timeout=5")
+		}
+	}
+	enc, _ = appendEndToEnd([]byte("prefix"), &many)
+	if w := appendFields([]byte("prefix"), &want); !bytes.Equal(enc, w) {
+		t.Errorf("200 fields written as\n%q\nwant\n%q", enc, w)
 	}
 }
 
