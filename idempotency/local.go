@@ -20,14 +20,15 @@ const (
 )
 
 // localShards is the number of independently locked parts of a Local
-// store.
+// store: a key's shard is the top localShardBits bits of its hash.
 const (
 	localShardBits = 6
 	localShards    = 1 << localShardBits
 )
 
-// Local is a Store in this process's memory: a map from key to record,
-// split into 64 shards, each with its own lock. Its size is bounded:
+// Local is a Store in this process's memory: a table from key to record
+// (recordTable), split into 64 shards, each with its own lock. Its size
+// is bounded:
 //
 //   - at most maxKeys records (rounded up to a multiple of 64), each about
 //     200 bytes besides its answer. A new key in a full shard first has
@@ -49,7 +50,9 @@ const (
 // than the rest of the store together, measured with 300,000 keys).
 // Times are nanoseconds since the store was made (monotonic), and the
 // answers are copied into chunks of memory that each shard appends to
-// (see answerChunk).
+// (see answerChunk): besides the answers it counts against maxBytes, a
+// shard holds the room left in its current chunk (at most 64 KiB) and
+// that of the chunks not yet empty.
 type Local struct {
 	perShard atomic.Int64
 	maxBytes atomic.Int64
