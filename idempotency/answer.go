@@ -150,26 +150,55 @@ func (d *decoder) fields(h *h1.Header) {
 // connection (RFC 9110 §7.6.1), and the replay's connection is another.
 var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "TE", "Upgrade"}
 
-// copyEndToEnd appends to dst the fields of src that are end to end: all
-// but hopByHop and those that src's Connection fields name.
-func copyEndToEnd(dst, src *h1.Header) {
-	// Room for all of them first: one allocation for the names and
-	// values, one for the fields, rather than one each time they grow.
-	size := 0
-	for i := 0; i < src.Len(); i++ {
-		size += len(src.Name(i)) + len(src.Value(i))
+// appendEndToEnd appends to dst, as Encode writes an answer's fields
+// (their count, then each name and value), the fields of src that are
+// end to end: all but hopByHop and those that src's Connection fields
+// name. It returns the new dst and what the fields add to Answer.size.
+func appendEndToEnd(dst []byte, src *h1.Header) ([]byte, int) {
+	conn := false // src has a Connection field, which may name others
+	for i := 0; i < src.Len() && !conn; i++ {
+		conn = h1.EqualFold(src.Name(i), "Connection")
 	}
-	dst.Grow(src.Len(), size)
+	// The count first, in one byte while it is below 128 (as it is but
+	// for answers of that many fields, which move their fields to make
+	// room for its other bytes).
+	at := len(dst)
+	dst = append(dst, 0)
+	n, size := 0, 0
 	for i := 0; i < src.Len(); i++ {
-		n := src.Name(i)
-		if isHopByHop(n) || namedByConnection(src, n) {
+		name := src.Name(i)
+		if isHopByHop(name) || conn && namedByConnection(src, name) {
 			continue
 		}
-		dst.AddBytes(n, src.Value(i))
+		n++
+		size += len(name) + len(src.Value(i)) + 2*binary.MaxVarintLen64
+		dst = appendPart(dst, name)
+		dst = appendPart(dst, src.Value(i))
 	}
+	var count [binary.MaxVarintLen64]byte
+	c := binary.AppendUvarint(count[:0], uint64(n))
+	if extra := len(c) - 1; extra > 0 {
+		dst = append(dst, c[1:]...) // room
+		copy(dst[at+len(c):], dst[at+1:len(dst)-extra])
+	}
+	copy(dst[at:], c)
+	return dst, size
 }
 
+// hopLengths has bit n set when a name of hopByHop is n bytes long.
+var hopLengths = func() (m uint64) {
+	for _, h := range hopByHop {
+		m |= 1 << len(h)
+	}
+	return m
+}()
+
+// isHopByHop reports whether name is one of hopByHop; most names are
+// told apart by their length alone.
 func isHopByHop(name []byte) bool {
+	if len(name) >= 64 || hopLengths&(1<<len(name)) == 0 {
+		return false
+	}
 	for _, h := range hopByHop {
 		if h1.EqualFold(name, h) {
 			return true

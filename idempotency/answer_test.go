@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -54,10 +55,10 @@ func TestAnswerEncoding(t *testing.T) {
 	}
 }
 
-// TestCopyEndToEnd checks that a kept answer leaves out the hop-by-hop
+// TestEndToEndFields checks that a kept answer leaves out the hop-by-hop
 // fields, those Connection names included, and keeps the others as they
 // were.
-func TestCopyEndToEnd(t *testing.T) {
+func TestEndToEndFields(t *testing.T) {
 	var src, dst h1.Header
 	for _, f := range [][2]string{
 		{"Content-Type", "text/plain"}, {"Connection", "keep-alive, X-Hop"}, {"X-Hop", "1"},
@@ -66,9 +67,30 @@ func TestCopyEndToEnd(t *testing.T) {
 	} {
 		src.Add(f[0], f[1])
 	}
-	copyEndToEnd(&dst, &src)
+	enc, size := appendEndToEnd(nil, &src)
+	d := decoder{b: enc}
+	d.fields(&dst)
+	if d.bad || len(d.b) != 0 {
+		t.Fatalf("the fields' encoding %q does not decode", enc)
+	}
 	if got, want := dst.String(), "Content-Type: text/plain\r\nX-End: 2\r\nContent-Length: 5\r\n"; got != want {
 		t.Errorf("kept %q, want %q", got, want)
+	}
+	if a := (&Answer{Header: dst}); size != a.size()-(&Answer{}).size() {
+		t.Errorf("the fields add %d to the size, want %d", size, a.size()-(&Answer{}).size())
+	}
+	// 200 fields: their count takes two bytes, and they move to make room.
+	var many, want h1.Header
+	for i := range 200 {
+		many.Add("X-"+strconv.Itoa(i), strconv.Itoa(i))
+		want.Add("X-"+strconv.Itoa(i), strconv.Itoa(i))
+		if i%50 == 0 {
+			many.Add("Keep-Alive", "timeout=5")
+		}
+	}
+	enc, _ = appendEndToEnd([]byte("prefix"), &many)
+	if w := appendFields([]byte("prefix"), &want); !bytes.Equal(enc, w) {
+		t.Errorf("200 fields written as\n%q\nwant\n%q", enc, w)
 	}
 }
 

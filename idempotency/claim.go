@@ -2,7 +2,10 @@ package idempotency
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/sluice-proxy/sluice/h1"
@@ -39,14 +42,22 @@ type Claim struct {
 	token Token
 	ended atomic.Bool
 	lost  atomic.Bool // a renewal found the claim taken
+
+	// The layer's live claims, for its renewer (under its lock).
+	prev, next *Claim
+	linked     bool
 }
 
 // ErrEnded is returned by a Claim's ending methods after the first.
 var ErrEnded = errors.New("idempotency: the claim has ended already")
 
-// claim makes the claim of a key Begin claimed, and has it renewed.
-func (l *Layer) claim(key Key, fp Fingerprint, token Token) *Claim {
-	c := &Claim{l: l, key: key, fp: fp, token: token}
+// claim makes the claim of a key Begin claimed, in c when it is not nil
+// (a zero Claim, in an allocation of the caller's), and has it renewed.
+func (l *Layer) claim(key Key, fp Fingerprint, token Token, c *Claim) *Claim {
+	if c == nil {
+		c = new(Claim)
+	}
+	c.l, c.key, c.fp, c.token = l, key, fp, token
 	l.live.Add(1)
 	l.renewer.add(c)
 	return c
@@ -131,14 +142,32 @@ func (c *Claim) Recorder() *Recorder { return &Recorder{c: c} }
 // Past the layer's max_response it stops copying (and frees what it
 // held): the answer then ends as not kept.
 //
+// It writes the answer in the form a store keeps (Answer.Encode's) as it
+// comes, into one buffer: with a store that copies what it keeps (Local),
+// a buffer of a pool, used again by the next answer.
+//
 // A Recorder is used by one goroutine at a time.
 type Recorder struct {
 	c      *Claim
-	a      Answer
+	enc    *[]byte // the answer's encoding so far; nil before Head and past max_response
+	status int
 	headed bool
-	size   int64
-	over   bool // past max_response
+	size   int64 // as Answer.size counts it
+	over   bool  // past max_response
+	// The body's length starts at enc[bodyAt], and its bytes at
+	// enc[bodyAt+lenSize]: the length written is the size hint's, set
+	// right once the body ended (endBody).
+	bodyAt, lenSize int
+	bodyDone        bool
 }
+
+// encodings are the buffers Recorders write answers in, for stores that
+// copy them (instant ones): an answer's encoding, used again by the next.
+var encodings = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooled is the largest buffer put back in encodings: a larger one,
+// of a large answer, is left to the collector rather than held.
+const maxPooled = 64 << 10
 
 // Head records the response's status, reason phrase (HTTP/1.1's; nil
 // for other wires) and fields, less the hop-by-hop ones (Connection and
@@ -148,46 +177,89 @@ type Recorder struct {
 // hold it in one piece.
 func (r *Recorder) Head(status int, reason []byte, h *h1.Header, sizeHint int64) {
 	r.headed = true
-	r.a.Status = status
-	r.a.Reason = string(reason)
-	r.a.Header.Reset()
-	copyEndToEnd(&r.a.Header, h)
-	r.size = int64(r.a.size())
-	r.check()
-	if !r.over && sizeHint > 0 && r.size+sizeHint <= r.c.l.maxResp {
-		r.a.Body = make([]byte, 0, sizeHint)
+	r.status = status
+	r.bodyDone = false
+	if r.over {
+		return
 	}
+	if r.enc == nil {
+		r.enc = encodings.Get().(*[]byte)
+	}
+	b := append((*r.enc)[:0], answerMagic[:]...)
+	b = binary.AppendUvarint(b, uint64(status))
+	b = appendPart(b, reason)
+	b, fields := appendEndToEnd(b, h)
+	r.size = int64((&Answer{}).size() + len(reason) + fields)
+	r.bodyAt = len(b)
+	hint := max(sizeHint, 0)
+	b = binary.AppendUvarint(b, uint64(hint))
+	r.lenSize = len(b) - r.bodyAt
+	if hint > 0 && r.size+hint <= r.c.l.maxResp {
+		// Room for the body and the trailers' count.
+		b = slices.Grow(b, int(hint)+1)
+	}
+	*r.enc = b
+	r.check()
 }
 
 // Body records a piece of the body; p is copied.
 func (r *Recorder) Body(p []byte) {
-	if r.over {
+	if r.over || !r.headed {
 		return
 	}
 	r.size += int64(len(p))
 	if r.check(); !r.over {
-		r.a.Body = append(r.a.Body, p...)
+		*r.enc = append(*r.enc, p...)
 	}
 }
 
 // Trailers records the trailer fields.
 func (r *Recorder) Trailers(h *h1.Header) {
-	if r.over {
+	if r.over || !r.headed || r.bodyDone {
 		return
 	}
-	copyEndToEnd(&r.a.Trailer, h)
-	r.size = int64(r.a.size())
+	r.endBody()
+	b, fields := appendEndToEnd(*r.enc, h)
+	*r.enc = b
+	r.size += int64(fields)
 	r.check()
+}
+
+// endBody writes the body's length as it came, in place of the size
+// hint's, moving the body when the two take different numbers of bytes.
+func (r *Recorder) endBody() {
+	r.bodyDone = true
+	b := *r.enc
+	start := r.bodyAt + r.lenSize
+	n := len(b) - start
+	var lenBuf [binary.MaxVarintLen64]byte
+	l := binary.AppendUvarint(lenBuf[:0], uint64(n))
+	if d := len(l) - r.lenSize; d > 0 {
+		b = append(b, make([]byte, d)...)
+		copy(b[start+d:], b[start:start+n])
+	} else if d < 0 {
+		copy(b[start+d:], b[start:start+n])
+		b = b[:len(b)+d]
+	}
+	copy(b[r.bodyAt:], l)
+	*r.enc = b
 }
 
 // check notes an answer past max_response, dropping what was held.
 func (r *Recorder) check() {
 	if r.size > r.c.l.maxResp {
 		r.over = true
-		r.a.Body = nil
-		r.a.Header.Reset()
-		r.a.Trailer.Reset()
+		r.free()
 	}
+}
+
+// free gives the recorder's buffer back to the pool.
+func (r *Recorder) free() {
+	if r.enc != nil && cap(*r.enc) <= maxPooled {
+		*r.enc = (*r.enc)[:0]
+		encodings.Put(r.enc)
+	}
+	r.enc = nil
 }
 
 // End ends the claim with the recorded answer, which ended whole (Keep).
@@ -198,14 +270,29 @@ func (r *Recorder) End() error {
 	switch {
 	case !r.headed:
 		return r.c.Unknown()
+	case r.release():
+		r.free()
+		return r.c.Release()
 	case r.over:
-		if r.c.l.release.Has(r.a.Status) {
-			return r.c.Release()
-		}
 		return r.c.end(StateNotKept, nil)
 	}
-	return r.c.Keep(&r.a)
+	if !r.bodyDone {
+		r.endBody()
+		*r.enc = append(*r.enc, 0) // no trailers
+	}
+	enc := *r.enc
+	if _, ok := r.c.l.store.(instant); !ok {
+		// The store may keep the bytes it is given: a copy of its own.
+		enc = slices.Clone(enc)
+	}
+	err := r.c.end(StateKept, enc)
+	r.free()
+	return err
 }
+
+// release reports whether the answer's status frees the key (the
+// layer's release statuses).
+func (r *Recorder) release() bool { return r.c.l.release.Has(r.status) }
 
 // Abort ends the claim of an answer that broke off before its end (the
 // upstream reset, or went silent): the request was processed, as far as
@@ -213,7 +300,8 @@ func (r *Recorder) End() error {
 // unless the status received is in the release set, which frees the key
 // as a whole answer of that status would.
 func (r *Recorder) Abort() error {
-	if r.headed && r.c.l.release.Has(r.a.Status) {
+	r.free()
+	if r.headed && r.release() {
 		return r.c.Release()
 	}
 	return r.c.Unknown()

@@ -111,17 +111,14 @@ func ParseKeyValue(v []byte) ([]byte, error) {
 // value, validated. A request without the field gets errKeyNotFound; one
 // with two fields of the name, errKeyTwice (which is the one meant?).
 func keyField(h *h1.Header, name string) ([]byte, error) {
-	at := -1
-	for i := 0; i < h.Len(); i++ {
-		if h1.EqualFold(h.Name(i), name) {
-			if at >= 0 {
-				return nil, errKeyTwice
-			}
-			at = i
-		}
-	}
+	at := h.Index(name)
 	if at < 0 {
 		return nil, errKeyNotFound
+	}
+	for i := at + 1; i < h.Len(); i++ {
+		if h1.EqualFold(h.Name(i), name) {
+			return nil, errKeyTwice
+		}
 	}
 	return ParseKeyValue(h.Value(at))
 }
@@ -341,11 +338,12 @@ func fingerprint(r *Request) Fingerprint {
 		host = r.Header.Get("Host")
 	}
 	b = binary.AppendUvarint(b, uint64(len(host)))
-	for _, c := range host {
+	at := len(b)
+	b = append(b, host...)
+	for i, c := range b[at:] {
 		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
+			b[at+i] = c + 'a' - 'A'
 		}
-		b = append(b, c)
 	}
 	b = appendPart(b, r.Target)
 	var body [sha256.Size]byte

@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"crypto/sha256"
+	"encoding/hex"
 	"net/netip"
 	"strings"
 	"testing"
@@ -233,5 +234,34 @@ func TestParseStatuses(t *testing.T) {
 		if d.Has(c.status) != c.in {
 			t.Errorf("DefaultRelease().Has(%d) = %v", c.status, !c.in)
 		}
+	}
+}
+
+// TestDigestsStable pins a key's and a fingerprint's digests to the
+// values sluice has always computed for them: a fleet shares records in
+// Redis across versions, and a key computed another way would miss its
+// record (the retry processed a second time), a fingerprint computed
+// another way would answer the retry 422. A change here needs a new
+// keyVersion or fingerprintVersion, and thought.
+func TestDigestsStable(t *testing.T) {
+	var h h1.Header
+	h.Add("Host", "API.Example.com")
+	h.Add("Idempotency-Key", `"order-42"`)
+	h.Add("Authorization", "Bearer abc")
+	r := &Request{Method: "POST", Target: []byte("/v1/orders?x=1"), Header: &h,
+		ClientIP: netip.MustParseAddr("2001:db8::1"), body: []byte(`{"n":1}`)}
+	fp := fingerprint(r)
+	if got, want := hex.EncodeToString(fp[:]), "50b1b92a9c1c0a966f76ee9619fef7693f414df396a994c689fcf44653d7f17a"; got != want {
+		t.Errorf("fingerprint %s, want %s", got, want)
+	}
+	d := new(BodyDigest)
+	d.Write([]byte(`{"n":1}`))
+	r.body, r.Body = nil, d
+	if fp2 := fingerprint(r); fp2 != fp {
+		t.Errorf("fingerprint with a BodyDigest %x, want %x", fp2, fp)
+	}
+	k := makeKey([]Scope{ScopeRoute, ScopeClientIP, ScopeHeader("Authorization")}, "*/api/", r.ClientIP, &h, []byte("order-42"))
+	if got, want := k.String(), "99f22f464e441070157e1db92b5d2b4d5fd4c8e6174f273be6898b47a8c60ffa"; got != want {
+		t.Errorf("key %s, want %s", got, want)
 	}
 }

@@ -357,11 +357,14 @@ func (d Decision) Forward() bool { return d.Answer == nil }
 // Every answer the layer makes carries a Proxy-Status field (RFC 9209)
 // and an RFC 9457 problem (application/problem+json). ctx bounds the
 // store's work besides the store's own timeout.
-func (l *Layer) Begin(ctx context.Context, r *Request) Decision {
+func (l *Layer) Begin(ctx context.Context, r *Request) Decision { return l.begin(ctx, r, nil) }
+
+// begin is Begin, making a claim in c when it is not nil (see claim).
+func (l *Layer) begin(ctx context.Context, r *Request, c *Claim) Decision {
 	if !l.Handles(r.Method) {
 		return Decision{}
 	}
-	c := l.counts
+	cs := l.counts
 	h := r.Header
 	if h == nil {
 		h = new(h1.Header)
@@ -371,11 +374,11 @@ func (l *Layer) Begin(ctx context.Context, r *Request) Decision {
 	case err == errKeyNotFound && !l.required:
 		return Decision{}
 	case err == errKeyNotFound:
-		c.invalid.Add(1)
+		cs.invalid.Add(1)
 		return Decision{Outcome: Missing, Answer: problemMissing.answer(
 			"this request must carry an " + l.header + " field (1 to 255 bytes of printable ASCII)")}
 	case err != nil:
-		c.invalid.Add(1)
+		cs.invalid.Add(1)
 		ke := err.(*KeyError)
 		return Decision{Outcome: Invalid, Err: err, Answer: problemInvalid.answer(
 			"the " + l.header + " field " + ke.Reason + "; a key is 1 to 255 bytes of printable ASCII, bare or as a quoted string")}
@@ -392,15 +395,15 @@ func (l *Layer) Begin(ctx context.Context, r *Request) Decision {
 	}
 	switch {
 	case found.Claimed:
-		cl := l.claim(key, fp, token)
-		c.claimed.Add(1)
+		cl := l.claim(key, fp, token, c)
+		cs.claimed.Add(1)
 		if found.Prior != StateNone {
-			c.retaken.Add(1)
+			cs.retaken.Add(1)
 			return Decision{Outcome: Retaken, Claim: cl}
 		}
 		return Decision{Outcome: Claimed, Claim: cl}
 	case found.Mismatch:
-		c.mismatches.Add(1)
+		cs.mismatches.Add(1)
 		return Decision{Outcome: Mismatch, Answer: problemMismatch.answer(
 			"the " + l.header + " was used with a request of another method, target or body; use a new key for a new request")}
 	}
@@ -410,18 +413,18 @@ func (l *Layer) Begin(ctx context.Context, r *Request) Decision {
 		if err != nil {
 			return l.storeFailed(err)
 		}
-		c.replayed.Add(1)
+		cs.replayed.Add(1)
 		return Decision{Outcome: Replayed, Answer: replay(a)}
 	case StateInFlight:
-		c.conflicts.Add(1)
+		cs.conflicts.Add(1)
 		return Decision{Outcome: InFlight, Answer: problemInFlight.answer(
 			"the first request with this " + l.header + " is still being processed; retry later for its answer")}
 	case StateNotKept:
-		c.conflicts.Add(1)
+		cs.conflicts.Add(1)
 		return Decision{Outcome: NotKept, Answer: problemNotKept.answer(
 			"the request with this " + l.header + " was processed, and its answer was too large to keep; it cannot be given again")}
 	case StateUnknown, StateAbandoned:
-		c.unknownRefused.Add(1)
+		cs.unknownRefused.Add(1)
 		why := "its try may have reached the upstream and got no answer"
 		if found.State == StateAbandoned {
 			why = "the proxy forwarding it stopped before it ended"
@@ -526,6 +529,7 @@ func (l *Layer) Close() <-chan struct{} {
 	l.closing.Store(true)
 	if l.live.Load() == 0 && !l.closeSet {
 		l.closeSet = true
+		l.renewer.stop()
 		close(l.closed)
 	}
 	return l.closed
@@ -538,6 +542,7 @@ func (l *Layer) ended() {
 		l.closeMu.Lock()
 		if !l.closeSet && l.live.Load() == 0 {
 			l.closeSet = true
+			l.renewer.stop()
 			close(l.closed)
 		}
 		l.closeMu.Unlock()

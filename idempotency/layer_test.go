@@ -1,11 +1,13 @@
 package idempotency
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -355,7 +357,7 @@ func TestRecorder(t *testing.T) {
 		for range 5 {
 			rec.Body(make([]byte, 1000))
 		}
-		if rec.a.Body != nil {
+		if rec.enc != nil {
 			t.Error("the recorder holds a body past max_response")
 		}
 		rec.End()
@@ -434,4 +436,64 @@ func TestNoHeader(t *testing.T) {
 	l := newLayer(t, Options{Required: true})
 	begin(t, l, &Request{Method: "POST", Target: []byte("/")}, Missing)
 	begin(t, newLayer(t, Options{}), &Request{Method: "POST"}, Pass)
+}
+
+// capture is a Local store that keeps a copy of the last answer it was
+// given to keep.
+type capture struct {
+	*Local
+	last []byte
+}
+
+func (c *capture) End(ctx context.Context, k Key, fp Fingerprint, tok Token, s State, answer []byte, t Terms) (State, error) {
+	c.last = append([]byte(nil), answer...)
+	return c.Local.End(ctx, k, fp, tok, s, answer, t)
+}
+
+// TestRecorderEncoding checks that a Recorder writes an answer as
+// Answer.Encode does, whatever the size hint said of the body: right,
+// none, too small or too large (its length then takes another number of
+// bytes, and the body moves), with trailers and without.
+func TestRecorderEncoding(t *testing.T) {
+	store := &capture{Local: NewLocal(0, 0)}
+	l := newLayer(t, Options{Store: store, MaxResponse: 1 << 20})
+	var h h1.Header
+	h.Add("Content-Type", "text/plain")
+	h.Add("Connection", "close")
+	h.Add("X-A", "1")
+	for i, tt := range []struct {
+		body     int
+		hint     int64
+		trailers bool
+	}{
+		{0, 0, false}, {11, 11, false}, {11, 0, true}, {200, 0, false}, {200, 5, true},
+		{5, 200, false}, {5, 20000, true}, {20000, 100, false}, {20000, 20000, true}, {100, -1, false},
+	} {
+		body := bytes.Repeat([]byte{'a' + byte(i)}, tt.body)
+		want := &Answer{Status: 201, Reason: "Created", Body: body}
+		want.Header.Add("Content-Type", "text/plain")
+		want.Header.Add("X-A", "1")
+		var tr h1.Header
+		if tt.trailers {
+			tr.Add("X-Sum", "abc")
+			tr.Add("TE", "x")
+			want.Trailer.Add("X-Sum", "abc")
+		}
+		key := "enc" + strconv.Itoa(i)
+		rec := begin(t, l, post(key, "x"), Claimed).Claim.Recorder()
+		rec.Head(201, []byte("Created"), &h, tt.hint)
+		for p := body; len(p) > 0; p = p[min(len(p), 7):] {
+			rec.Body(p[:min(len(p), 7)])
+		}
+		if tt.trailers {
+			rec.Trailers(&tr)
+		}
+		if err := rec.End(); err != nil {
+			t.Fatal(err)
+		}
+		if enc := want.Encode(nil); !bytes.Equal(store.last, enc) {
+			t.Errorf("body %d, hint %d, trailers %v: kept %q, want %q", tt.body, tt.hint, tt.trailers, store.last, enc)
+		}
+		checkReplay(t, begin(t, l, post(key, "x"), Replayed), want)
+	}
 }

@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -23,17 +24,21 @@ func TestLeaseRenewed(t *testing.T) {
 			t.Error("a renewed claim was lost")
 		}
 		d.Claim.Keep(sample())
-		synctest.Wait() // the renewing goroutine has exited, or Wait would not return
+		// The renewer's timer fires once more, finds no claim, and is not
+		// armed again: nothing of it runs (synctest.Wait returns once no
+		// goroutine of the bubble can run).
+		time.Sleep(time.Second)
+		synctest.Wait()
 		l.renewer.mu.Lock()
-		running := l.renewer.running
+		armed, n := l.renewer.armed, l.renewer.n
 		l.renewer.mu.Unlock()
-		if running {
-			t.Error("the renewer runs with no claim")
+		if armed || n != 0 {
+			t.Errorf("the renewer with no claim: armed %v, %d claims", armed, n)
 		}
 		begin(t, l, post("k", "x"), Replayed)
 		// The record lives for the ttl after the answer, not after the
 		// claim.
-		time.Sleep(time.Minute - time.Second)
+		time.Sleep(time.Minute - 2*time.Second)
 		begin(t, l, post("k", "x"), Replayed)
 		time.Sleep(time.Second)
 		begin(t, l, post("k", "x"), Claimed).Claim.Release()
@@ -107,11 +112,16 @@ func TestLocalBounds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := NewLocal(localShards, 2000) // one record per shard
 		l := newLayer(t, Options{Store: store, Lease: time.Second, TTL: time.Minute})
-		// Fill every shard: keys until one fails.
+		// Fill every shard: new keys, those of a full shard failing, until
+		// every shard is full (which shard a key goes to is the store's
+		// secret: some fail early).
 		var claims []*Claim
 		full := 0
-		for i := 0; full == 0; i++ {
-			d := l.Begin(context.Background(), post(string(rune('a'+i%26))+string(rune('a'+i/26)), "x"))
+		for i := 0; len(claims) < localShards; i++ {
+			if i == 100_000 {
+				t.Fatalf("%d keys claimed of %d, %d refused", len(claims), i, full)
+			}
+			d := l.Begin(context.Background(), post("k"+strconv.Itoa(i), "x"))
 			switch d.Outcome {
 			case Claimed:
 				claims = append(claims, d.Claim)
@@ -119,10 +129,13 @@ func TestLocalBounds(t *testing.T) {
 				if d.Err != ErrFull {
 					t.Fatalf("a full store: %v, want ErrFull", d.Err)
 				}
-				full = i
+				full++
 			default:
 				t.Fatalf("Begin: %v", d.Outcome)
 			}
+		}
+		if full == 0 {
+			t.Error("no key refused by a full shard")
 		}
 		if store.Len() > localShards {
 			t.Errorf("%d records in a store of %d", store.Len(), localShards)

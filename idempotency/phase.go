@@ -2,7 +2,6 @@ package idempotency
 
 import (
 	"context"
-	"strconv"
 
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/proxy"
@@ -45,8 +44,10 @@ func (p phase) RequestFilter(s *proxy.Session) *proxy.Response {
 		body = nil
 	}
 	// The body is in memory: digested in one step, without a BodyDigest.
-	d := l.Begin(context.Background(), &Request{Method: req.Method(), Target: req.Target(),
-		Header: &req.Header, ClientIP: s.ClientIP, body: body})
+	// A claim is made in the tee that will end it: one allocation.
+	t := &tee{s: s}
+	d := l.begin(context.Background(), &Request{Method: req.Method(), Target: req.Target(),
+		Header: &req.Header, ClientIP: s.ClientIP, body: body}, &t.claim)
 	if d.Outcome != Pass {
 		s.Note("idempotency", d.Outcome.String())
 	}
@@ -55,7 +56,8 @@ func (p phase) RequestFilter(s *proxy.Session) *proxy.Response {
 		return response(d.Answer, d.Outcome == Replayed)
 	case d.Claim != nil:
 		s.Once()
-		s.Tee(&tee{s: s, claim: d.Claim, rec: Recorder{c: d.Claim}}, true)
+		t.rec.c = &t.claim
+		s.Tee(t, true)
 	case d.Outcome == Bypassed:
 		// Without the layer, the upstream is not trusted to deduplicate.
 		s.Once()
@@ -76,7 +78,7 @@ func response(a *Answer, kept bool) *proxy.Response {
 // claim as the request ends.
 type tee struct {
 	s     *proxy.Session
-	claim *Claim
+	claim Claim
 	rec   Recorder // the claim's (Claim.Recorder), in the tee's allocation
 	head  bool
 }
@@ -85,7 +87,7 @@ func (t *tee) Head(resp *h1.Response) {
 	t.head = true
 	size := int64(-1)
 	if v := resp.Header.Get("Content-Length"); v != nil {
-		if n, err := strconv.ParseInt(string(v), 10, 64); err == nil {
+		if n, ok := h1.ParseDecimal(v); ok {
 			size = n
 		}
 	}

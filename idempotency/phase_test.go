@@ -51,7 +51,7 @@ func startOrders(t *testing.T, o *orders) *orders {
 }
 
 // serve runs a proxy whose one route forwards to addr through layer.
-func serve(t *testing.T, layer *idempotency.Layer, addr string, opts *proxy.PeerOptions) string {
+func serve(t testing.TB, layer *idempotency.Layer, addr string, opts *proxy.PeerOptions) string {
 	if opts == nil {
 		opts = &proxy.PeerOptions{ResponseHeaderTimeout: 2 * time.Second, Retry: &retry.Policy{}}
 	}
@@ -60,7 +60,7 @@ func serve(t *testing.T, layer *idempotency.Layer, addr string, opts *proxy.Peer
 	return proxytest.Serve(t, &proxy.Server{Handler: tbl, ErrorLog: slog.New(slog.NewTextHandler(io.Discard, nil))})
 }
 
-func newLayer(t *testing.T, o idempotency.Options) *idempotency.Layer {
+func newLayer(t testing.TB, o idempotency.Options) *idempotency.Layer {
 	l, err := idempotency.New(o)
 	if err != nil {
 		t.Fatal(err)

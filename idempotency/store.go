@@ -3,8 +3,10 @@ package idempotency
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"sync/atomic"
 	"time"
 )
 
@@ -40,13 +42,25 @@ func (s State) String() string {
 	return "invalid"
 }
 
-// Token identifies one claim: a random 128-bit value, so that claims made
-// by different sluice instances never share one.
+// Token identifies one claim: 64 random bits the process draws once,
+// then the count of claims it has made, so that claims made by different
+// sluice instances, or by one, never share one. (Drawing 128 random bits
+// for each claim took 70 ns, more than the rest of making the claim.)
 type Token [16]byte
+
+// tokenBase starts the process's tokens; tokenCount counts them.
+var (
+	tokenBase = func() (b [8]byte) {
+		rand.Read(b[:]) // never fails (crypto/rand, Go 1.24)
+		return b
+	}()
+	tokenCount atomic.Uint64
+)
 
 func newToken() Token {
 	var t Token
-	rand.Read(t[:]) // never fails (crypto/rand, Go 1.24)
+	copy(t[:8], tokenBase[:])
+	binary.BigEndian.PutUint64(t[8:], tokenCount.Add(1))
 	return t
 }
 
