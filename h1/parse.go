@@ -220,6 +220,7 @@ func parseFields(h *Header, b []byte, i, maxHeaders, status int) error {
 			n0: int32(i), n1: int32(i + colon),
 			v0: int32(i + v0), v1: int32(i + v1),
 		})
+		h.names |= nameBit(line[:colon])
 		i = next
 	}
 	return errorf(status, "header section not terminated")
