@@ -68,6 +68,11 @@ type conn struct {
 	// deadlineSlack, so that a client taking response after response costs
 	// one deadline change per slack, not one per write.
 	writeBy time.Time
+	// readBy is the read deadline idleWithin set on nc, moved the same
+	// lazy way for the waits between requests; zero when another read
+	// deadline was set since (setReadDeadline), so that the next wait
+	// sets its own.
+	readBy time.Time
 
 	// drainGraced is set once the connection had its drainIdleGrace;
 	// drainNext when a request served inline (serveInline) found the
@@ -328,7 +333,7 @@ func (c *conn) drainWaiting() next {
 		return closeIt
 	}
 	c.drainGraced = true
-	c.nc.SetReadDeadline(clock.Now().Add(drainIdleGrace))
+	c.setReadDeadline(clock.Now().Add(drainIdleGrace))
 	c.left = readHead
 	if err := c.ready.FillIdle(); err == nil {
 		if c.drainNext { // a request came and was served inline, kept alive
@@ -356,9 +361,9 @@ func (c *conn) beginIdle() bool {
 	c.idleEnd = now.Add(srv.idleTimeout())
 	c.parkDue = srv.parker != nil && srv.idleTimeout() > parkAfter
 	if c.parkDue {
-		return c.idleUntil(now.Add(parkAfter))
+		return c.idleWithin(now.Add(parkAfter), deadlineSlack(parkAfter))
 	}
-	return c.idleUntil(c.idleEnd)
+	return c.idleWithin(c.idleEnd, deadlineSlack(srv.idleTimeout()))
 }
 
 // serveInline is called from inside the wait for the next request
@@ -476,7 +481,7 @@ func (c *conn) awaitHead() next {
 		if !now.Before(c.headBy) {
 			return c.headTimeout(os.ErrDeadlineExceeded)
 		}
-		c.nc.SetReadDeadline(minTime(c.headBy, parkAt))
+		c.setReadDeadline(minTime(c.headBy, parkAt))
 		err := c.ready.FillHead(max)
 		now = clock.Now()
 		switch {
@@ -558,8 +563,35 @@ func (c *conn) idleUntil(deadline time.Time) bool {
 		return false
 	}
 	c.idle = true
-	c.nc.SetReadDeadline(deadline)
+	c.setReadDeadline(deadline)
 	return true
+}
+
+// idleWithin is idleUntil for the wait for the next request, whose
+// deadline may fall up to slack later than by: a deadline set that way is
+// kept while it still falls in that window, so that a client sending
+// request after request costs one deadline change per slack, not one per
+// request (as writeDeadline does for writes).
+func (c *conn) idleWithin(by time.Time, slack time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.srv.Draining() {
+		c.idle = false
+		return false
+	}
+	c.idle = true
+	if late := by.Add(slack); c.readBy.Before(by) || c.readBy.After(late) {
+		c.readBy = late
+		c.nc.SetReadDeadline(late)
+	}
+	return true
+}
+
+// setReadDeadline sets the read deadline of nc, and forgets the one
+// idleWithin set.
+func (c *conn) setReadDeadline(t time.Time) {
+	c.readBy = time.Time{}
+	c.nc.SetReadDeadline(t)
 }
 
 func (c *conn) setIdle(idle bool) {
