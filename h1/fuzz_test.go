@@ -29,8 +29,14 @@ func FuzzParseRequest(f *testing.F) {
 			r := NewReader(bytes.NewReader(in))
 			if r.Fill() == nil && r.HasHead(true) {
 				r.src = eofReader{}
-				if _, err := r.ReadHead(8<<10, true); err == io.EOF || err == io.ErrUnexpectedEOF {
+				got, err := r.ReadHead(8<<10, true)
+				if err == io.EOF || err == io.ErrUnexpectedEOF {
 					t.Fatalf("HasHead said a whole head was buffered, but ReadHead wanted more: %q", in)
+				}
+				// The end HasHead found is the one ReadHead alone finds.
+				want, werr := NewReader(bytes.NewReader(in)).ReadHead(8<<10, true)
+				if (err == nil) != (werr == nil) || !bytes.Equal(got, want) {
+					t.Fatalf("after HasHead, ReadHead read %q (%v); alone, %q (%v): %q", got, err, want, werr, in)
 				}
 			}
 		}
