@@ -265,3 +265,21 @@ func TestHasHeadPipelined(t *testing.T) {
 		t.Errorf("ReadHead after Discard: %q, %v; want %q", got, err, heads[1])
 	}
 }
+
+// TestValidValue checks validValue, which looks at eight bytes at a time,
+// against isValueByte byte by byte: every byte value, at every position of
+// values long enough for two words and a tail, among bytes of both sides of
+// the bounds it tests.
+func TestValidValue(t *testing.T) {
+	for _, fill := range []byte{'a', ' ', '\t', 0x80, 0xff, 0x7e, 0x21} {
+		for pos := 0; pos < 19; pos++ {
+			for c := 0; c < 256; c++ {
+				v := bytes.Repeat([]byte{fill}, 19)
+				v[pos] = byte(c)
+				if got, want := validValue(v), isValueByte(byte(c)) && isValueByte(fill); got != want {
+					t.Fatalf("validValue(%q) = %v, want %v", v, got, want)
+				}
+			}
+		}
+	}
+}
