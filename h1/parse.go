@@ -216,7 +216,13 @@ func parseFields(h *Header, b []byte, i, maxHeaders, status int) error {
 			v1--
 		}
 		// RFC 9110 §5.5: no CR, LF, NUL or other controls in values.
-		if !validValue(line[v0:v1]) {
+		if v := line[v0:v1]; len(v) < 8 {
+			for _, c := range v {
+				if !isValueByte(c) {
+					return errorf(status, "control character in header field value")
+				}
+			}
+		} else if !validValue(v) {
 			return errorf(status, "control character in header field value")
 		}
 		if len(h.fields) >= maxHeaders {
