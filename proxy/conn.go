@@ -208,6 +208,9 @@ func (c *conn) serve() {
 		c.runH2(nil) // resumed by the parker
 		return
 	}
+	if c.tls == nil && (c.ln == nil || c.ln.tls == nil) && c.r.Buffered() == 0 {
+		c.readFirst()
+	}
 	resting := false
 	defer func() {
 		// A bug must not take the process down nor leave the client
@@ -258,6 +261,20 @@ func (c *conn) serve() {
 		}
 		// Draining, a connection whose answer kept it alive ends in
 		// awaitRequest (drainWaiting).
+	}
+}
+
+// readFirst reads what the socket of a plain connection holds when its
+// goroutine starts, without waiting: a new connection's first request has
+// most often come by the time it is accepted (a client sends it right
+// after the handshake), and a parked one is woken by bytes. Read here,
+// they are served without a wait for the next request: no read deadline
+// set, no mark of the connection as idle. Whatever else the read finds
+// (nothing, the client's close, an expired deadline) is left for that
+// wait to find again.
+func (c *conn) readFirst() {
+	if n, _ := c.r.FillWith(c.ready.Reader(), 0); n == 0 {
+		c.r.Release()
 	}
 }
 
@@ -612,6 +629,23 @@ func (c *conn) wakeIfIdle() {
 // write sends b to the client within the send timeout (and at most
 // deadlineSlack more).
 func (c *conn) write(b []byte) error {
+	if c.writeBy.IsZero() {
+		// No write deadline is set yet (the connection's first answer,
+		// often its only one): a write the socket takes whole at once
+		// needs none, and the timer it would start costs more than the
+		// write.
+		n, err := c.ready.WriteNow(b)
+		if c.s != nil {
+			c.s.BytesOut += int64(n)
+		}
+		switch {
+		case err == nil && n == len(b):
+			return nil
+		case err != nil && err != ready.ErrWouldBlock:
+			return err
+		}
+		b = b[n:]
+	}
 	c.writeDeadline()
 	n, err := c.nc.Write(b)
 	if c.s != nil {

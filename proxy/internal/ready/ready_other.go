@@ -31,6 +31,7 @@ func (w *Socket) Raw() bool                                            { return 
 func (w *Socket) Drained() bool                                        { return false }
 func (w *Socket) Pending() bool                                        { return false }
 func (w *Socket) Readable() error                                      { return ErrWouldBlock }
+func (w *Socket) WriteNow([]byte) (int, error)                         { return 0, ErrWouldBlock }
 
 type neverReader struct{}
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"syscall"
 
 	"github.com/sluice-proxy/sluice/h1"
@@ -47,6 +48,7 @@ var ErrWouldBlock = errors.New("would block")
 // Discard reads the socket itself, for a close's lingering reads, whose
 // bytes are thrown away.
 type Socket struct {
+	nc      net.Conn
 	fd      int // the socket, for a parker; -1 when unknown
 	rc      syscall.RawConn
 	inline  func() bool // serveInline, or nil
@@ -76,8 +78,12 @@ func (w *Socket) Init(nc net.Conn, r *h1.Reader, inline func() bool, requests bo
 	if !ok {
 		return
 	}
-	w.rc, w.nb.w = rc, w
+	w.nc, w.rc, w.nb.w = nc, rc, w
 	w.readNow = func(fd uintptr) bool {
+		if w.nb.write {
+			w.writeOnce(int(fd))
+			return true
+		}
 		n, err := syscall.Read(int(fd), w.nb.p)
 		switch {
 		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
@@ -184,12 +190,53 @@ func (w *Socket) FillHead(max int) error {
 }
 
 // nonblock reads what the socket holds now: one read(2), whose EAGAIN
-// comes back as ErrWouldBlock.
+// comes back as ErrWouldBlock. With write set, readNow writes p instead
+// (WriteNow), so that one callback made at Init serves both.
 type nonblock struct {
-	w   *Socket
-	p   []byte
-	n   int
-	err error
+	w     *Socket
+	p     []byte
+	n     int
+	err   error
+	write bool
+}
+
+// writeOnce writes w.nb.p to fd with one write(2) (again after EINTR).
+func (w *Socket) writeOnce(fd int) {
+	for {
+		n, err := syscall.Write(fd, w.nb.p)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
+			w.nb.n, w.nb.err = 0, ErrWouldBlock
+		case err != nil:
+			w.nb.n, w.nb.err = 0, &net.OpError{Op: "write", Net: w.nc.LocalAddr().Network(),
+				Source: w.nc.LocalAddr(), Addr: w.nc.RemoteAddr(), Err: os.NewSyscallError("write", err)}
+		default:
+			w.nb.n, w.nb.err = n, nil
+		}
+		return
+	}
+}
+
+// WriteNow writes p to the socket with one write(2) that never waits,
+// whatever the connection's write deadline, and returns how much of p the
+// socket took: ErrWouldBlock when it had no room for any of it, or the
+// write's error as the connection's Write would return it, or the
+// poller's refusal (a closed connection, an expired deadline). A connection whose answer fits the socket's buffer,
+// as most do, then needs no write deadline for it. On a TLS connection,
+// whose bytes must go through TLS, it writes nothing: ErrWouldBlock.
+func (w *Socket) WriteNow(p []byte) (int, error) {
+	if w.fill == nil {
+		return 0, ErrWouldBlock
+	}
+	w.nb.p, w.nb.write = p, true
+	err := w.rc.Write(w.readNow)
+	w.nb.p, w.nb.write = nil, false
+	if err != nil {
+		return 0, err
+	}
+	return w.nb.n, w.nb.err
 }
 
 func (nb *nonblock) Read(p []byte) (int, error) {
