@@ -75,7 +75,7 @@ type conn struct {
 	readBy time.Time
 
 	// drainGraced is set once the connection had its drainIdleGrace;
-	// drainNext when a request served inline (serveInline) found the
+	// drainNext when a request served inline (ServeInline) found the
 	// server draining after its answer had kept the connection alive.
 	drainGraced, drainNext bool
 
@@ -86,7 +86,7 @@ type conn struct {
 
 	// The wait for the next request: when it times out (idleEnd), whether
 	// the deadline set is the earlier one to park at, and what
-	// serveInline left to do when it stopped.
+	// ServeInline left to do when it stopped.
 	idleEnd time.Time
 	parkDue bool
 	left    next
@@ -160,7 +160,7 @@ func newConn(srv *Server, nc net.Conn, l *listener) *conn {
 		// requests are read through TLS (package ready says why).
 		c.ready.Init(c.raw, &c.r, nil, false)
 	} else {
-		c.ready.Init(nc, &c.r, c.serveInline, true)
+		c.ready.Init(nc, &c.r, c, true)
 	}
 	return c
 }
@@ -283,7 +283,7 @@ func (c *conn) readFirst() {
 // answers a malformed head itself. A connection that stays idle past
 // parkAfter is handed to the parker, and its goroutine ends. While it
 // waits, requests that need nothing more from the client are served
-// inline (see serveInline).
+// inline (see ServeInline).
 func (c *conn) readRequest() next {
 	if c.r.Buffered() == 0 {
 		if n := c.awaitRequest(); n != readHead {
@@ -294,7 +294,7 @@ func (c *conn) readRequest() next {
 }
 
 // awaitRequest waits for bytes of a request, holding no buffer. It returns
-// readHead when bytes have come, serveIt when serveInline left a request
+// readHead when bytes have come, serveIt when ServeInline left a request
 // in c.s, closeIt or parked.
 func (c *conn) awaitRequest() next {
 	if !c.beginIdle() {
@@ -383,7 +383,7 @@ func (c *conn) beginIdle() bool {
 	return c.idleWithin(c.idleEnd, deadlineSlack(srv.idleTimeout()))
 }
 
-// serveInline is called from inside the wait for the next request
+// ServeInline is called from inside the wait for the next request
 // (ready.Socket.FillIdle) each time bytes have come. It serves every request
 // in the buffer that needs nothing more from the client (see
 // Session.bodyToCome; a small body's rest is read without waiting when the
@@ -394,7 +394,7 @@ func (c *conn) beginIdle() bool {
 //
 // Inside the wait the connection's read lock is held: nothing served
 // inline may read from the client through nc.
-func (c *conn) serveInline() bool {
+func (c *conn) ServeInline() bool {
 	c.setIdle(false)
 	for c.r.HasHead(true) {
 		if c.left = c.takeRequest(); c.left != serveIt {

@@ -345,7 +345,7 @@ func (s *Session) filter() *Response {
 }
 
 // validate checks the request head's framing once per request: serve and
-// serveInline (through bodyToCome) both need it.
+// ServeInline (through bodyToCome) both need it.
 func (s *Session) validate() (h1.Framing, error) {
 	if !s.framed {
 		s.framing, s.frameErr = h1.ValidateRequest(&s.Request)
@@ -357,7 +357,7 @@ func (s *Session) validate() (h1.Framing, error) {
 	return s.framing, s.frameErr
 }
 
-// bodyToCome reports, for serveInline, how many bytes of the request's
+// bodyToCome reports, for ServeInline, how many bytes of the request's
 // body are still to be read when preread can take it in whole (a
 // Content-Length body of at most 64 KiB): 0 when the request has arrived
 // whole. It is -1 for a request that is served reading the client as it
