@@ -18,7 +18,7 @@ var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Upgrade
 // Upgrade field stays (a protocol switch being relayed).
 func stripHopByHop(h *h1.Header, keepUpgrade bool) {
 	// Fields named in Connection go first, while Connection is still there.
-	for i := 0; i < h.Len(); i++ {
+	for i := h.Index("Connection"); i >= 0 && i < h.Len(); i++ {
 		if !h1.EqualFold(h.Name(i), "Connection") {
 			continue
 		}
