@@ -53,6 +53,25 @@ func FuzzParseRequest(f *testing.F) {
 			return
 		}
 		_, _ = ValidateRequest(&req)
+		// The fields go out as written one by one, whatever runs of them
+		// AppendTo copies whole; after some are removed and one added too.
+		for round := 0; round < 2; round++ {
+			var want []byte
+			for i := range req.Header.Len() {
+				want = append(append(append(append(want, req.Header.Name(i)...), ": "...), req.Header.Value(i)...), "\r\n"...)
+			}
+			if got := req.Header.AppendTo(nil); !bytes.Equal(got, want) {
+				t.Fatalf("AppendTo wrote %q, want %q", got, want)
+			}
+			if req.Header.Len() > 1 {
+				req.Header.DelAt(req.Header.Len() / 2)
+			}
+			req.Header.Add("X-Added", "1")
+		}
+		if err := ParseRequest(&req, head, 100); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = ValidateRequest(&req)
 		out := AppendRequest(nil, &req)
 		var again Request
 		if err := ParseRequest(&again, out, 100); err != nil {

@@ -202,13 +202,34 @@ func (h *Header) HasToken(name, token string) bool {
 
 // AppendTo appends the fields in wire form, each followed by CRLF.
 func (h *Header) AppendTo(dst []byte) []byte {
-	for _, f := range h.fields {
-		dst = append(dst, h.arena[f.n0:f.n1]...)
-		dst = append(dst, ':', ' ')
-		dst = append(dst, h.arena[f.v0:f.v1]...)
-		dst = append(dst, '\r', '\n')
+	a := h.arena
+	for i := 0; i < len(h.fields); {
+		f := h.fields[i]
+		if !onWire(a, f) {
+			dst = append(dst, a[f.n0:f.n1]...)
+			dst = append(dst, ':', ' ')
+			dst = append(dst, a[f.v0:f.v1]...)
+			dst = append(dst, '\r', '\n')
+			i++
+			continue
+		}
+		// A run of fields that lie in the arena as they go on the wire,
+		// one after the other (as parsed from a head written that way),
+		// is copied whole.
+		end := f.v1 + 2
+		for i++; i < len(h.fields) && h.fields[i].n0 == end && onWire(a, h.fields[i]); i++ {
+			end = h.fields[i].v1 + 2
+		}
+		dst = append(dst, a[f.n0:end]...)
 	}
 	return dst
+}
+
+// onWire reports whether f's bytes in the arena a are its wire form,
+// "name: value" and CRLF, as AppendTo would write it.
+func onWire(a []byte, f field) bool {
+	return f.v0 == f.n1+2 && a[f.n1] == ':' && a[f.n1+1] == ' ' &&
+		int(f.v1)+2 <= len(a) && a[f.v1] == '\r' && a[f.v1+1] == '\n'
 }
 
 // String returns the fields in wire form, for debugging and tests.
