@@ -273,7 +273,12 @@ func (c *conn) serve() {
 // (nothing, the client's close, an expired deadline) is left for that
 // wait to find again.
 func (c *conn) readFirst() {
-	if n, _ := c.r.FillWith(c.ready.Reader(), 0); n == 0 {
+	c.r.FillWith(c.ready.Reader(), 0)
+	// Empty lines before a request are skipped (RFC 9112 §2.2), as
+	// ServeInline skips them: a connection that sent only those is still
+	// waiting for a request, not in the middle of one.
+	c.r.HasHead(true)
+	if c.r.Buffered() == 0 {
 		c.r.Release()
 	}
 }
