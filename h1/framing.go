@@ -132,7 +132,7 @@ const (
 // transferCoding summarises the Transfer-Encoding fields.
 func transferCoding(h *Header) (c coding, present bool, err error) {
 	n, chunked, last := 0, 0, false
-	for i := 0; i < h.Len(); i++ {
+	for i := h.Index("Transfer-Encoding"); i >= 0 && i < h.Len(); i++ {
 		if !equalFold(h.Name(i), "Transfer-Encoding") {
 			continue
 		}
@@ -169,7 +169,7 @@ func transferCoding(h *Header) (c coding, present bool, err error) {
 // list or several fields) only with identical values (RFC 9110 §8.6).
 func contentLength(h *Header) (n int64, present bool, err error) {
 	n = -1
-	for i := 0; i < h.Len(); i++ {
+	for i := h.Index("Content-Length"); i >= 0 && i < h.Len(); i++ {
 		if !equalFold(h.Name(i), "Content-Length") {
 			continue
 		}
@@ -223,7 +223,7 @@ func ParseDecimal(b []byte) (int64, bool) {
 // field, and any Host field has a valid uri-host [ ":" port ] value.
 func checkHost(h *Header, minor int) error {
 	seen := false
-	for i := 0; i < h.Len(); i++ {
+	for i := h.Index("Host"); i >= 0 && i < h.Len(); i++ {
 		if !equalFold(h.Name(i), "Host") {
 			continue
 		}

@@ -29,8 +29,14 @@ func FuzzParseRequest(f *testing.F) {
 			r := NewReader(bytes.NewReader(in))
 			if r.Fill() == nil && r.HasHead(true) {
 				r.src = eofReader{}
-				if _, err := r.ReadHead(8<<10, true); err == io.EOF || err == io.ErrUnexpectedEOF {
+				got, err := r.ReadHead(8<<10, true)
+				if err == io.EOF || err == io.ErrUnexpectedEOF {
 					t.Fatalf("HasHead said a whole head was buffered, but ReadHead wanted more: %q", in)
+				}
+				// The end HasHead found is the one ReadHead alone finds.
+				want, werr := NewReader(bytes.NewReader(in)).ReadHead(8<<10, true)
+				if (err == nil) != (werr == nil) || !bytes.Equal(got, want) {
+					t.Fatalf("after HasHead, ReadHead read %q (%v); alone, %q (%v): %q", got, err, want, werr, in)
 				}
 			}
 		}
@@ -45,6 +51,25 @@ func FuzzParseRequest(f *testing.F) {
 				t.Fatalf("parse error without a status: %v", err)
 			}
 			return
+		}
+		_, _ = ValidateRequest(&req)
+		// The fields go out as written one by one, whatever runs of them
+		// AppendTo copies whole; after some are removed and one added too.
+		for round := 0; round < 2; round++ {
+			var want []byte
+			for i := range req.Header.Len() {
+				want = append(append(append(append(want, req.Header.Name(i)...), ": "...), req.Header.Value(i)...), "\r\n"...)
+			}
+			if got := req.Header.AppendTo(nil); !bytes.Equal(got, want) {
+				t.Fatalf("AppendTo wrote %q, want %q", got, want)
+			}
+			if req.Header.Len() > 1 {
+				req.Header.DelAt(req.Header.Len() / 2)
+			}
+			req.Header.Add("X-Added", "1")
+		}
+		if err := ParseRequest(&req, head, 100); err != nil {
+			t.Fatal(err)
 		}
 		_, _ = ValidateRequest(&req)
 		out := AppendRequest(nil, &req)

@@ -19,6 +19,22 @@ import (
 type Header struct {
 	arena  []byte
 	fields []field
+	// names has the bit of each name added (nameBit), so that a look-up
+	// of a name absent (most of them: a proxy asks after many fields a
+	// message rarely has) returns without reading the fields. Removing a
+	// field leaves its bit: a bit set only means "maybe".
+	names uint64
+}
+
+// nameBit is a name's bit in Header.names: from its length and its first
+// and last letters, case folded (|0x20 keeps any two bytes that fold
+// equal equal).
+func nameBit[S string | []byte](name S) uint64 {
+	n := len(name)
+	if n == 0 {
+		return 1
+	}
+	return 1 << ((uint(name[0]|0x20) ^ uint(name[n-1]|0x20)<<1 ^ uint(n)*7) & 63)
 }
 
 // field locates one name and value in the arena.
@@ -50,6 +66,9 @@ func (h *Header) Index(name string) int {
 	// them, for a look-up that runs many times per message) are passed
 	// over without a compare. (|0x20 folds a letter's case, and keeps
 	// any two bytes that fold equal equal.)
+	if h.names&nameBit(name) == 0 {
+		return -1
+	}
 	n, c := int32(len(name)), name[0]|0x20
 	for i, f := range h.fields {
 		if f.n1-f.n0 == n && h.arena[f.n0]|0x20 == c && equalFold(h.arena[f.n0:f.n1], name) {
@@ -73,6 +92,9 @@ func (h *Header) Has(name string) bool { return h.Index(name) >= 0 }
 // Count reports how many fields are named name.
 func (h *Header) Count(name string) int {
 	n := 0
+	if h.names&nameBit(name) == 0 {
+		return 0
+	}
 	for _, f := range h.fields {
 		if equalFold(h.arena[f.n0:f.n1], name) {
 			n++
@@ -98,6 +120,7 @@ func addField[S string | []byte](h *Header, name, value S) {
 	h.arena = append(h.arena, value...)
 	f.v1 = int32(len(h.arena))
 	h.fields = append(h.fields, f)
+	h.names |= nameBit(name)
 }
 
 // Set gives the first field named name the value, keeping its position and
@@ -120,6 +143,9 @@ func (h *Header) Set(name, value string) {
 func (h *Header) Del(name string) int { return h.delFrom(name, 0) }
 
 func (h *Header) delFrom(name string, from int) int {
+	if h.names&nameBit(name) == 0 {
+		return 0
+	}
 	kept := h.fields[:from]
 	for _, f := range h.fields[from:] {
 		if !equalFold(h.arena[f.n0:f.n1], name) {
@@ -149,18 +175,23 @@ func (h *Header) Grow(n, size int) {
 func (h *Header) Reset() {
 	h.arena = h.arena[:0]
 	h.fields = h.fields[:0]
+	h.names = 0
 }
 
 // CopyFrom makes h a copy of src.
 func (h *Header) CopyFrom(src *Header) {
 	h.arena = append(h.arena[:0], src.arena...)
 	h.fields = append(h.fields[:0], src.fields...)
+	h.names = src.names
 }
 
 // HasToken reports whether any field named name carries token in its
 // comma-separated list, ignoring case (RFC 9110 §5.6.1), as in
 // "Connection: keep-alive, Upgrade".
 func (h *Header) HasToken(name, token string) bool {
+	if h.names&nameBit(name) == 0 {
+		return false
+	}
 	for _, f := range h.fields {
 		if equalFold(h.arena[f.n0:f.n1], name) && hasToken(h.arena[f.v0:f.v1], token) {
 			return true
@@ -171,13 +202,34 @@ func (h *Header) HasToken(name, token string) bool {
 
 // AppendTo appends the fields in wire form, each followed by CRLF.
 func (h *Header) AppendTo(dst []byte) []byte {
-	for _, f := range h.fields {
-		dst = append(dst, h.arena[f.n0:f.n1]...)
-		dst = append(dst, ':', ' ')
-		dst = append(dst, h.arena[f.v0:f.v1]...)
-		dst = append(dst, '\r', '\n')
+	a := h.arena
+	for i := 0; i < len(h.fields); {
+		f := h.fields[i]
+		if !onWire(a, f) {
+			dst = append(dst, a[f.n0:f.n1]...)
+			dst = append(dst, ':', ' ')
+			dst = append(dst, a[f.v0:f.v1]...)
+			dst = append(dst, '\r', '\n')
+			i++
+			continue
+		}
+		// A run of fields that lie in the arena as they go on the wire,
+		// one after the other (as parsed from a head written that way),
+		// is copied whole.
+		end := f.v1 + 2
+		for i++; i < len(h.fields) && h.fields[i].n0 == end && onWire(a, h.fields[i]); i++ {
+			end = h.fields[i].v1 + 2
+		}
+		dst = append(dst, a[f.n0:end]...)
 	}
 	return dst
+}
+
+// onWire reports whether f's bytes in the arena a are its wire form,
+// "name: value" and CRLF, as AppendTo would write it.
+func onWire(a []byte, f field) bool {
+	return f.v0 == f.n1+2 && a[f.n1] == ':' && a[f.n1+1] == ' ' &&
+		int(f.v1)+2 <= len(a) && a[f.v1] == '\r' && a[f.v1+1] == '\n'
 }
 
 // String returns the fields in wire form, for debugging and tests.

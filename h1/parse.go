@@ -1,6 +1,9 @@
 package h1
 
-import "bytes"
+import (
+	"bytes"
+	"encoding/binary"
+)
 
 // Request is an HTTP/1.x request head: the request line and the header
 // fields. Its zero value is empty; reuse one with Reset.
@@ -191,13 +194,18 @@ func parseFields(h *Header, b []byte, i, maxHeaders, status int) error {
 			// RFC 9112 §5.2: obs-fold is rejected (a proxy must not pass it on).
 			return errorf(status, "obsolete line folding in header")
 		}
-		colon := bytes.IndexByte(line, ':')
-		if colon < 0 {
-			return errorf(status, "header field without a colon")
-		}
 		// RFC 9112 §5.1: no whitespace between field name and colon; the
 		// name must be a token, which also excludes any other whitespace.
-		if colon == 0 || !isToken(line[:colon]) {
+		// The name is scanned up to the first byte that is not a token's,
+		// which must be the colon.
+		colon := 0
+		for colon < len(line) && tchar[line[colon]] {
+			colon++
+		}
+		if colon == len(line) || line[colon] != ':' && bytes.IndexByte(line[colon:], ':') < 0 {
+			return errorf(status, "header field without a colon")
+		}
+		if colon == 0 || line[colon] != ':' {
 			return errorf(status, "malformed header field name")
 		}
 		v0, v1 := colon+1, len(line)
@@ -207,11 +215,15 @@ func parseFields(h *Header, b []byte, i, maxHeaders, status int) error {
 		for v1 > v0 && (line[v1-1] == ' ' || line[v1-1] == '\t') {
 			v1--
 		}
-		for _, c := range line[v0:v1] {
-			// RFC 9110 §5.5: no CR, LF, NUL or other controls in values.
-			if !isValueByte(c) {
-				return errorf(status, "control character in header field value")
+		// RFC 9110 §5.5: no CR, LF, NUL or other controls in values.
+		if v := line[v0:v1]; len(v) < 8 {
+			for _, c := range v {
+				if !isValueByte(c) {
+					return errorf(status, "control character in header field value")
+				}
 			}
+		} else if !validValue(v) {
+			return errorf(status, "control character in header field value")
 		}
 		if len(h.fields) >= maxHeaders {
 			return ErrTooManyHeaders
@@ -220,6 +232,7 @@ func parseFields(h *Header, b []byte, i, maxHeaders, status int) error {
 			n0: int32(i), n1: int32(i + colon),
 			v0: int32(i + v0), v1: int32(i + v1),
 		})
+		h.names |= nameBit(line[:colon])
 		i = next
 	}
 	return errorf(status, "header section not terminated")
@@ -314,6 +327,34 @@ func isToken(b []byte) bool {
 // phrase: HTAB, SP, VCHAR or obs-text (RFC 9110 §5.5).
 func isValueByte(c byte) bool {
 	return c == '\t' || (c >= ' ' && c != 0x7f)
+}
+
+// validValue reports whether every byte of v is one isValueByte allows.
+// It looks at eight bytes at a time: a word none of whose bytes is below
+// SP or DEL needs no closer look (HTAB, the one control allowed, sends its
+// word to the byte by byte check).
+func validValue(v []byte) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	for len(v) >= 8 {
+		x := binary.LittleEndian.Uint64(v)
+		// A byte below 0x20 (the high bits of x-0x20… where x's own are
+		// clear), or equal to 0x7f (a zero byte of x^0x7f…).
+		y := x ^ 0x7f*ones
+		if (x-0x20*ones)&^x&highs|(y-ones)&^y&highs != 0 {
+			for _, c := range v[:8] {
+				if !isValueByte(c) {
+					return false
+				}
+			}
+		}
+		v = v[8:]
+	}
+	for _, c := range v {
+		if !isValueByte(c) {
+			return false
+		}
+	}
+	return true
 }
 
 // ValidName reports whether name is a valid field name (a token).

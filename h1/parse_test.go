@@ -234,3 +234,52 @@ func TestHasHead(t *testing.T) {
 		}
 	}
 }
+
+// TestHasHeadPipelined checks that the end of a head HasHead found is
+// forgotten as the head is consumed: each of pipelined heads is found and
+// read whole, and a head cut short behind them is not taken for whole.
+func TestHasHeadPipelined(t *testing.T) {
+	heads := []string{"GET /a HTTP/1.1\r\nHost: a\r\n\r\n", "GET /bb HTTP/1.1\r\nHost: a\r\nX: 1\r\n\r\n", "GET /c HTTP/1.1\n\n"}
+	r := NewReader(strings.NewReader(strings.Join(heads, "") + "GET /d HTTP/1.1\r\n"))
+	if err := r.Fill(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range heads {
+		if !r.HasHead(true) || !r.HasHead(true) {
+			t.Fatalf("HasHead false before %q", want)
+		}
+		got, err := r.ReadHead(1<<10, true)
+		if err != nil || string(got) != want {
+			t.Fatalf("ReadHead: %q, %v; want %q", got, err, want)
+		}
+	}
+	if r.HasHead(true) {
+		t.Error("HasHead true for a head cut short")
+	}
+	r = NewReader(strings.NewReader(heads[0] + heads[1]))
+	if err := r.Fill(); err != nil || !r.HasHead(true) {
+		t.Fatal("no head")
+	}
+	r.Discard(len(heads[0]))
+	if got, err := r.ReadHead(1<<10, true); err != nil || string(got) != heads[1] {
+		t.Errorf("ReadHead after Discard: %q, %v; want %q", got, err, heads[1])
+	}
+}
+
+// TestValidValue checks validValue, which looks at eight bytes at a time,
+// against isValueByte byte by byte: every byte value, at every position of
+// values long enough for two words and a tail, among bytes of both sides of
+// the bounds it tests.
+func TestValidValue(t *testing.T) {
+	for _, fill := range []byte{'a', ' ', '\t', 0x80, 0xff, 0x7e, 0x21} {
+		for pos := 0; pos < 19; pos++ {
+			for c := 0; c < 256; c++ {
+				v := bytes.Repeat([]byte{fill}, 19)
+				v[pos] = byte(c)
+				if got, want := validValue(v), isValueByte(byte(c)) && isValueByte(fill); got != want {
+					t.Fatalf("validValue(%q) = %v, want %v", v, got, want)
+				}
+			}
+		}
+	}
+}

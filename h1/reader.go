@@ -20,6 +20,11 @@ type Reader struct {
 	buf  []byte
 	r, w int
 	scan int // bytes after r already searched for the end of a head
+	// head is the length of the head at r once headEnd found its end (0:
+	// not found yet), so that asking again (HasHead, then ReadHead) does
+	// not search again. It goes with scan: both are reset when r moves
+	// past a head.
+	head int
 	// N counts the bytes read from the connection so far.
 	N int64
 
@@ -41,7 +46,7 @@ func NewReader(src io.Reader) *Reader { return &Reader{src: src} }
 // Reset makes b read from src, dropping any buffered bytes.
 func (b *Reader) Reset(src io.Reader) {
 	b.src = src
-	b.r, b.w, b.scan, b.N, b.timeout = 0, 0, 0, 0, 0
+	b.r, b.w, b.scan, b.head, b.N, b.timeout = 0, 0, 0, 0, 0, 0
 }
 
 // Buffered reports how many bytes are buffered and not yet consumed.
@@ -53,7 +58,7 @@ func (b *Reader) Peek() []byte { return b.buf[b.r:b.w] }
 // Discard consumes n buffered bytes; n must not exceed Buffered.
 func (b *Reader) Discard(n int) {
 	b.r += n
-	b.scan = 0
+	b.scan, b.head = 0, 0
 }
 
 // Release gives the buffer back to the pool when nothing is buffered. It is
@@ -62,7 +67,7 @@ func (b *Reader) Release() {
 	if b.bp != nil && b.r == b.w {
 		putBuf(b.bp)
 		b.bp, b.buf = nil, nil
-		b.r, b.w, b.scan = 0, 0, 0
+		b.r, b.w, b.scan, b.head = 0, 0, 0, 0
 	}
 }
 
@@ -242,7 +247,7 @@ func (b *Reader) ReadHead(max int, skipEmpty bool) ([]byte, error) {
 			}
 			head := b.buf[b.r : b.r+end]
 			b.r += end
-			b.scan = 0
+			b.scan, b.head = 0, 0
 			return head, nil
 		}
 		if b.w-b.r >= max {
@@ -288,7 +293,7 @@ func (b *Reader) skipEmptyLines() {
 			b.r++
 		}
 		b.r++
-		b.scan = 0
+		b.scan, b.head = 0, 0
 	}
 }
 
@@ -306,6 +311,9 @@ func (b *Reader) tooLarge(max int) error {
 // headEnd returns the length of the head at b.r including its final empty
 // line, or 0 when the buffer does not hold a complete head yet.
 func (b *Reader) headEnd() int {
+	if b.head > 0 {
+		return b.head
+	}
 	buf := b.buf[b.r:b.w]
 	i := b.scan
 	for {
@@ -320,14 +328,16 @@ func (b *Reader) headEnd() int {
 			b.scan = p
 			return 0
 		case buf[p+1] == '\n':
-			return p + 2
+			b.head = p + 2
+			return b.head
 		case buf[p+1] == '\r':
 			if p+2 >= len(buf) {
 				b.scan = p
 				return 0
 			}
 			if buf[p+2] == '\n' {
-				return p + 3
+				b.head = p + 3
+				return b.head
 			}
 		}
 		i = p + 1

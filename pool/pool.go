@@ -303,8 +303,11 @@ func (sv *server) trusted() bool { return !sv.recycles && sv.answered >= TrustAf
 // once is nil for a request that may be sent again, and the rules for one
 // that must be sent at most once otherwise: then Get returns nil when they
 // say to dial, and no connection idle longer than once.MaxIdle.
-func (p *Pool) Get(key string, once *Once) *Conn {
-	now := p.now()
+func (p *Pool) Get(key string, once *Once) *Conn { return p.GetAt(key, once, p.now()) }
+
+// GetAt is Get for a caller that read the time a moment ago (a try's
+// start): now stands for the pool's clock, which Get reads.
+func (p *Pool) GetAt(key string, once *Once, now time.Time) *Conn {
 	var dead []*Conn
 	defer func() {
 		for _, c := range dead {

@@ -78,9 +78,9 @@ func (s *Session) connect(peer *Peer, pol *retry.Policy, a *Attempt) bool {
 		var pc *pool.Conn
 		switch pol.Reuse(s.Request.Method(), s.Request.Header.Has(pol.Header()), s.once, a.StaleResend) {
 		case retry.ReuseAny:
-			pc = s.srv.Pool.Get(key, nil)
+			pc = s.srv.Pool.GetAt(key, nil, now)
 		case retry.ReuseOnce:
-			pc = s.srv.Pool.Get(key, &limits.Once)
+			pc = s.srv.Pool.GetAt(key, &limits.Once, now)
 		}
 		if pc != nil {
 			a.Reused = true

@@ -68,9 +68,14 @@ type conn struct {
 	// deadlineSlack, so that a client taking response after response costs
 	// one deadline change per slack, not one per write.
 	writeBy time.Time
+	// readBy is the read deadline idleWithin set on nc, moved the same
+	// lazy way for the waits between requests; zero when another read
+	// deadline was set since (setReadDeadline), so that the next wait
+	// sets its own.
+	readBy time.Time
 
 	// drainGraced is set once the connection had its drainIdleGrace;
-	// drainNext when a request served inline (serveInline) found the
+	// drainNext when a request served inline (ServeInline) found the
 	// server draining after its answer had kept the connection alive.
 	drainGraced, drainNext bool
 
@@ -81,7 +86,7 @@ type conn struct {
 
 	// The wait for the next request: when it times out (idleEnd), whether
 	// the deadline set is the earlier one to park at, and what
-	// serveInline left to do when it stopped.
+	// ServeInline left to do when it stopped.
 	idleEnd time.Time
 	parkDue bool
 	left    next
@@ -155,7 +160,7 @@ func newConn(srv *Server, nc net.Conn, l *listener) *conn {
 		// requests are read through TLS (package ready says why).
 		c.ready.Init(c.raw, &c.r, nil, false)
 	} else {
-		c.ready.Init(nc, &c.r, c.serveInline, true)
+		c.ready.Init(nc, &c.r, c, true)
 	}
 	return c
 }
@@ -202,6 +207,9 @@ func (c *conn) serve() {
 	if c.h2.Load() != nil {
 		c.runH2(nil) // resumed by the parker
 		return
+	}
+	if c.tls == nil && (c.ln == nil || c.ln.tls == nil) && c.r.Buffered() == 0 {
+		c.readFirst()
 	}
 	resting := false
 	defer func() {
@@ -256,12 +264,31 @@ func (c *conn) serve() {
 	}
 }
 
+// readFirst reads what the socket of a plain connection holds when its
+// goroutine starts, without waiting: a new connection's first request has
+// most often come by the time it is accepted (a client sends it right
+// after the handshake), and a parked one is woken by bytes. Read here,
+// they are served without a wait for the next request: no read deadline
+// set, no mark of the connection as idle. Whatever else the read finds
+// (nothing, the client's close, an expired deadline) is left for that
+// wait to find again.
+func (c *conn) readFirst() {
+	c.r.FillWith(c.ready.Reader(), 0)
+	// Empty lines before a request are skipped (RFC 9112 §2.2), as
+	// ServeInline skips them: a connection that sent only those is still
+	// waiting for a request, not in the middle of one.
+	c.r.HasHead(true)
+	if c.r.Buffered() == 0 {
+		c.r.Release()
+	}
+}
+
 // readRequest waits for the next request head (idle timeout), reads it
 // (header timeout, counted from its first byte) and parses it into c.s. It
 // answers a malformed head itself. A connection that stays idle past
 // parkAfter is handed to the parker, and its goroutine ends. While it
 // waits, requests that need nothing more from the client are served
-// inline (see serveInline).
+// inline (see ServeInline).
 func (c *conn) readRequest() next {
 	if c.r.Buffered() == 0 {
 		if n := c.awaitRequest(); n != readHead {
@@ -272,7 +299,7 @@ func (c *conn) readRequest() next {
 }
 
 // awaitRequest waits for bytes of a request, holding no buffer. It returns
-// readHead when bytes have come, serveIt when serveInline left a request
+// readHead when bytes have come, serveIt when ServeInline left a request
 // in c.s, closeIt or parked.
 func (c *conn) awaitRequest() next {
 	if !c.beginIdle() {
@@ -328,7 +355,7 @@ func (c *conn) drainWaiting() next {
 		return closeIt
 	}
 	c.drainGraced = true
-	c.nc.SetReadDeadline(clock.Now().Add(drainIdleGrace))
+	c.setReadDeadline(clock.Now().Add(drainIdleGrace))
 	c.left = readHead
 	if err := c.ready.FillIdle(); err == nil {
 		if c.drainNext { // a request came and was served inline, kept alive
@@ -356,12 +383,12 @@ func (c *conn) beginIdle() bool {
 	c.idleEnd = now.Add(srv.idleTimeout())
 	c.parkDue = srv.parker != nil && srv.idleTimeout() > parkAfter
 	if c.parkDue {
-		return c.idleUntil(now.Add(parkAfter))
+		return c.idleWithin(now.Add(parkAfter), deadlineSlack(parkAfter))
 	}
-	return c.idleUntil(c.idleEnd)
+	return c.idleWithin(c.idleEnd, deadlineSlack(srv.idleTimeout()))
 }
 
-// serveInline is called from inside the wait for the next request
+// ServeInline is called from inside the wait for the next request
 // (ready.Socket.FillIdle) each time bytes have come. It serves every request
 // in the buffer that needs nothing more from the client (see
 // Session.bodyToCome; a small body's rest is read without waiting when the
@@ -372,7 +399,7 @@ func (c *conn) beginIdle() bool {
 //
 // Inside the wait the connection's read lock is held: nothing served
 // inline may read from the client through nc.
-func (c *conn) serveInline() bool {
+func (c *conn) ServeInline() bool {
 	c.setIdle(false)
 	for c.r.HasHead(true) {
 		if c.left = c.takeRequest(); c.left != serveIt {
@@ -476,7 +503,7 @@ func (c *conn) awaitHead() next {
 		if !now.Before(c.headBy) {
 			return c.headTimeout(os.ErrDeadlineExceeded)
 		}
-		c.nc.SetReadDeadline(minTime(c.headBy, parkAt))
+		c.setReadDeadline(minTime(c.headBy, parkAt))
 		err := c.ready.FillHead(max)
 		now = clock.Now()
 		switch {
@@ -558,8 +585,35 @@ func (c *conn) idleUntil(deadline time.Time) bool {
 		return false
 	}
 	c.idle = true
-	c.nc.SetReadDeadline(deadline)
+	c.setReadDeadline(deadline)
 	return true
+}
+
+// idleWithin is idleUntil for the wait for the next request, whose
+// deadline may fall up to slack later than by: a deadline set that way is
+// kept while it still falls in that window, so that a client sending
+// request after request costs one deadline change per slack, not one per
+// request (as writeDeadline does for writes).
+func (c *conn) idleWithin(by time.Time, slack time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.srv.Draining() {
+		c.idle = false
+		return false
+	}
+	c.idle = true
+	if late := by.Add(slack); c.readBy.Before(by) || c.readBy.After(late) {
+		c.readBy = late
+		c.nc.SetReadDeadline(late)
+	}
+	return true
+}
+
+// setReadDeadline sets the read deadline of nc, and forgets the one
+// idleWithin set.
+func (c *conn) setReadDeadline(t time.Time) {
+	c.readBy = time.Time{}
+	c.nc.SetReadDeadline(t)
 }
 
 func (c *conn) setIdle(idle bool) {
@@ -580,6 +634,23 @@ func (c *conn) wakeIfIdle() {
 // write sends b to the client within the send timeout (and at most
 // deadlineSlack more).
 func (c *conn) write(b []byte) error {
+	if c.writeBy.IsZero() {
+		// No write deadline is set yet (the connection's first answer,
+		// often its only one): a write the socket takes whole at once
+		// needs none, and the timer it would start costs more than the
+		// write.
+		n, err := c.ready.WriteNow(b)
+		if c.s != nil {
+			c.s.BytesOut += int64(n)
+		}
+		switch {
+		case err == nil && n == len(b):
+			return nil
+		case err != nil && err != ready.ErrWouldBlock:
+			return err
+		}
+		b = b[n:]
+	}
 	c.writeDeadline()
 	n, err := c.nc.Write(b)
 	if c.s != nil {

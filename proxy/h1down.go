@@ -26,7 +26,7 @@ type h1Request struct {
 
 func (b *h1Request) framed() bool                { return b.chunked }
 func (b *h1Request) limit(n int64)               { b.b.Limit(n) }
-func (b *h1Request) setReadDeadline(t time.Time) { b.c.nc.SetReadDeadline(t) }
+func (b *h1Request) setReadDeadline(t time.Time) { b.c.setReadDeadline(t) }
 func (b *h1Request) mustDrain() bool             { return true }
 
 // prefetch reads what the socket holds of the body's rest into the read

@@ -31,7 +31,7 @@ func isHopByHop(name, value []byte, keepUpgrade bool) bool {
 // Upgrade field stays (a protocol switch being relayed).
 func stripHopByHop(h *h1.Header, keepUpgrade bool) {
 	// Fields named in Connection go first, while Connection is still there.
-	for i := 0; i < h.Len(); i++ {
+	for i := h.Index("Connection"); i >= 0 && i < h.Len(); i++ {
 		if !h1.EqualFold(h.Name(i), "Connection") {
 			continue
 		}

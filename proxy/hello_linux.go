@@ -41,7 +41,8 @@ func (c *conn) awaitHello() next {
 	for now.Before(c.helloBy) {
 		// The deadline of the last wait may have passed since (a parked
 		// connection's has): reads fail at once past it.
-		c.raw.SetReadDeadline(c.helloBy)
+		// (nc is the socket itself until the handshake begins.)
+		c.setReadDeadline(c.helloBy)
 		if whole, err := c.readHello(); whole || err != nil {
 			return readHead // the handshake reads it, or meets the error and counts it
 		}

@@ -14,7 +14,7 @@ func echoBody(c *upstreamtest.Conn, r *upstreamtest.Request) {
 }
 
 // TestRequestsOfEveryKindOnOneConnection: requests that arrived whole are
-// served from inside the wait for the next request (serveInline), the rest
+// served from inside the wait for the next request (ServeInline), the rest
 // by the serve loop; one keep-alive connection alternates between them,
 // one request at a time and pipelined, and each is answered in order.
 func TestRequestsOfEveryKindOnOneConnection(t *testing.T) {

@@ -124,29 +124,24 @@ func (s *Session) reset() {
 	if done == nil {
 		done = make(chan struct{}, 1)
 	}
-	*s = Session{
-		Request:  s.Request,
-		Attempts: attempts[:0],
-		srv:      s.srv,
-		c:        s.c,
-		down:     s.down,
-		wbuf:     s.wbuf,
-		flight:   s.flight,
-		upReq:    s.upReq,
-		resp:     s.resp,
-		h1u:      h1up{cbuf: s.h1u.cbuf, rbody: h1Body{b: s.h1u.rbody.b}},
-		h2u:      h2up{fields: s.h2u.fields, seen: s.h2u.seen, rbody: h2Body{buf: s.h2u.rbody.buf}},
-		trailers: s.trailers,
-		body: reqBody{replay: s.body.replay[:0], replayp: s.body.replayp, done: done,
-			trailers: s.body.trailers},
-		scratch: s.scratch[:0],
-		notes:   s.notes[:0],
-		extra:   s.extra,
-		tees:    s.tees[:0],
-		values:  s.values[:0],
-		local:   localUp{rbody: localBody{buf: s.local.rbody.buf}},
-		h1req:   h1Request{h1Body: h1Body{b: s.h1req.b}},
-	}
+	// What the next request reuses is kept aside, and the rest zeroed in
+	// place: a Session is large, and a new one built and copied over it
+	// would cost twice its size in writes.
+	req, upReq, resp, trailers, extra := s.Request, s.upReq, s.resp, s.trailers, s.extra
+	srv, c, down, wbuf, flight := s.srv, s.c, s.down, s.wbuf, s.flight
+	cbuf, rb := s.h1u.cbuf, s.h1u.rbody.b
+	h2fields, seen, h2buf := s.h2u.fields, s.h2u.seen, s.h2u.rbody.buf
+	replay, replayp, bodyTrailers := s.body.replay[:0], s.body.replayp, s.body.trailers
+	scratch, notes, tees, values := s.scratch[:0], s.notes[:0], s.tees[:0], s.values[:0]
+	localBuf, reqBody := s.local.rbody.buf, s.h1req.b
+	*s = Session{}
+	s.Request, s.Attempts, s.upReq, s.resp, s.trailers, s.extra = req, attempts[:0], upReq, resp, trailers, extra
+	s.srv, s.c, s.down, s.wbuf, s.flight = srv, c, down, wbuf, flight
+	s.h1u.cbuf, s.h1u.rbody.b = cbuf, rb
+	s.h2u.fields, s.h2u.seen, s.h2u.rbody.buf = h2fields, seen, h2buf
+	s.body.replay, s.body.replayp, s.body.done, s.body.trailers = replay, replayp, done, bodyTrailers
+	s.scratch, s.notes, s.tees, s.values = scratch, notes, tees, values
+	s.local.rbody.buf, s.h1req.b = localBuf, reqBody
 	if s.flight != nil {
 		s.flight.whole.Store(false)
 	}
@@ -350,7 +345,7 @@ func (s *Session) filter() *Response {
 }
 
 // validate checks the request head's framing once per request: serve and
-// serveInline (through bodyToCome) both need it.
+// ServeInline (through bodyToCome) both need it.
 func (s *Session) validate() (h1.Framing, error) {
 	if !s.framed {
 		s.framing, s.frameErr = h1.ValidateRequest(&s.Request)
@@ -362,7 +357,7 @@ func (s *Session) validate() (h1.Framing, error) {
 	return s.framing, s.frameErr
 }
 
-// bodyToCome reports, for serveInline, how many bytes of the request's
+// bodyToCome reports, for ServeInline, how many bytes of the request's
 // body are still to be read when preread can take it in whole (a
 // Content-Length body of at most 64 KiB): 0 when the request has arrived
 // whole. It is -1 for a request that is served reading the client as it

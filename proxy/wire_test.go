@@ -49,6 +49,28 @@ func TestPipelinedRequestsAnsweredInOrder(t *testing.T) {
 	}
 }
 
+// Empty lines before a request are skipped (RFC 9112 §2.2), on a new
+// connection's first read (conn.readFirst) as between requests, and the
+// connection then waits for a request as an idle one does: a request sent
+// after them is answered.
+func TestEmptyLinesBeforeRequests(t *testing.T) {
+	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+		c.Respond(200, "you asked for "+r.Target)
+	})
+	hs := start(t, peers(testOptions(), up.Addr()))
+	c := hs.dial(t)
+	c.send("\r\n\r\nGET /1 HTTP/1.1\r\nHost: a\r\n\r\n")
+	if resp, body := c.response("GET"); resp.StatusCode != 200 || body != "you asked for /1" {
+		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+	c = hs.dial(t)
+	c.send("\r\n")
+	c.send("GET /2 HTTP/1.1\r\nHost: a\r\n\r\n")
+	if resp, body := c.response("GET"); resp.StatusCode != 200 || body != "you asked for /2" {
+		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+}
+
 func TestChunkedByteExactBothWays(t *testing.T) {
 	reqBody := "5;foo=bar\r\nhello\r\n0\r\nX-Req-Trailer: 1\r\n\r\n"
 	respBody := "3;up-ext=1\r\nabc\r\n0\r\nX-Up-Trailer: 2\r\n\r\n"

@@ -22,6 +22,26 @@ func Raw(c net.Conn) (rc syscall.RawConn, fd int, ok bool) {
 	return raw(sc)
 }
 
+// RawConn returns c's RawConn, without its descriptor, which Raw finds
+// with a call that allocates; ok is false when c is not a socket.
+func RawConn(c net.Conn) (rc syscall.RawConn, ok bool) {
+	sc, isSock := c.(syscall.Conn)
+	if !isSock {
+		return nil, false
+	}
+	rc, err := sc.SyscallConn()
+	return rc, err == nil
+}
+
+// FD returns the descriptor of rc, -1 when it is closed.
+func FD(rc syscall.RawConn) int {
+	fd := -1
+	if err := rc.Control(func(s uintptr) { fd = int(s) }); err != nil {
+		return -1
+	}
+	return fd
+}
+
 // raw is Raw's work on a socket: apart, because the descriptor its
 // callback sets lives on the heap, and Raw's own frame would put it there
 // on every call.

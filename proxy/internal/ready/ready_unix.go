@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"syscall"
 
 	"github.com/sluice-proxy/sluice/h1"
@@ -47,14 +48,16 @@ var ErrWouldBlock = errors.New("would block")
 // Discard reads the socket itself, for a close's lingering reads, whose
 // bytes are thrown away.
 type Socket struct {
-	fd      int // the socket, for a parker; -1 when unknown
-	rc      syscall.RawConn
-	inline  func() bool // serveInline, or nil
-	fill    func(fd uintptr) bool
-	readNow func(fd uintptr) bool
-	r       *h1.Reader
-	err     error
-	nb      nonblock
+	nc       net.Conn
+	fd       int // the socket, for a parker; -1 when unknown
+	rc       syscall.RawConn
+	inline   Inliner               // or nil
+	requests bool                  // the socket's bytes are requests, read here
+	fill     func(fd uintptr) bool // made by the first wait (makeFill)
+	readNow  func(fd uintptr) bool
+	r        *h1.Reader
+	err      error
+	nb       nonblock
 
 	// inside is set while fill runs inline: reads then go straight to
 	// the socket, which is read-locked by fill's RawConn.Read. drained
@@ -66,18 +69,42 @@ type Socket struct {
 	head int
 }
 
+// Inliner serves the requests a wait for the next one finds (FillIdle):
+// ServeInline serves those it can and reports whether the connection is
+// idle again.
+type Inliner interface{ ServeInline() bool }
+
 // Init readies w to read nc into r, serving requests inline when inline
 // is set. requests says whether nc's bytes are requests: false for the
 // socket under a TLS connection, whose reads then go through r's own
 // source, the TLS connection.
-func (w *Socket) Init(nc net.Conn, r *h1.Reader, inline func() bool, requests bool) {
-	rc, fd, ok := sock.Raw(nc)
-	w.fd, w.r = fd, r
-	if !ok {
-		return
+func (w *Socket) Init(nc net.Conn, r *h1.Reader, inline Inliner, requests bool) {
+	w.fd, w.r = -1, r
+	if !requests {
+		// The parker may wait for the ClientHello: the descriptor is
+		// wanted before any read.
+		rc, fd, ok := sock.Raw(nc)
+		if !ok {
+			return
+		}
+		w.fd, w.rc = fd, rc
+	} else {
+		// The descriptor is learnt from the first read or write (its
+		// callback is given it), or asked for when wanted before (FD):
+		// asking at once would cost a connection two allocations.
+		rc, ok := sock.RawConn(nc)
+		if !ok {
+			return
+		}
+		w.rc = rc
 	}
-	w.rc, w.nb.w = rc, w
+	w.nc, w.nb.w = nc, w
 	w.readNow = func(fd uintptr) bool {
+		w.fd = int(fd)
+		if w.nb.write {
+			w.writeOnce(int(fd))
+			return true
+		}
 		n, err := syscall.Read(int(fd), w.nb.p)
 		switch {
 		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
@@ -92,11 +119,15 @@ func (w *Socket) Init(nc net.Conn, r *h1.Reader, inline func() bool, requests bo
 		w.drained = w.nb.n < len(w.nb.p)
 		return true
 	}
-	if !requests {
-		return
-	}
-	w.inline = inline
+	w.requests, w.inline = requests, inline
+}
+
+// makeFill makes the callback of the waits, on the first: a connection
+// whose requests all came by the time it was served (see conn.readFirst)
+// never waits, and never makes it.
+func (w *Socket) makeFill() {
 	w.fill = func(fd uintptr) bool {
+		w.fd = int(fd)
 		for {
 			var buf []byte
 			if w.head > 0 {
@@ -131,7 +162,7 @@ func (w *Socket) Init(nc net.Conn, r *h1.Reader, inline func() bool, requests bo
 				return true
 			}
 			w.inside = true
-			idle := w.inline()
+			idle := w.inline.ServeInline()
 			w.inside = false
 			if !idle {
 				return true
@@ -150,12 +181,15 @@ func (w *Socket) Init(nc net.Conn, r *h1.Reader, inline func() bool, requests bo
 // FillIdle reads the next bytes into r, waiting (within the connection's
 // read deadline) without holding a buffer.
 func (w *Socket) FillIdle() error {
-	if w.fill == nil {
+	if !w.requests {
 		err := w.r.Fill()
 		if err != nil {
 			w.r.Release()
 		}
 		return err
+	}
+	if w.fill == nil {
+		w.makeFill()
 	}
 	if err := w.rc.Read(w.fill); err != nil {
 		return err
@@ -167,12 +201,15 @@ func (w *Socket) FillIdle() error {
 // waiting (within the connection's read deadline) with the bytes so far
 // stashed. When it returns, r holds a read buffer again only if bytes came.
 func (w *Socket) FillHead(max int) error {
-	if w.fill == nil {
+	if !w.requests {
 		err := w.r.FillHead(max)
 		if err != nil {
 			w.r.Stash()
 		}
 		return err
+	}
+	if w.fill == nil {
+		w.makeFill()
 	}
 	w.head = max
 	err := w.rc.Read(w.fill)
@@ -184,12 +221,53 @@ func (w *Socket) FillHead(max int) error {
 }
 
 // nonblock reads what the socket holds now: one read(2), whose EAGAIN
-// comes back as ErrWouldBlock.
+// comes back as ErrWouldBlock. With write set, readNow writes p instead
+// (WriteNow), so that one callback made at Init serves both.
 type nonblock struct {
-	w   *Socket
-	p   []byte
-	n   int
-	err error
+	w     *Socket
+	p     []byte
+	n     int
+	err   error
+	write bool
+}
+
+// writeOnce writes w.nb.p to fd with one write(2) (again after EINTR).
+func (w *Socket) writeOnce(fd int) {
+	for {
+		n, err := syscall.Write(fd, w.nb.p)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
+			w.nb.n, w.nb.err = 0, ErrWouldBlock
+		case err != nil:
+			w.nb.n, w.nb.err = 0, &net.OpError{Op: "write", Net: w.nc.LocalAddr().Network(),
+				Source: w.nc.LocalAddr(), Addr: w.nc.RemoteAddr(), Err: os.NewSyscallError("write", err)}
+		default:
+			w.nb.n, w.nb.err = n, nil
+		}
+		return
+	}
+}
+
+// WriteNow writes p to the socket with one write(2) that never waits,
+// whatever the connection's write deadline, and returns how much of p the
+// socket took: ErrWouldBlock when it had no room for any of it, or the
+// write's error as the connection's Write would return it, or the
+// poller's refusal (a closed connection, an expired deadline). A connection whose answer fits the socket's buffer,
+// as most do, then needs no write deadline for it. On a TLS connection,
+// whose bytes must go through TLS, it writes nothing: ErrWouldBlock.
+func (w *Socket) WriteNow(p []byte) (int, error) {
+	if !w.requests {
+		return 0, ErrWouldBlock
+	}
+	w.nb.p, w.nb.write = p, true
+	err := w.rc.Write(w.readNow)
+	w.nb.p, w.nb.write = nil, false
+	if err != nil {
+		return 0, err
+	}
+	return w.nb.n, w.nb.err
 }
 
 func (nb *nonblock) Read(p []byte) (int, error) {
@@ -205,7 +283,7 @@ func (nb *nonblock) Read(p []byte) (int, error) {
 // Reader returns a reader of the requests the socket holds now, never
 // waiting; on TLS, it finds nothing.
 func (w *Socket) Reader() io.Reader {
-	if w.fill == nil {
+	if !w.requests {
 		return neverReader{}
 	}
 	return &w.nb
@@ -225,8 +303,13 @@ type neverReader struct{}
 func (neverReader) Read([]byte) (int, error) { return 0, ErrWouldBlock }
 
 // FD returns the socket's descriptor, for a parker to watch; -1 when
-// unknown (a net.Pipe in tests).
-func (w *Socket) FD() int { return w.fd }
+// unknown (a net.Pipe in tests) or closed.
+func (w *Socket) FD() int {
+	if w.fd < 0 && w.rc != nil {
+		w.fd = sock.FD(w.rc)
+	}
+	return w.fd
+}
 
 // Raw reports whether the raw socket can be read (Init found one).
 func (w *Socket) Raw() bool { return w.rc != nil }
