@@ -141,14 +141,14 @@ func (c *conn) send(p []byte, end bool, trailers *h1.Header) error {
 		c.wbuf = w[:0]
 		err = c.writev(w, p, crlf)
 		w = c.wbuf
+	case len(w) > 0:
+		// What is held (the head, say) and a large piece, uncopied, in
+		// one system call: the head does not leave in a packet of its own.
+		c.wbuf = w[:0]
+		err = c.writev(w, p)
+		w = c.wbuf
 	default:
-		if len(w) > 0 {
-			err = c.write(w)
-			w = w[:0]
-		}
-		if err == nil {
-			err = c.write(p)
-		}
+		err = c.write(p)
 	}
 	if err == nil && end && c.chunking {
 		w = appendLastChunk(w, trailers)
@@ -167,11 +167,15 @@ func (c *conn) send(p []byte, end bool, trailers *h1.Header) error {
 
 // writev writes the pieces in one system call where the connection allows
 // (a TCP socket; over TLS each is a record).
+// The pieces are listed in the Session, so that the call allocates
+// nothing, and dropped after it: a stored body is not held past its send.
 func (c *conn) writev(pieces ...[]byte) error {
 	c.writeDeadline()
-	bufs := net.Buffers(pieces)
-	n, err := bufs.WriteTo(c.nc)
-	c.s.BytesOut += n
+	s := c.s
+	s.bufs = append(s.iov[:0], pieces...)
+	n, err := s.bufs.WriteTo(c.nc)
+	s.BytesOut += n
+	s.iov, s.bufs = [3][]byte{}, nil
 	return err
 }
 
