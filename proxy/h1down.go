@@ -179,15 +179,33 @@ func (c *conn) writev(pieces ...[]byte) error {
 	return err
 }
 
-// sendFile writes the body of a file answer: with sendfile over a plain
-// TCP connection, by copying otherwise.
+// sendFile writes what is held (the head, and the file's first bytes
+// buffered with it) and then the file body: with sendfile over a plain TCP
+// connection, corked from the held bytes to the file's end (cork), so that
+// the head leaves in a full segment with the first of the file rather than
+// in a packet of its own; by copying otherwise.
 func (c *conn) sendFile(fb *FileBody) error {
+	w := c.wbuf
+	c.wbuf = w[:0]
 	tc, ok := c.nc.(*net.TCPConn)
 	if !ok {
+		if len(w) > 0 {
+			if err := c.write(w); err != nil {
+				return err
+			}
+		}
 		return copyFile(fb, c.write)
 	}
 	if _, err := fb.File.Seek(fb.Offset, io.SeekStart); err != nil {
 		return &fileError{err}
+	}
+	if len(w) > 0 {
+		if cork(tc, true) {
+			defer cork(tc, false)
+		}
+		if err := c.write(w); err != nil {
+			return err
+		}
 	}
 	// TCPConn.ReadFrom sends an *io.LimitedReader of an *os.File with
 	// sendfile(2), from the file's offset.
