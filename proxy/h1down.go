@@ -166,9 +166,9 @@ func (c *conn) send(p []byte, end bool, trailers *h1.Header) error {
 }
 
 // writev writes the pieces in one system call where the connection allows
-// (a TCP socket; over TLS each is a record).
-// The pieces are listed in the Session, so that the call allocates
-// nothing, and dropped after it: a stored body is not held past its send.
+// (a TCP socket; over TLS each is a record). The pieces are listed in the
+// Session, so that the call allocates nothing, and dropped after it: a
+// stored body is not held past its send.
 func (c *conn) writev(pieces ...[]byte) error {
 	c.writeDeadline()
 	s := c.s
