@@ -105,23 +105,24 @@ func (s *Session) answer(r *Response, keep bool) {
 		fileLeft = true
 	}
 	s.Status = status
-	if err := down.send(nil, !fileLeft, nil); err != nil {
-		s.keepAlive = false
+	if !fileLeft {
+		if err := down.send(nil, true, nil); err != nil {
+			s.keepAlive = false
+		}
 		return
 	}
-	if fileLeft {
-		if err := down.sendFile(r.File); err != nil {
-			var fe *fileError
-			if errors.As(err, &fe) {
-				s.fileFailed(fe.err)
-			} else {
-				s.clientGone(err)
-			}
-			return
-		}
-		if err := down.send(nil, true, nil); err != nil {
+	// The head goes with the file (sendFile).
+	if err := down.sendFile(r.File); err != nil {
+		var fe *fileError
+		if errors.As(err, &fe) {
+			s.fileFailed(fe.err)
+		} else {
 			s.clientGone(err)
 		}
+		return
+	}
+	if err := down.send(nil, true, nil); err != nil {
+		s.clientGone(err)
 	}
 }
 

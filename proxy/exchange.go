@@ -125,7 +125,8 @@ type downstream interface {
 	// p, which is not copied. With end the response ends, with trailers
 	// (nil: none) where the wire carries them.
 	send(p []byte, end bool, trailers *h1.Header) error
-	// sendFile sends the body of a file answer, once send sent its head.
+	// sendFile sends what send has not sent yet (the head, and what
+	// buffer holds), then the body of a file answer.
 	sendFile(fb *FileBody) error
 	// tunnel relays the 101 response resp and then the bytes of the new
 	// protocol both ways between the client and up, the upstream's

@@ -26,6 +26,9 @@ type fileAnswer struct {
 	// truncate, when set, halves the file once its size was taken (a
 	// file that changed since it was opened).
 	truncate bool
+	// asUpstream makes the answers stand in for an upstream's
+	// (Response.AsUpstream: a disk store's copy, say), relayed as one.
+	asUpstream bool
 }
 
 func (h *fileAnswer) UpstreamPeer(*Session) (*Peer, error) { return nil, nil }
@@ -37,7 +40,7 @@ func (h *fileAnswer) RequestFilter(s *Session) *Response {
 		return Text(404, "no such file\n")
 	}
 	st, _ := f.Stat()
-	r := &Response{Status: 200, File: &FileBody{File: f, Size: st.Size()}}
+	r := &Response{Status: 200, File: &FileBody{File: f, Size: st.Size()}, AsUpstream: h.asUpstream}
 	var off, n int64
 	var status int
 	q := string(s.Request.Target()[len(path):])
@@ -57,15 +60,22 @@ func (h *fileAnswer) RequestFilter(s *Session) *Response {
 // TestFileAnswers checks the answers with a file body (Response.File) on
 // every way sluice writes to a client: small ones in the head's write,
 // large ones with sendfile over plain TCP, copied over TLS and HTTP/2;
-// parts of a file; HEAD; a 304, which has no Content-Length.
+// parts of a file; HEAD; a 304, which has no Content-Length. Answers that
+// stand in for an upstream's (a disk store's copies) go the same ways.
 func TestFileAnswers(t *testing.T) {
+	for _, asUpstream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("asUpstream=%v", asUpstream), func(t *testing.T) { testFileAnswers(t, asUpstream) })
+	}
+}
+
+func testFileAnswers(t *testing.T, asUpstream bool) {
 	dir := t.TempDir()
 	small := bytes.Repeat([]byte("0123456789abcdef"), 100)      // 1600 bytes
 	large := bytes.Repeat([]byte("sluice serves files\n"), 1e5) // 2 MB, past a chunk
 	tlstest.WriteFile(t, filepath.Join(dir, "small"), small)
 	tlstest.WriteFile(t, filepath.Join(dir, "large"), large)
 	tlstest.WriteFile(t, filepath.Join(dir, "empty"), nil)
-	h := &fileAnswer{dir: dir}
+	h := &fileAnswer{dir: dir, asUpstream: asUpstream}
 
 	plain := start(t, h)
 	ca := tlstest.NewCA(t, "test CA")
@@ -104,6 +114,8 @@ func TestFileAnswers(t *testing.T) {
 		{"GET", "/empty", 200, nil, "0"},
 		{"GET", "/large?off=1000000&n=600000", 206, large[1000000:1600000], "600000"},
 		{"GET", "/small?off=10&n=5", 206, small[10:15], "5"},
+		{"GET", fmt.Sprintf("/large?off=7&n=%d", smallFile), 206, large[7 : 7+smallFile], fmt.Sprint(smallFile)},
+		{"GET", fmt.Sprintf("/large?off=7&n=%d", smallFile+1), 206, large[7 : 7+smallFile+1], fmt.Sprint(smallFile + 1)},
 		{"HEAD", "/large", 200, nil, fmt.Sprint(len(large))},
 		{"GET", "/large?status=304", 304, nil, ""},
 	}
@@ -113,6 +125,9 @@ func TestFileAnswers(t *testing.T) {
 				resp, body := cl.get(t, tt.method, tt.target)
 				if resp.StatusCode != tt.status || !bytes.Equal(body, tt.want) {
 					t.Fatalf("%d with %d bytes, want %d with %d", resp.StatusCode, len(body), tt.status, len(tt.want))
+				}
+				if tt.method == "HEAD" && asUpstream {
+					return // an upstream's HEAD answer has the Content-Length it came with: none here
 				}
 				if cl := resp.Header.Get("Content-Length"); cl != tt.length {
 					t.Errorf("Content-Length %q, want %q", cl, tt.length)
@@ -131,11 +146,21 @@ func TestFileAnswers(t *testing.T) {
 // length its answer announced resets the client's connection: a short
 // body never looks whole.
 func TestFileAnswerTruncated(t *testing.T) {
-	for _, size := range []int{1000, 2 << 20} {
-		t.Run(fmt.Sprint(size), func(t *testing.T) {
+	for _, tt := range []struct {
+		size       int
+		asUpstream bool
+		line       string
+	}{
+		{1000, false, "answer aborted"},
+		{2 << 20, false, "answer aborted"},
+		{1000, true, "the file ended before its length"},
+		{2 << 20, true, "the file ended before its length"},
+	} {
+		size := tt.size
+		t.Run(fmt.Sprintf("%d asUpstream=%v", size, tt.asUpstream), func(t *testing.T) {
 			dir := t.TempDir()
 			tlstest.WriteFile(t, filepath.Join(dir, "f"), bytes.Repeat([]byte("x"), size))
-			hs := start(t, &fileAnswer{dir: dir, truncate: true})
+			hs := start(t, &fileAnswer{dir: dir, truncate: true, asUpstream: tt.asUpstream})
 			nc, err := net.Dial("tcp", hs.addr)
 			if err != nil {
 				t.Fatal(err)
@@ -151,7 +176,7 @@ func TestFileAnswerTruncated(t *testing.T) {
 					t.Fatalf("%d with %d bytes read whole; want a cut", resp.StatusCode, len(b))
 				}
 			}
-			if !strings.Contains(hs.errors.String(), "answer aborted") {
+			if !strings.Contains(hs.errors.String(), tt.line) {
 				t.Errorf("no line about the aborted answer:\n%s", hs.errors)
 			}
 		})

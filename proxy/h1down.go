@@ -141,14 +141,14 @@ func (c *conn) send(p []byte, end bool, trailers *h1.Header) error {
 		c.wbuf = w[:0]
 		err = c.writev(w, p, crlf)
 		w = c.wbuf
+	case len(w) > 0:
+		// What is held (the head, say) and a large piece, uncopied, in
+		// one system call: the head does not leave in a packet of its own.
+		c.wbuf = w[:0]
+		err = c.writev(w, p)
+		w = c.wbuf
 	default:
-		if len(w) > 0 {
-			err = c.write(w)
-			w = w[:0]
-		}
-		if err == nil {
-			err = c.write(p)
-		}
+		err = c.write(p)
 	}
 	if err == nil && end && c.chunking {
 		w = appendLastChunk(w, trailers)
@@ -166,24 +166,46 @@ func (c *conn) send(p []byte, end bool, trailers *h1.Header) error {
 }
 
 // writev writes the pieces in one system call where the connection allows
-// (a TCP socket; over TLS each is a record).
+// (a TCP socket; over TLS each is a record). The pieces are listed in the
+// Session, so that the call allocates nothing, and dropped after it: a
+// stored body is not held past its send.
 func (c *conn) writev(pieces ...[]byte) error {
 	c.writeDeadline()
-	bufs := net.Buffers(pieces)
-	n, err := bufs.WriteTo(c.nc)
-	c.s.BytesOut += n
+	s := c.s
+	s.bufs = append(s.iov[:0], pieces...)
+	n, err := s.bufs.WriteTo(c.nc)
+	s.BytesOut += n
+	s.iov, s.bufs = [3][]byte{}, nil
 	return err
 }
 
-// sendFile writes the body of a file answer: with sendfile over a plain
-// TCP connection, by copying otherwise.
+// sendFile writes what is held (the head, and the file's first bytes
+// buffered with it) and then the file body: with sendfile over a plain TCP
+// connection, corked from the held bytes to the file's end (cork), so that
+// the head leaves in a full segment with the first of the file rather than
+// in a packet of its own; by copying otherwise.
 func (c *conn) sendFile(fb *FileBody) error {
+	w := c.wbuf
+	c.wbuf = w[:0]
 	tc, ok := c.nc.(*net.TCPConn)
 	if !ok {
+		if len(w) > 0 {
+			if err := c.write(w); err != nil {
+				return err
+			}
+		}
 		return copyFile(fb, c.write)
 	}
 	if _, err := fb.File.Seek(fb.Offset, io.SeekStart); err != nil {
 		return &fileError{err}
+	}
+	if len(w) > 0 {
+		if cork(tc, true) {
+			defer cork(tc, false)
+		}
+		if err := c.write(w); err != nil {
+			return err
+		}
 	}
 	// TCPConn.ReadFrom sends an *io.LimitedReader of an *os.File with
 	// sendfile(2), from the file's offset.

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"io"
 	"time"
 
@@ -63,6 +64,10 @@ func (s *Session) relay(peer *Peer, a *Attempt) {
 	body := up.response(!pass, s.readTimeout(peer))
 	down := s.down
 	down.respond(resp, out)
+	if fb := s.localFile(peer, out); fb != nil {
+		s.relayFile(a, fb, reusable)
+		return
+	}
 	var first []byte // a large first segment of a local body, sent uncopied
 	if body.ready() {
 		seg, err := body.next()
@@ -178,6 +183,52 @@ func (s *Session) responseTrailers(body bodyReader) *h1.Header {
 		return nil
 	}
 	return &s.trailers
+}
+
+// localFile returns the file of a Response standing in for an upstream's
+// (a disk store's copy, say) when its body can go from the file as it is:
+// whole, by its length (no trailers to frame), with no tee to see it.
+func (s *Session) localFile(peer *Peer, out outBody) *FileBody {
+	if peer != localPeer || len(s.tees) > 0 || out.none || out.length <= 0 {
+		return nil
+	}
+	return s.local.r.File
+}
+
+// relayFile sends a local response's file body by the downstream's
+// sendFile (sendfile(2) to a plain TCP client: the bytes are not copied
+// through sluice), its first piece (up to smallFile) buffered with the head,
+// then ends the try, which closes the file.
+func (s *Session) relayFile(a *Attempt, fb *FileBody, reusable bool) {
+	down := s.down
+	s.Status = s.resp.Status
+	n := min(fb.Size, smallFile)
+	bp := getBuf()
+	b, ok := appendFile((*bp)[:0], &FileBody{File: fb.File, Offset: fb.Offset, Size: n})
+	down.buffer(b)
+	*bp = b[:0]
+	putBuf(bp)
+	if !ok {
+		s.failBody(localPeer, a, &fileError{nil})
+		return
+	}
+	var err error
+	if rest := (&FileBody{File: fb.File, Offset: fb.Offset + n, Size: fb.Size - n}); rest.Size > 0 {
+		err = down.sendFile(rest) // the head and the first piece with it
+	}
+	if err == nil {
+		err = down.send(nil, true, nil)
+	}
+	var fe *fileError
+	switch {
+	case errors.As(err, &fe):
+		s.failBody(localPeer, a, err)
+	case err != nil:
+		s.clientGone(err)
+	default:
+		s.local.rbody.n = fb.Size
+		s.releaseUpstream(a, reusable)
+	}
 }
 
 // maxCopied bounds the body bytes copied into one send (rather than sent

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"log/slog"
+	"net"
 	"net/netip"
 	"time"
 
@@ -108,6 +109,8 @@ type Session struct {
 	once      bool               // the request must reach the upstream at most once (Once)
 	spawned   bool               // run by Spawn, for no client
 	values    []keyValue         // the phases' own (SetValue)
+	iov       [3][]byte          // the pieces of an HTTP/1.1 writev, and
+	bufs      net.Buffers        //   what of them is left to write (conn.writev)
 }
 
 // reset prepares the session for the connection's next request, keeping
