@@ -580,13 +580,18 @@ func (c *conn) release() {
 func (c *conn) idleUntil(deadline time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.srv.Draining() {
-		c.idle = false
+	if !c.markIdle() {
 		return false
 	}
-	c.idle = true
 	c.setReadDeadline(deadline)
 	return true
+}
+
+// markIdle marks the connection idle unless the server is draining, and
+// reports whether it did. The lock is held.
+func (c *conn) markIdle() bool {
+	c.idle = !c.srv.Draining()
+	return c.idle
 }
 
 // idleWithin is idleUntil for the wait for the next request, whose
@@ -597,11 +602,9 @@ func (c *conn) idleUntil(deadline time.Time) bool {
 func (c *conn) idleWithin(by time.Time, slack time.Duration) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.srv.Draining() {
-		c.idle = false
+	if !c.markIdle() {
 		return false
 	}
-	c.idle = true
 	if late := by.Add(slack); c.readBy.Before(by) || c.readBy.After(late) {
 		c.readBy = late
 		c.nc.SetReadDeadline(late)
