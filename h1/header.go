@@ -106,11 +106,17 @@ func (h *Header) Count(name string) int {
 // Add appends a field. The name and value are not validated; callers that
 // take them from untrusted input must check them with ValidName and
 // ValidValue.
-func (h *Header) Add(name, value string) { addField(h, name, value) }
+func (h *Header) Add(name, value string) {
+	addField(h, name, value)
+	h.markLast()
+}
 
 // AddBytes is Add for byte slices. The slices may alias h's own arena: a
 // grown arena leaves the old array, and so the source bytes, untouched.
-func (h *Header) AddBytes(name, value []byte) { addField(h, name, value) }
+func (h *Header) AddBytes(name, value []byte) {
+	addField(h, name, value)
+	h.markLast()
+}
 
 func addField[S string | []byte](h *Header, name, value S) {
 	f := field{n0: int32(len(h.arena))}
@@ -120,7 +126,16 @@ func addField[S string | []byte](h *Header, name, value S) {
 	h.arena = append(h.arena, value...)
 	f.v1 = int32(len(h.arena))
 	h.fields = append(h.fields, f)
-	h.names |= nameBit(name)
+}
+
+// markLast sets the bit of the last field's name in h.names. Add and
+// AddBytes call it after addField, not addField itself: addField must stay
+// small enough to be inlined, or a []byte made from a constant
+// ([]byte("Age")) and given to it escapes to the heap, an allocation for
+// each field a cached answer adds.
+func (h *Header) markLast() {
+	f := h.fields[len(h.fields)-1]
+	h.names |= nameBit(h.arena[f.n0:f.n1])
 }
 
 // Set gives the first field named name the value, keeping its position and
