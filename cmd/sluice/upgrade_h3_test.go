@@ -174,11 +174,28 @@ func TestUpgradeH3UnderLoad(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bin := buildSluice(t, dir, "sluice", "v1")
-	// /slow is answered 300 ms late: requests under way keep the old
-	// process draining while the new one takes new connections.
+	// /slow is held until the test lets it go, right after each upgrade:
+	// requests under way keep the old process draining while the new one
+	// takes new connections. At the end the gate stays open.
+	var gateMu sync.Mutex
+	gate, gateOpen := make(chan struct{}), false
+	release := func(last bool) {
+		gateMu.Lock()
+		defer gateMu.Unlock()
+		if gateOpen {
+			return
+		}
+		close(gate)
+		if gateOpen = last; !last {
+			gate = make(chan struct{})
+		}
+	}
 	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
 		if r.Target == "/slow" {
-			time.Sleep(300 * time.Millisecond)
+			gateMu.Lock()
+			g := gate
+			gateMu.Unlock()
+			<-g
 		}
 		c.Respond(200, "ok")
 	})
@@ -216,6 +233,7 @@ pid_file: %s
 	tlsConf := &tls.Config{RootCAs: ca.Pool(), ServerName: "example.com"}
 	l := startH3Load("https://"+addr+"/", tlsConf, 6, 3, 3)
 	defer l.end()
+	defer release(true) // before the load ends: its slow clients wait on the gate
 	l.waitOK(t, 300)
 	upgraded := regexp.MustCompile(`msg="binary upgrade: the new process serves; draining" pid=(\d+)`)
 	old := first
@@ -229,12 +247,14 @@ pid_file: %s
 			}
 		}
 		m := log.wait(t, "upgrade", upgraded, i)
+		release(false) // the old process's slow requests finish as it drains
 		next, _ := strconv.Atoi(m[i-1][1])
 		l.waitOK(t, 100)
 		waitExited(t, old, log)
 		l.waitOK(t, 300)
 		old = next
 	}
+	release(true)
 	l.end()
 	if n := l.failed.Load(); n > 0 {
 		t.Errorf("%d of %d requests over HTTP/3 failed during the upgrades: %v", n, n+l.ok.Load(), l.errs)
