@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-proxy/sluice/internal/sock"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
@@ -164,6 +165,9 @@ func (d config) defaults(minWindow uint32) config {
 // SETTINGS_MAX_CONCURRENT_STREAMS; 0, a client's: none, and the client
 // preface before), then the connection's WINDOW_UPDATE.
 func (c *core) init(end endpoint, client bool, nc net.Conn, prefix []byte, cfg config, maxStreams uint32) {
+	// Every frame is a read or a write: made unseen by the scheduler
+	// (sock.Conn).
+	nc = sock.Wrap(nc)
 	c.nc, c.end, c.client, c.log = nc, end, client, cfg.log
 	c.initialWindow, c.maxHeaderList, c.maxFrameSize, c.writeTimeout = cfg.initialWindow, cfg.maxHeaderList, cfg.maxFrameSize, cfg.writeTimeout
 	c.rd = newConnReader(c, nc, prefix)

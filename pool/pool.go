@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/internal/clock"
+	"github.com/sluice-proxy/sluice/internal/sock"
 )
 
 // Limits govern the connections of one upstream. A Limits value is shared by
@@ -150,7 +151,7 @@ type Conn struct {
 
 // NewConn wraps a freshly dialed connection.
 func NewConn(c net.Conn, key string, limits *Limits, now time.Time) *Conn {
-	pc := &Conn{Conn: c, Key: key, Limits: limits, Created: now}
+	pc := &Conn{Conn: sock.Wrap(c), Key: key, Limits: limits, Created: now}
 	pc.Reader.Reset(pc) // its deadlines go through pc (SetReadDeadline)
 	pc.sys.init(c)
 	return pc
@@ -186,7 +187,7 @@ func (c *Conn) discard() {
 	if c.tr != nil {
 		raw = c.tr.Conn
 	}
-	if tc, ok := raw.(*net.TCPConn); ok {
+	if tc, ok := sock.TCP(raw); ok {
 		tc.SetLinger(0)
 	}
 	c.Close()

@@ -65,7 +65,7 @@ func (s *sysConn) init(c net.Conn) {
 		}
 		s.sent = true
 		for {
-			n, err := syscall.Write(int(fd), s.out[s.wrote:])
+			n, err := sock.Write(int(fd), s.out[s.wrote:])
 			if n > 0 {
 				s.wrote += n
 			}
@@ -89,7 +89,7 @@ func (s *sysConn) init(c net.Conn) {
 
 // readOnce makes one read(2) into s.in; none is reported as nothing.
 func (s *sysConn) readOnce(fd uintptr, nothing error) {
-	n, err := syscall.Read(int(fd), s.in)
+	n, err := sock.Read(int(fd), s.in)
 	switch {
 	case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK || err == syscall.EINTR:
 		s.got, s.rerr = 0, nothing

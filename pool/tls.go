@@ -5,6 +5,8 @@ import (
 	"net"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/sock"
 )
 
 // NewTLSConn wraps raw, a freshly dialed TCP connection, in a TLS client
@@ -19,7 +21,7 @@ import (
 // what the socket holds through the TLS connection without waiting
 // instead (see alive), with as many system calls as the peek.
 func NewTLSConn(raw net.Conn, cfg *tls.Config, key string, limits *Limits, now time.Time) *Conn {
-	tr := &transport{Conn: raw}
+	tr := &transport{Conn: sock.Wrap(raw)}
 	tc := tls.Client(tr, cfg)
 	pc := &Conn{Conn: tc, Key: key, Limits: limits, Created: now, tr: tr, tls: tc}
 	pc.Reader.Reset(pc) // its deadlines go through pc (SetReadDeadline)

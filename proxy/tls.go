@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/clock"
+	"github.com/sluice-proxy/sluice/internal/sock"
 )
 
 // TLSObserver is an Observer that is also told of every TLS handshake on
@@ -167,9 +168,11 @@ func (c *conn) handshake() bool {
 		c.helloBy = clock.Now().Add(srv.headerTimeout())
 	}
 	if c.tls == nil {
-		var under net.Conn = c.raw
+		// crypto/tls reads and writes through a sock.Conn, whose system
+		// calls the scheduler does not see.
+		under := sock.Wrap(c.raw)
 		if c.early != nil {
-			under = newHelloConn(c.raw, c.early, c.earlyp)
+			under = newHelloConn(under, c.early, c.earlyp)
 			c.early, c.earlyp = nil, nil
 		}
 		c.tls = tls.Server(under, c.ln.tls)

@@ -105,7 +105,7 @@ func (w *Socket) Init(nc net.Conn, r *h1.Reader, inline Inliner, requests bool) 
 			w.writeOnce(int(fd))
 			return true
 		}
-		n, err := syscall.Read(int(fd), w.nb.p)
+		n, err := sock.Read(int(fd), w.nb.p)
 		switch {
 		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
 			w.nb.n, w.nb.err = 0, ErrWouldBlock
@@ -135,7 +135,7 @@ func (w *Socket) makeFill() {
 			} else {
 				buf = w.r.Grab()
 			}
-			n, err := syscall.Read(int(fd), buf)
+			n, err := sock.Read(int(fd), buf)
 			switch {
 			case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
 				// Nothing yet: wait for the poller, holding no read
@@ -234,7 +234,7 @@ type nonblock struct {
 // writeOnce writes w.nb.p to fd with one write(2) (again after EINTR).
 func (w *Socket) writeOnce(fd int) {
 	for {
-		n, err := syscall.Write(fd, w.nb.p)
+		n, err := sock.Write(fd, w.nb.p)
 		switch {
 		case err == syscall.EINTR:
 			continue

@@ -1,0 +1,131 @@
+package sock
+
+import (
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+)
+
+// Conn is a TCP connection whose Read and Write make their system calls
+// as the package's Read and Write do, unseen by the scheduler. They wait
+// through the descriptor's poller as the net package's own do: deadlines,
+// Close and readiness behave as with the *net.TCPConn it embeds, whose
+// other methods it keeps. It is what sits under crypto/tls and HTTP/2,
+// whose every frame or record is a read or a write.
+type Conn struct {
+	*net.TCPConn
+	rc   syscall.RawConn
+	r, w op
+}
+
+// op is the state of the Read or the Write under way, which the callback
+// given to the RawConn, made once, finds there.
+type op struct {
+	mu    sync.Mutex // one Read (one Write) at a time, as the poller's lock would
+	p     []byte
+	n     int
+	errno syscall.Errno
+	fn    func(fd uintptr) bool
+}
+
+// Wrap returns nc as a *Conn when it is a TCP connection, nc otherwise.
+func Wrap(nc net.Conn) net.Conn {
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
+		return nc
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return nc
+	}
+	c := &Conn{TCPConn: tc, rc: rc}
+	c.r.fn = func(fd uintptr) bool {
+		n, err := Read(int(fd), c.r.p)
+		if err == syscall.EAGAIN || err == syscall.EINTR {
+			return false
+		}
+		if err != nil {
+			c.r.errno = err.(syscall.Errno)
+		} else {
+			c.r.n = n
+		}
+		return true
+	}
+	c.w.fn = func(fd uintptr) bool {
+		for len(c.w.p) > 0 {
+			n, err := Write(int(fd), c.w.p)
+			if n > 0 {
+				c.w.n += n
+				c.w.p = c.w.p[n:]
+			}
+			switch {
+			case err == syscall.EAGAIN:
+				return false
+			case err != nil && err != syscall.EINTR:
+				c.w.errno = err.(syscall.Errno)
+				return true
+			}
+		}
+		return true
+	}
+	return c
+}
+
+// TCP returns the TCP connection nc is or wraps.
+func TCP(nc net.Conn) (*net.TCPConn, bool) {
+	switch c := nc.(type) {
+	case *net.TCPConn:
+		return c, true
+	case *Conn:
+		return c.TCPConn, true
+	}
+	return nil, false
+}
+
+// Read reads as net.TCPConn's Read does: at least one byte, io.EOF at the
+// end, an *net.OpError otherwise.
+func (c *Conn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	r := &c.r
+	r.mu.Lock()
+	r.p, r.n, r.errno = p, 0, 0
+	err := c.rc.Read(r.fn)
+	n, errno := r.n, r.errno
+	r.p = nil
+	r.mu.Unlock()
+	switch {
+	case err != nil:
+		return 0, c.opError("read", err)
+	case errno != 0:
+		return 0, c.opError("read", os.NewSyscallError("read", errno))
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// Write writes all of p, as net.TCPConn's Write does.
+func (c *Conn) Write(p []byte) (int, error) {
+	w := &c.w
+	w.mu.Lock()
+	w.p, w.n, w.errno = p, 0, 0
+	err := c.rc.Write(w.fn)
+	n, errno := w.n, w.errno
+	w.p = nil
+	w.mu.Unlock()
+	switch {
+	case err != nil:
+		return n, c.opError("write", err)
+	case errno != 0:
+		return n, c.opError("write", os.NewSyscallError("write", errno))
+	}
+	return n, nil
+}
+
+func (c *Conn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+}
