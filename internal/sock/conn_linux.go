@@ -90,42 +90,30 @@ func (c *Conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	r := &c.r
-	r.mu.Lock()
-	r.p, r.n, r.errno = p, 0, 0
-	err := c.rc.Read(r.fn)
-	n, errno := r.n, r.errno
-	r.p = nil
-	r.mu.Unlock()
-	switch {
-	case err != nil:
-		return 0, c.opError("read", err)
-	case errno != 0:
-		return 0, c.opError("read", os.NewSyscallError("read", errno))
-	case n == 0:
-		return 0, io.EOF
+	n, err := c.do(&c.r, p, c.rc.Read, "read")
+	if n == 0 && err == nil {
+		err = io.EOF
 	}
-	return n, nil
+	return n, err
 }
 
 // Write writes all of p, as net.TCPConn's Write does.
-func (c *Conn) Write(p []byte) (int, error) {
-	w := &c.w
-	w.mu.Lock()
-	w.p, w.n, w.errno = p, 0, 0
-	err := c.rc.Write(w.fn)
-	n, errno := w.n, w.errno
-	w.p = nil
-	w.mu.Unlock()
-	switch {
-	case err != nil:
-		return n, c.opError("write", err)
-	case errno != 0:
-		return n, c.opError("write", os.NewSyscallError("write", errno))
+func (c *Conn) Write(p []byte) (int, error) { return c.do(&c.w, p, c.rc.Write, "write") }
+
+// do runs o's callback on p through wait, the RawConn's Read or Write,
+// which calls it again each time the socket is ready until it reports done.
+func (c *Conn) do(o *op, p []byte, wait func(func(uintptr) bool) error, name string) (int, error) {
+	o.mu.Lock()
+	o.p, o.n, o.errno = p, 0, 0
+	err := wait(o.fn)
+	n, errno := o.n, o.errno
+	o.p = nil
+	o.mu.Unlock()
+	if err == nil && errno != 0 {
+		err = os.NewSyscallError(name, errno)
+	}
+	if err != nil {
+		return n, &net.OpError{Op: name, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 	}
 	return n, nil
-}
-
-func (c *Conn) opError(op string, err error) error {
-	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 }

@@ -17,25 +17,19 @@ import (
 // there are no others, and the hand-off is two context switches for
 // nothing, and keeps the monitor waking every 20 µs. fd must be
 // non-blocking.
-func Read(fd int, p []byte) (int, error) {
-	var ptr unsafe.Pointer
-	if len(p) > 0 {
-		ptr = unsafe.Pointer(&p[0])
-	}
-	n, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(ptr), uintptr(len(p)))
-	if e != 0 {
-		return -1, errnoErr(e)
-	}
-	return int(n), nil
-}
+func Read(fd int, p []byte) (int, error) { return rawIO(syscall.SYS_READ, fd, p) }
 
 // Write writes to a non-blocking socket with one write(2), as Read reads.
-func Write(fd int, p []byte) (int, error) {
+func Write(fd int, p []byte) (int, error) { return rawIO(syscall.SYS_WRITE, fd, p) }
+
+// rawIO makes the read(2) or write(2) trap of fd and p without the
+// scheduler's bookkeeping, and returns what syscall.Read or Write would.
+func rawIO(trap uintptr, fd int, p []byte) (int, error) {
 	var ptr unsafe.Pointer
 	if len(p) > 0 {
 		ptr = unsafe.Pointer(&p[0])
 	}
-	n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(ptr), uintptr(len(p)))
+	n, _, e := syscall.RawSyscall(trap, uintptr(fd), uintptr(ptr), uintptr(len(p)))
 	if e != 0 {
 		return -1, errnoErr(e)
 	}

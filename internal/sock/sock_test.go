@@ -12,16 +12,8 @@ import (
 )
 
 func TestRaw(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	w, _ := pair(t)
+	c, _ := TCP(w)
 	if rc, fd, ok := Raw(c); !ok || rc == nil || fd < 0 {
 		t.Fatalf("Raw(TCP connection) = %v, %d, %v", rc, fd, ok)
 	}
