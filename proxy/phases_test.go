@@ -280,6 +280,35 @@ func TestReadBody(t *testing.T) {
 	}
 }
 
+// TestReadBodyWaitsWithinBodyTimeout: a phase reading the body whole
+// waits for the part not yet at hand within the server's body timeout,
+// not the head's (an hour here), though the part that came with the head
+// is read without a deadline: a client that stops halfway gets 408, and
+// the upstream hears nothing.
+func TestReadBodyWaitsWithinBodyTimeout(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.Echo())
+	var readErr *fault.Error
+	h := &phased{rotate: peers(testOptions(), up.Addr()), request: func(s *Session) *Response {
+		_, err := s.ReadBody(1 << 10)
+		if err != nil {
+			readErr = err
+			return s.ErrorResponse(err)
+		}
+		return nil
+	}}
+	hs := start(t, h, func(srv *Server) {
+		srv.HeaderTimeout = time.Hour
+		srv.BodyTimeout = 50 * time.Millisecond
+	})
+	resp, _ := hs.do(t, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\n01234")
+	if resp.StatusCode != 408 || readErr == nil || readErr.Kind != fault.ClientTimeout {
+		t.Errorf("a body stopped halfway: %d, the phase got %v; want 408, a client timeout", resp.StatusCode, readErr)
+	}
+	if n := len(up.Requests()); n != 0 {
+		t.Errorf("the upstream got %d requests, want none", n)
+	}
+}
+
 // TestOnce: a GET the pool's stale connection fails is retried, unless a
 // phase marked it as one that must reach the upstream at most once.
 func TestOnce(t *testing.T) {
