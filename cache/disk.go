@@ -154,10 +154,16 @@ func OpenDisk(o DiskOptions) (*Disk, error) {
 		unlock()
 		return nil, err
 	}
+	// The map is whole before the first Set: an entry the LRU evicts as
+	// the rest go in is dropped by otter's goroutine, under mu.
+	d.mu.Lock()
 	d.entries = make(map[string]*diskEntry, len(entries))
 	for _, e := range entries {
 		d.entries[e.hash] = e
 		d.idx.add(e.hash, e, e.url, e.tags)
+	}
+	d.mu.Unlock()
+	for _, e := range entries {
 		d.lru.Set(e.hash, e)
 	}
 	d.swept = make(chan struct{})
