@@ -80,9 +80,11 @@ type conn struct {
 	drainGraced, drainNext bool
 
 	// mu guards idle, set while the goroutine waits for the next request,
-	// so that Shutdown can wake exactly those.
-	mu   sync.Mutex
-	idle bool
+	// so that Shutdown can wake exactly those, and streams, the HTTP/2
+	// streams being served, for the end of a drain to cut.
+	mu      sync.Mutex
+	idle    bool
+	streams *h2exchange
 
 	// The wait for the next request: when it times out (idleEnd), whether
 	// the deadline set is the earlier one to park at, and what

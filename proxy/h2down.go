@@ -36,6 +36,8 @@ type h2exchange struct {
 	bodyRoom
 
 	streamAnswer // the response; ended: END_STREAM sent
+
+	before, after *h2exchange // the connection's streams being served (conn.streams)
 }
 
 var exchangePool = sync.Pool{New: func() any {
@@ -49,10 +51,12 @@ func (c *conn) serveStream(st *h2.Stream) {
 	srv := c.srv
 	x := exchangePool.Get().(*h2exchange)
 	x.reset(st, c)
-	srv.mu.Lock()
-	srv.streams[x] = struct{}{}
+	// Registered with its connection, not the server: no lock every
+	// stream of every connection takes. The connection's own count in
+	// srv.wg is held while its streams run (h2.Conn.Serve waits for
+	// them), so this Add is never from zero.
+	c.addStream(x)
 	srv.wg.Add(1)
-	srv.mu.Unlock()
 	s := sessionPool.Get().(*Session)
 	s.c, s.srv, s.down, s.wbuf, s.flight = c, srv, x, &x.wbuf, &x.flight
 	s.reset()
@@ -63,9 +67,7 @@ func (c *conn) serveStream(st *h2.Stream) {
 			x.abort()
 		}
 		x.finish()
-		srv.mu.Lock()
-		delete(srv.streams, x)
-		srv.mu.Unlock()
+		c.removeStream(x)
 		srv.wg.Done()
 		s.release()
 		x.reset(nil, nil)
@@ -94,6 +96,43 @@ func (c *conn) serveStream(st *h2.Stream) {
 // reset readies x for the stream st of c, keeping its buffers.
 func (x *h2exchange) reset(st *h2.Stream, c *conn) {
 	*x = h2exchange{st: st, c: c, cutUp: x.cutUp, wbuf: x.wbuf[:0], rbuf: x.rbuf, streamAnswer: x.resetAnswer()}
+}
+
+// addStream records x among c's streams being served.
+func (c *conn) addStream(x *h2exchange) {
+	c.mu.Lock()
+	x.after = c.streams
+	if x.after != nil {
+		x.after.before = x
+	}
+	c.streams = x
+	c.mu.Unlock()
+}
+
+// removeStream forgets x, served.
+func (c *conn) removeStream(x *h2exchange) {
+	c.mu.Lock()
+	if x.before != nil {
+		x.before.after = x.after
+	} else {
+		c.streams = x.after
+	}
+	if x.after != nil {
+		x.after.before = x.before
+	}
+	x.before, x.after = nil, nil
+	c.mu.Unlock()
+}
+
+// servedStreams returns c's streams being served, for the end of a drain.
+func (c *conn) servedStreams() []stream {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var xs []stream
+	for x := c.streams; x != nil; x = x.after {
+		xs = append(xs, x)
+	}
+	return xs
 }
 
 func (x *h2exchange) inFlight() *flight { return &x.flight }

@@ -120,7 +120,7 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
-	streams   map[stream]struct{}       // the HTTP/2 and HTTP/3 streams being served
+	streams   map[stream]struct{}       // the HTTP/3 streams being served (an HTTP/2 connection keeps its own: conn.streams)
 	quic      map[QUICListener]struct{} // the HTTP/3 listeners (h3.go)
 	h3conns   map[*quicConn]struct{}    // the HTTP/3 connections (h3.go)
 	spawned   map[*nobody]struct{}      // the spawned requests running (Session.Spawn)
@@ -510,6 +510,9 @@ func (srv *Server) expireDrain(done <-chan struct{}) {
 	srv.mu.Lock()
 	for c := range srv.conns {
 		c.flight.cut(now)
+		for _, x := range c.servedStreams() {
+			x.inFlight().cut(now)
+		}
 	}
 	for x := range srv.streams {
 		x.inFlight().cut(now)
@@ -527,6 +530,10 @@ func (srv *Server) expireDrain(done <-chan struct{}) {
 	for c := range srv.conns {
 		c.resetNow()
 		c.flight.cut(now) // a try begun since is cut too
+		for _, x := range c.servedStreams() {
+			x.abort()
+			x.inFlight().cut(now)
+		}
 	}
 	for x := range srv.streams {
 		x.abort()
