@@ -43,8 +43,11 @@ func Wrap(nc net.Conn) net.Conn {
 	c := &Conn{TCPConn: tc, rc: rc}
 	c.r.fn = func(fd uintptr) bool {
 		n, err := Read(int(fd), c.r.p)
-		if err == syscall.EAGAIN || err == syscall.EINTR {
-			return false
+		for err == syscall.EINTR {
+			n, err = Read(int(fd), c.r.p)
+		}
+		if err == syscall.EAGAIN {
+			return false // wait for the poller
 		}
 		if err != nil {
 			c.r.errno = err.(syscall.Errno)
