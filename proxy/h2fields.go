@@ -103,6 +103,17 @@ func isConnectionField(name string) bool {
 	return false
 }
 
+// isConnectionFieldFold is isConnectionField for a name in any case,
+// without a lowercased copy.
+func isConnectionFieldFold(name []byte) bool {
+	for _, c := range connectionFields {
+		if h1.EqualFold(name, c) {
+			return true
+		}
+	}
+	return false
+}
+
 // commonByLen holds commonNames by length, for lowerName.
 var commonByLen = func() (t [32][]string) {
 	for _, n := range commonNames {

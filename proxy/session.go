@@ -205,7 +205,7 @@ func (s *Session) Note(key, value string) {
 // ignored: sluice sets those, and a second Content-Length would make the
 // response unreadable, or worse, read two ways.
 func (s *Session) AddResponseField(name, value []byte) {
-	if h1.EqualFold(name, "Content-Length") || isConnectionField(string(bytes.ToLower(name))) {
+	if h1.EqualFold(name, "Content-Length") || isConnectionFieldFold(name) {
 		return
 	}
 	s.extra.AddBytes(name, value)
