@@ -34,7 +34,11 @@ type phase struct{ l *Layer }
 func (p phase) RequestFilter(s *proxy.Session) *proxy.Response {
 	l := p.l
 	req := &s.Request
-	if !l.Handles(req.Method()) || !l.required && !req.Header.Has(l.header) {
+	if !l.Handles(req.Method()) {
+		return nil
+	}
+	at := req.Header.Index(l.header)
+	if at < 0 && !l.required {
 		return nil // not the layer's: no need to read the body
 	}
 	body, err := s.ReadBody(l.maxReq)
@@ -49,7 +53,7 @@ func (p phase) RequestFilter(s *proxy.Session) *proxy.Response {
 	t := tees.Get().(*tee)
 	t.s = s
 	d := l.begin(context.Background(), &Request{Method: req.Method(), Target: req.Target(),
-		Header: &req.Header, ClientIP: s.ClientIP, body: body}, &t.claim)
+		Header: &req.Header, ClientIP: s.ClientIP, body: body, keyAt: at + 1}, &t.claim)
 	if d.Outcome != Pass {
 		s.Note("idempotency", d.Outcome.String())
 	}
