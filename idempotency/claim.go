@@ -40,6 +40,7 @@ type Claim struct {
 	key   Key
 	fp    Fingerprint
 	token Token
+	at    localAt // where a Local store holds its record
 	ended atomic.Bool
 	lost  atomic.Bool // a renewal found the claim taken
 
@@ -53,11 +54,11 @@ var ErrEnded = errors.New("idempotency: the claim has ended already")
 
 // claim makes the claim of a key Begin claimed, in c when it is not nil
 // (a zero Claim, in an allocation of the caller's), and has it renewed.
-func (l *Layer) claim(key Key, fp Fingerprint, token Token, c *Claim) *Claim {
+func (l *Layer) claim(key Key, fp Fingerprint, token Token, at localAt, c *Claim) *Claim {
 	if c == nil {
 		c = new(Claim)
 	}
-	c.l, c.key, c.fp, c.token = l, key, fp, token
+	c.l, c.key, c.fp, c.token, c.at = l, key, fp, token, at
 	l.live.Add(1)
 	l.renewer.add(c)
 	return c
@@ -98,7 +99,13 @@ func (c *Claim) end(s State, answer []byte) error {
 	l := c.l
 	l.renewer.remove(c)
 	defer l.ended()
-	stored, err := l.store.End(context.Background(), c.key, c.fp, c.token, s, answer, l.terms)
+	var stored State
+	var err error
+	if ls, ok := l.store.(*Local); ok && c.at.ok {
+		stored, err = ls.endAt(c.at, c.key, c.fp, c.token, s, answer, l.terms)
+	} else {
+		stored, err = l.store.End(context.Background(), c.key, c.fp, c.token, s, answer, l.terms)
+	}
 	cs := l.counts
 	switch {
 	case errors.Is(err, ErrLost):

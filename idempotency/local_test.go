@@ -234,3 +234,50 @@ func TestLocalRequeue(t *testing.T) {
 		}
 	})
 }
+
+// TestLocalEndAt checks that ending a claim where Begin found its record
+// ends it only while the claim holds the record: once the record expired
+// and its index went to another key, the end is ErrLost and the other
+// key's record is untouched.
+func TestLocalEndAt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewLocal(0, 0)
+		ctx := context.Background()
+		terms := Terms{Lease: time.Second, TTL: time.Second}
+		var fp Fingerprint
+		var keys []Key
+		for i := 0; len(keys) < 2; i++ {
+			k := Key{byte(i), byte(i >> 8)}
+			if len(keys) == 0 || s.shard(s.hash(&k)) == s.shard(s.hash(&keys[0])) {
+				keys = append(keys, k)
+			}
+		}
+		f1, err := s.Begin(ctx, keys[0], fp, Token{1}, terms)
+		if err != nil || !f1.Claimed || !f1.at.ok {
+			t.Fatalf("Begin: %+v, %v", f1, err)
+		}
+		if st, err := s.endAt(f1.at, keys[0], fp, Token{1}, StateUnknown, nil, terms); err != nil || st != StateUnknown {
+			t.Fatalf("endAt of a held claim: %v, %v", st, err)
+		}
+		if _, err := s.endAt(f1.at, keys[0], fp, Token{1}, StateUnknown, nil, terms); err != ErrLost {
+			t.Errorf("endAt of an ended claim: %v, want ErrLost", err)
+		}
+		time.Sleep(2 * time.Second) // keys[0]'s record expires
+		f2, err := s.Begin(ctx, keys[1], fp, Token{2}, terms)
+		if err != nil || !f2.Claimed {
+			t.Fatalf("Begin: %+v, %v", f2, err)
+		}
+		if f2.at.idx != f1.at.idx {
+			t.Fatalf("keys[1] got index %d, not keys[0]'s %d: the test needs it", f2.at.idx, f1.at.idx)
+		}
+		if _, err := s.endAt(f1.at, keys[0], fp, Token{1}, StateNone, nil, terms); err != ErrLost {
+			t.Errorf("endAt of a claim whose index is another key's: %v, want ErrLost", err)
+		}
+		if f, _ := s.Begin(ctx, keys[1], fp, Token{3}, terms); f.Claimed || f.State != StateInFlight {
+			t.Errorf("keys[1] after the lost end: %+v, want in flight", f)
+		}
+		if st, err := s.endAt(f2.at, keys[1], fp, Token{2}, StateNone, nil, terms); err != nil || st != StateNone {
+			t.Errorf("endAt of keys[1]'s claim: %v, %v", st, err)
+		}
+	})
+}
