@@ -40,7 +40,6 @@ type Claim struct {
 	key   Key
 	fp    Fingerprint
 	token Token
-	at    localAt // where a Local store holds its record
 	ended atomic.Bool
 	lost  atomic.Bool // a renewal found the claim taken
 
@@ -54,11 +53,11 @@ var ErrEnded = errors.New("idempotency: the claim has ended already")
 
 // claim makes the claim of a key Begin claimed, in c when it is not nil
 // (a zero Claim, in an allocation of the caller's), and has it renewed.
-func (l *Layer) claim(key Key, fp Fingerprint, token Token, at localAt, c *Claim) *Claim {
+func (l *Layer) claim(key Key, fp Fingerprint, token Token, c *Claim) *Claim {
 	if c == nil {
 		c = new(Claim)
 	}
-	c.l, c.key, c.fp, c.token, c.at = l, key, fp, token, at
+	c.l, c.key, c.fp, c.token = l, key, fp, token
 	l.live.Add(1)
 	l.renewer.add(c)
 	return c
@@ -99,13 +98,7 @@ func (c *Claim) end(s State, answer []byte) error {
 	l := c.l
 	l.renewer.remove(c)
 	defer l.ended()
-	var stored State
-	var err error
-	if ls, ok := l.store.(*Local); ok && c.at.ok {
-		stored, err = ls.endAt(c.at, c.key, c.fp, c.token, s, answer, l.terms)
-	} else {
-		stored, err = l.store.End(context.Background(), c.key, c.fp, c.token, s, answer, l.terms)
-	}
+	stored, err := l.store.End(context.Background(), c.key, c.fp, c.token, s, answer, l.terms)
 	cs := l.counts
 	switch {
 	case errors.Is(err, ErrLost):

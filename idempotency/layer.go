@@ -398,7 +398,7 @@ func (l *Layer) begin(ctx context.Context, r *Request, c *Claim) Decision {
 	}
 	switch {
 	case found.Claimed:
-		cl := l.claim(key, fp, token, found.at, c)
+		cl := l.claim(key, fp, token, c)
 		cs.claimed.Add(1)
 		if found.Prior != StateNone {
 			cs.retaken.Add(1)

@@ -218,17 +218,7 @@ func (l *Local) Begin(_ context.Context, key Key, fp Fingerprint, token Token, t
 	*r = localRecord{key: key, idx: r.idx, state: StateInFlight, token: token, fp: fp, lease: now + int64(t.Lease),
 		expires: now + int64(max(t.TTL, t.Lease))}
 	sh.enqueue(r)
-	return Found{Claimed: true, Prior: prior, at: localAt{hash: h, idx: r.idx, ok: true}}, nil
-}
-
-// localAt is where a claimed record is in a Local store: its key's hash
-// (its shard) and its index in the shard's table. It stays right as long
-// as the claim holds the record (records never move); once the claim is
-// lost, the index may be another record's, which its token tells.
-type localAt struct {
-	hash uint64
-	idx  uint32
-	ok   bool // set: the zero localAt is nowhere
+	return Found{Claimed: true, Prior: prior}, nil
 }
 
 // Renew implements Store.
@@ -260,6 +250,7 @@ func (l *Local) instant() {}
 // End implements Store. A kept answer is copied: answer is the caller's
 // again when End returns.
 func (l *Local) End(_ context.Context, key Key, fp Fingerprint, token Token, s State, answer []byte, t Terms) (State, error) {
+	now := l.now()
 	h := l.hash(&key)
 	sh := l.shard(h)
 	sh.mu.Lock()
@@ -268,25 +259,6 @@ func (l *Local) End(_ context.Context, key Key, fp Fingerprint, token Token, s S
 	if r == nil || r.state != StateInFlight || r.token != token {
 		return StateNone, ErrLost
 	}
-	return l.end(sh, r, key, fp, token, s, answer, t)
-}
-
-// endAt is End for the claim whose record Begin found at at: the record
-// is read there, without the key's hash and look-up again.
-func (l *Local) endAt(at localAt, key Key, fp Fingerprint, token Token, s State, answer []byte, t Terms) (State, error) {
-	sh := l.shard(at.hash)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	r := sh.t.rec(at.idx)
-	if r.state != StateInFlight || r.token != token || r.key != key {
-		return StateNone, ErrLost
-	}
-	return l.end(sh, r, key, fp, token, s, answer, t)
-}
-
-// end ends the claim of r, in sh (locked), as End says.
-func (l *Local) end(sh *localShard, r *localRecord, key Key, fp Fingerprint, token Token, s State, answer []byte, t Terms) (State, error) {
-	now := l.now()
 	if s == StateNone {
 		l.remove(sh, r)
 		return StateNone, nil

@@ -97,10 +97,6 @@ type Found struct {
 	Mismatch bool
 	// Answer is, with StateKept, the encoded answer (see Answer.Encode).
 	Answer []byte
-
-	// at is, with Claimed from a Local store, where the claim's record
-	// is, for its End (see Local.endAt).
-	at localAt
 }
 
 // Held is a claim to renew.
