@@ -109,9 +109,13 @@ func ParseKeyValue(v []byte) ([]byte, error) {
 
 // keyField returns the key of the request's field named name: its one
 // value, validated. A request without the field gets errKeyNotFound; one
-// with two fields of the name, errKeyTwice (which is the one meant?).
-func keyField(h *h1.Header, name string) ([]byte, error) {
-	at := h.Index(name)
+// with two fields of the name, errKeyTwice (which is the one meant?). at
+// is the index of the first field of the name when the caller knows it,
+// else -1.
+func keyField(h *h1.Header, name string, at int) ([]byte, error) {
+	if at < 0 {
+		at = h.Index(name)
+	}
 	if at < 0 {
 		return nil, errKeyNotFound
 	}

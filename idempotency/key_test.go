@@ -54,16 +54,23 @@ func TestParseKeyValue(t *testing.T) {
 
 func TestKeyField(t *testing.T) {
 	var h h1.Header
-	if _, err := keyField(&h, "Idempotency-Key"); err != errKeyNotFound {
+	h.Add("Host", "a.test")
+	if _, err := keyField(&h, "Idempotency-Key", -1); err != errKeyNotFound {
 		t.Errorf("no field: %v, want errKeyNotFound", err)
 	}
 	h.Add("idempotency-KEY", "k1")
-	if k, err := keyField(&h, "Idempotency-Key"); err != nil || string(k) != "k1" {
-		t.Errorf("one field, another case: %q, %v", k, err)
+	// at is the field's index when the caller knows it (the phase's), or
+	// -1; either way, the same.
+	for _, at := range []int{-1, 1} {
+		if k, err := keyField(&h, "Idempotency-Key", at); err != nil || string(k) != "k1" {
+			t.Errorf("one field, another case, at %d: %q, %v", at, k, err)
+		}
 	}
 	h.Add("Idempotency-Key", "k1")
-	if _, err := keyField(&h, "Idempotency-Key"); err != errKeyTwice {
-		t.Errorf("two fields: %v, want errKeyTwice", err)
+	for _, at := range []int{-1, 1} {
+		if _, err := keyField(&h, "Idempotency-Key", at); err != errKeyTwice {
+			t.Errorf("two fields, at %d: %v, want errKeyTwice", at, err)
+		}
 	}
 }
 

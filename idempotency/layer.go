@@ -266,6 +266,9 @@ type Request struct {
 	// of Body (the phase's: it holds the body in memory, and so needs no
 	// hasher kept between pieces).
 	body []byte
+	// keyAt is, when not 0, the index in Header of the key's field plus
+	// one (the phase's, which looked for it already).
+	keyAt int
 }
 
 // Outcome is what Begin decided, and how the request's access log line
@@ -369,7 +372,7 @@ func (l *Layer) begin(ctx context.Context, r *Request, c *Claim) Decision {
 	if h == nil {
 		h = new(h1.Header)
 	}
-	raw, err := keyField(h, l.header)
+	raw, err := keyField(h, l.header, r.keyAt-1)
 	switch {
 	case err == errKeyNotFound && !l.required:
 		return Decision{}

@@ -282,11 +282,12 @@ func (l *Local) End(_ context.Context, key Key, fp Fingerprint, token Token, s S
 			}
 		}
 	}
+	claimed := r.expires
 	*r = localRecord{key: key, idx: r.idx, state: s, token: token, fp: fp, expires: now + int64(t.TTL)}
 	if s == StateKept {
 		r.chunk, r.off, r.n = sh.put(answer)
 	}
-	sh.enqueue(r)
+	sh.requeue(r, claimed)
 	return s, nil
 }
 
@@ -372,6 +373,26 @@ func (sh *localShard) enqueue(r *localRecord) {
 		sh.due = r.expires
 	}
 	sh.queue = append(sh.queue, expiry{r.expires, r.idx})
+}
+
+// requeue queues r's expiry, which was at was: in place of the queue's last
+// entry when that is r's at was (the entry Begin queued, when no other
+// record of the shard was queued since: most often), else as enqueue
+// does. The entry replaced would only have been passed over (its time is
+// no longer r's), and the one that replaces it is the last, as an
+// appended one would be: the queue stays as it would have been, an entry
+// shorter, which is 16 bytes of memory less for each request the store
+// holds the record of.
+func (sh *localShard) requeue(r *localRecord, was int64) {
+	last := len(sh.queue) - 1
+	if last < sh.head || sh.queue[last] != (expiry{was, r.idx}) {
+		sh.enqueue(r)
+		return
+	}
+	sh.queue[last].at = r.expires
+	if last == sh.head {
+		sh.due = r.expires
+	}
 }
 
 // sweep removes the records of sh that expired by now, from the head of

@@ -170,3 +170,67 @@ func TestCarryBounds(t *testing.T) {
 		t.Errorf("carried store: %d per shard, %d bytes; want 1 and 1024", s.perShard.Load(), s.maxBytes.Load())
 	}
 }
+
+// TestLocalRequeue checks that a claim ended before another record of its
+// shard was queued leaves one entry in the shard's queue (End's takes the
+// place of Begin's), that one ended after leaves both, and that each
+// record expires at its own time either way.
+func TestLocalRequeue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewLocal(0, 0)
+		ctx := context.Background()
+		terms := Terms{Lease: time.Second, TTL: time.Minute}
+		var fp Fingerprint
+		// Keys of one shard.
+		var keys []Key
+		for i := 0; len(keys) < 3; i++ {
+			k := Key{byte(i), byte(i >> 8)}
+			if len(keys) == 0 || s.shard(s.hash(&k)) == s.shard(s.hash(&keys[0])) {
+				keys = append(keys, k)
+			}
+		}
+		sh := s.shard(s.hash(&keys[0]))
+		queued := func() int { return len(sh.queue) - sh.head }
+		begin := func(k Key, tok byte) {
+			if f, err := s.Begin(ctx, k, fp, Token{tok}, terms); err != nil || !f.Claimed {
+				t.Fatalf("Begin: %+v, %v", f, err)
+			}
+		}
+		end := func(k Key, tok byte) {
+			if _, err := s.End(ctx, k, fp, Token{tok}, StateUnknown, nil, terms); err != nil {
+				t.Fatalf("End: %v", err)
+			}
+		}
+		begin(keys[0], 1)
+		time.Sleep(time.Second / 2)
+		end(keys[0], 1)
+		if n := queued(); n != 1 {
+			t.Errorf("a claim begun and ended alone: %d entries queued, want 1", n)
+		}
+		time.Sleep(time.Second)
+		begin(keys[1], 2)
+		time.Sleep(time.Second)
+		begin(keys[2], 3)
+		end(keys[1], 2)
+		if n := queued(); n != 4 {
+			t.Errorf("a claim ended after another was queued: %d entries queued, want 4", n)
+		}
+		// keys[0] expires a minute after its End (0.5 s), keys[1] a
+		// minute after its own (2.5 s).
+		time.Sleep(time.Minute - 2500*time.Millisecond) // at 60 s
+		if f, _ := s.Begin(ctx, keys[0], fp, Token{4}, terms); f.Claimed || f.State != StateUnknown {
+			t.Errorf("keys[0] before its time: %+v", f)
+		}
+		time.Sleep(time.Second) // 61 s
+		if f, _ := s.Begin(ctx, keys[0], fp, Token{5}, terms); !f.Claimed {
+			t.Errorf("keys[0] after its time: %+v, want claimed", f)
+		}
+		if f, _ := s.Begin(ctx, keys[1], fp, Token{6}, terms); f.Claimed || f.State != StateUnknown {
+			t.Errorf("keys[1] before its time: %+v", f)
+		}
+		time.Sleep(2 * time.Second) // 63 s
+		if f, _ := s.Begin(ctx, keys[1], fp, Token{7}, terms); !f.Claimed {
+			t.Errorf("keys[1] after its time: %+v, want claimed", f)
+		}
+	})
+}

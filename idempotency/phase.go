@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"context"
+	"sync"
 
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/proxy"
@@ -33,7 +34,11 @@ type phase struct{ l *Layer }
 func (p phase) RequestFilter(s *proxy.Session) *proxy.Response {
 	l := p.l
 	req := &s.Request
-	if !l.Handles(req.Method()) || !l.required && !req.Header.Has(l.header) {
+	if !l.Handles(req.Method()) {
+		return nil
+	}
+	at := req.Header.Index(l.header)
+	if at < 0 && !l.required {
 		return nil // not the layer's: no need to read the body
 	}
 	body, err := s.ReadBody(l.maxReq)
@@ -44,12 +49,16 @@ func (p phase) RequestFilter(s *proxy.Session) *proxy.Response {
 		body = nil
 	}
 	// The body is in memory: digested in one step, without a BodyDigest.
-	// A claim is made in the tee that will end it: one allocation.
-	t := &tee{s: s}
+	// A claim is made in the tee that will end it, from tees.
+	t := tees.Get().(*tee)
+	t.s = s
 	d := l.begin(context.Background(), &Request{Method: req.Method(), Target: req.Target(),
-		Header: &req.Header, ClientIP: s.ClientIP, body: body}, &t.claim)
+		Header: &req.Header, ClientIP: s.ClientIP, body: body, keyAt: at + 1}, &t.claim)
 	if d.Outcome != Pass {
 		s.Note("idempotency", d.Outcome.String())
+	}
+	if d.Claim == nil {
+		t.free()
 	}
 	switch {
 	case d.Answer != nil:
@@ -75,7 +84,9 @@ func response(a *Answer, kept bool) *proxy.Response {
 }
 
 // tee records the upstream's answer of a claimed request, and ends its
-// claim as the request ends.
+// claim as the request ends. Once it has ended the claim (its End or
+// Abort, the last call a ResponseTee gets), nothing refers to it (the
+// renewer let go of the claim first), and it goes back to tees.
 type tee struct {
 	s     *proxy.Session
 	claim Claim
@@ -122,11 +133,28 @@ func (t *tee) Abort() {
 
 // end ends the claim with how: at once with a store that does no I/O;
 // else in a goroutine, since the store's round trip is not the client's
-// to wait for (the layer waits for it as it closes).
+// to wait for (the layer waits for it as it closes). The tee then goes
+// back to tees.
 func (t *tee) end(how func(*Recorder) error) {
 	if _, ok := t.claim.l.store.(instant); ok {
 		how(&t.rec)
+		t.free()
 		return
 	}
-	go how(&t.rec)
+	go func() {
+		how(&t.rec)
+		t.free()
+	}()
+}
+
+// tees are the phase's tees, each used again by a later claimed request
+// once its claim has ended: a tee (its claim and recorder) is a few
+// hundred bytes a keyed request would otherwise allocate, and leave to
+// the collector.
+var tees = sync.Pool{New: func() any { return new(tee) }}
+
+// free puts t back in tees, zeroed.
+func (t *tee) free() {
+	*t = tee{}
+	tees.Put(t)
 }

@@ -115,6 +115,32 @@ func TestPhaseKeepsAndReplays(t *testing.T) {
 	}
 }
 
+// TestPhaseKeyField: the phase finds the key's field once and Begin takes
+// it from there: with Required, a POST without the key gets 400 and one
+// with the key twice gets 400 (neither reaches the upstream), a key in
+// another case than the configured name's is the key, and a GET passes.
+func TestPhaseKeyField(t *testing.T) {
+	o := startOrders(t, &orders{})
+	addr := serve(t, newLayer(t, idempotency.Options{Required: true}), o.up.Addr(), nil)
+	twice := "POST /orders HTTP/1.1\r\nHost: shop\r\nIdempotency-Key: a\r\nContent-Length: 4\r\nidempotency-key: a\r\n\r\nbook"
+	for _, tt := range []struct {
+		name, req string
+		status    int
+	}{
+		{"no key", post("", "book"), 400},
+		{"two keys", twice, 400},
+		{"the key in another case", strings.Replace(post("k1", "book"), "Idempotency-Key", "IDEMPOTENCY-key", 1), 201},
+		{"a GET", "GET /orders HTTP/1.1\r\nHost: shop\r\n\r\n", 201},
+	} {
+		if resp, _ := proxytest.Do(t, addr, tt.req); resp.StatusCode != tt.status {
+			t.Errorf("%s: %d, want %d", tt.name, resp.StatusCode, tt.status)
+		}
+	}
+	if n := o.n.Load(); n != 2 {
+		t.Errorf("the upstream processed %d requests, want 2 (the keyed POST and the GET)", n)
+	}
+}
+
 // TestPhaseInFlight: a retry while the first request runs gets 409 with
 // Retry-After, and the upstream sees the request once.
 func TestPhaseInFlight(t *testing.T) {

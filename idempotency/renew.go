@@ -105,26 +105,41 @@ func (r *renewer) fire() {
 // renew renews the live claims once.
 func (r *renewer) renew() {
 	r.mu.Lock()
-	batch := make([]*Claim, 0, r.n)
 	held := make([]Held, 0, r.n)
 	for c := r.first; c != nil; c = c.next {
-		batch = append(batch, c)
 		held = append(held, Held{Key: c.key, Token: c.token})
 	}
 	r.mu.Unlock()
 	l := r.l
-	for i := 0; i < len(batch); i += renewBatch {
-		j := min(i+renewBatch, len(batch))
+	var lost map[Token]bool
+	for i := 0; i < len(held); i += renewBatch {
+		j := min(i+renewBatch, len(held))
 		ok, err := l.store.Renew(context.Background(), held[i:j], l.terms)
 		if err != nil {
 			l.counts.storeErrors.Add(1)
 			l.logStoreError("renew", err)
 			continue
 		}
-		for k, c := range batch[i:j] {
+		for k, h := range held[i:j] {
 			if !ok[k] {
-				c.lost.Store(true)
+				if lost == nil {
+					lost = make(map[Token]bool)
+				}
+				lost[h.Token] = true
 			}
+		}
+	}
+	if lost == nil {
+		return
+	}
+	// The claims found lost are marked among those still live: a claim
+	// that ended meanwhile may be another's already (the phase's tees are
+	// used again), so none is held on to outside the lock.
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for c := r.first; c != nil; c = c.next {
+		if lost[c.token] {
+			c.lost.Store(true)
 		}
 	}
 }
