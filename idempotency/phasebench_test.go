@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/idempotency"
 	"github.com/sluice-proxy/sluice/internal/proxytest"
+	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 	"github.com/sluice-proxy/sluice/pool"
 	"github.com/sluice-proxy/sluice/proxy"
 	"github.com/sluice-proxy/sluice/retry"
@@ -26,50 +27,6 @@ const benchBody = `{"customer":1234,"item":"book-0042","quantity":1,"gift":fals`
 const benchAnswer = "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 90\r\n\r\n" +
 	`{"order":"ord_8f14e45fceea167a5a36dedd4bea2543","status":"created","total":"12.5","x":"z"}`
 
-// ordersFast is an upstream that answers every request head followed by
-// len(benchBody) bytes with benchAnswer, from preallocated buffers, so
-// that it allocates nothing per request and the proxy's allocations can
-// be counted.
-func ordersFast(tb testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer nc.Close()
-				buf := make([]byte, 64<<10)
-				answer := []byte(benchAnswer)
-				n := 0
-				for {
-					m, err := nc.Read(buf[n:])
-					if err != nil {
-						return
-					}
-					n += m
-					for {
-						i := bytes.Index(buf[:n], []byte("\r\n\r\n"))
-						if i < 0 || n < i+4+len(benchBody) {
-							break
-						}
-						if _, err := nc.Write(answer); err != nil {
-							return
-						}
-						n = copy(buf, buf[i+4+len(benchBody):n])
-					}
-				}
-			}()
-		}
-	}()
-	return ln.Addr().String()
-}
-
 // keyedPoster sends keyed POSTs on one kept-alive connection, each with a
 // new key of the same length, and reads answers of a known length; it
 // allocates nothing per request.
@@ -83,16 +40,16 @@ type keyedPoster struct {
 	want int // the answer's length, learned from the first
 }
 
-// newKeyedPoster serves a proxy in front of an ordersFast upstream, with
+// newKeyedPoster serves a proxy in front of a Canned upstream, with
 // layer as its route's phase (none when nil), and returns a client of it.
 func newKeyedPoster(tb testing.TB, layer *idempotency.Layer) *keyedPoster {
 	opts := &proxy.PeerOptions{ResponseHeaderTimeout: 5 * time.Second, Retry: &retry.Policy{},
 		Pool: &pool.Limits{MaxIdle: 16, IdleTimeout: time.Minute, Once: pool.Once{Mode: pool.Reuse, MaxIdle: time.Minute}}}
 	var addr string
 	if layer != nil {
-		addr = serve(tb, layer, ordersFast(tb), opts)
+		addr = serve(tb, layer, upstreamtest.Canned(tb, []byte(benchAnswer), len(benchBody), nil), opts)
 	} else {
-		addr = serveWithout(tb, ordersFast(tb), opts)
+		addr = serveWithout(tb, upstreamtest.Canned(tb, []byte(benchAnswer), len(benchBody), nil), opts)
 	}
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {

@@ -10,55 +10,9 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/tlstest"
+	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 	"github.com/sluice-proxy/sluice/pool"
 )
-
-// fastUpstream answers every request head with a fixed response, reading
-// and writing with preallocated buffers, so that it allocates nothing per
-// request and the proxy's allocations can be counted. With cfg, it
-// speaks TLS.
-func fastUpstream(tb testing.TB, response []byte, cfg *tls.Config) string {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { ln.Close() })
-	if cfg != nil {
-		ln = tls.NewListener(ln, cfg)
-	}
-	go func() {
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer nc.Close()
-				buf := make([]byte, 64<<10)
-				n := 0
-				for {
-					m, err := nc.Read(buf[n:])
-					if err != nil {
-						return
-					}
-					n += m
-					for {
-						i := bytes.Index(buf[:n], []byte("\r\n\r\n"))
-						if i < 0 {
-							break
-						}
-						if _, err := nc.Write(response); err != nil {
-							return
-						}
-						n = copy(buf, buf[i+4:n])
-					}
-				}
-			}()
-		}
-	}()
-	return ln.Addr().String()
-}
 
 // roundTripper sends one fixed request per call on a kept-alive
 // connection and reads a response of known length.
@@ -99,7 +53,7 @@ func benchProxyOver(tb testing.TB, body int, set func(*Server), overTLS bool) (*
 		srvTLS = &tls.Config{Certificates: []tls.Certificate{*ca.Server(tb, "127.0.0.1").TLS}}
 		opts.TLS = &TLS{Config: &tls.Config{RootCAs: ca.Pool()}}
 	}
-	up := fastUpstream(tb, resp, srvTLS)
+	up := upstreamtest.Canned(tb, resp, 0, srvTLS)
 	srv := &Server{Handler: &ordered{peers: []*Peer{{Addr: up, Options: opts}}}, Forwarding: Forwarding{}}
 	if set != nil {
 		set(srv)

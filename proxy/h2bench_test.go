@@ -13,6 +13,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/sluice-proxy/sluice/h2"
+	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 	"github.com/sluice-proxy/sluice/pool"
 )
 
@@ -35,7 +36,7 @@ func BenchmarkProxyRoundTripH2(b *testing.B) {
 func h2ToH1(tb testing.TB, size int) *h2Bench {
 	payload := bytes.Repeat([]byte("x"), size)
 	resp := append([]byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "+itoa(size)+"\r\n\r\n"), payload...)
-	up := fastUpstream(tb, resp, nil)
+	up := upstreamtest.Canned(tb, resp, 0, nil)
 	opts := &PeerOptions{Pool: &pool.Limits{MaxIdle: 16, IdleTimeout: time.Minute}}
 	return startH2Bench(tb, &Server{Handler: &ordered{peers: []*Peer{{Addr: up, Options: opts}}}},
 		[]hpack.HeaderField{{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "http"},

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-proxy/sluice/internal/upstreamtest"
 	"github.com/sluice-proxy/sluice/internal/wait"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -108,7 +109,7 @@ func TestTLSIdleMemory(t *testing.T) {
 // count per connection is then the proxy's alone, not a line or a request
 // record held by the test for each.
 func quietUpstream(t *testing.T) string {
-	return fastUpstream(t, []byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"), nil)
+	return upstreamtest.Canned(t, []byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"), 0, nil)
 }
 
 func quietAccessLog(s *Server) { s.AccessLog = slog.New(slog.DiscardHandler) }
