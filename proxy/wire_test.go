@@ -34,10 +34,14 @@ func TestSimpleGet(t *testing.T) {
 	wait.For(t, "the access log line", func() bool { return strings.Contains(hs.access.String(), "status=200") })
 }
 
+// answerTarget answers a request with its target, so that a test can
+// tell which request an answer is for.
+func answerTarget(c *upstreamtest.Conn, r *upstreamtest.Request) {
+	c.Respond(200, "you asked for "+r.Target)
+}
+
 func TestPipelinedRequestsAnsweredInOrder(t *testing.T) {
-	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
-		c.Respond(200, "you asked for "+r.Target)
-	})
+	up := upstreamtest.Start(t, answerTarget)
 	hs := start(t, peers(testOptions(), up.Addr()))
 	c := hs.dial(t)
 	c.send("GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n")
@@ -54,9 +58,7 @@ func TestPipelinedRequestsAnsweredInOrder(t *testing.T) {
 // connection then waits for a request as an idle one does: a request sent
 // after them is answered.
 func TestEmptyLinesBeforeRequests(t *testing.T) {
-	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
-		c.Respond(200, "you asked for "+r.Target)
-	})
+	up := upstreamtest.Start(t, answerTarget)
 	hs := start(t, peers(testOptions(), up.Addr()))
 	c := hs.dial(t)
 	c.send("\r\n\r\nGET /1 HTTP/1.1\r\nHost: a\r\n\r\n")
