@@ -108,7 +108,10 @@ const (
 // finished: if its response did not end, the stream is reset with
 // RST_STREAM(INTERNAL_ERROR); if the response ended but the request body did
 // not, with RST_STREAM(NO_ERROR) (RFC 9113 §8.1). A panic in it is recovered,
-// logged to Settings.ErrorLog, and resets the stream the same way.
+// logged to Settings.ErrorLog, and resets the stream the same way. The
+// Stream, its fields and its trailers must not be used once the Handler
+// has returned: the engine reuses the Stream for a later request, as
+// net/http forbids a ResponseWriter after ServeHTTP.
 type Handler func(st *Stream)
 
 // Conn is the server side of one HTTP/2 connection. Make it with NewConn,
@@ -538,4 +541,5 @@ func (c *Conn) handlerDone(st *Stream) {
 	}
 	c.mu.Unlock()
 	c.kick()
+	st.recycle()
 }

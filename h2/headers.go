@@ -132,7 +132,7 @@ func (c *Conn) onHeaders(f *http2.HeadersFrame) error {
 	c.req = reqBlock{check: check, selfDep: f.HasPriority() && f.Priority.StreamDep == id}
 	var fields []hpack.HeaderField
 	if !trailers {
-		c.req.st = new(Stream)
+		c.req.st = newStream()
 		fields = c.req.st.hdr[:0]
 	}
 	return c.startBlock(f, fields)
@@ -150,6 +150,9 @@ func (c *Conn) endBlock() error {
 	err := c.endRequestBlock()
 	if c.req.check != nil {
 		checks.Put(c.req.check)
+	}
+	if c.req.st != nil {
+		c.req.st.recycle() // the block opened no stream
 	}
 	c.req = reqBlock{}
 	return err
@@ -233,6 +236,7 @@ func (c *Conn) endRequestBlock() error {
 		st.remoteEnded, st.noBody = true, true
 	}
 	c.wg.Add(1)
+	r.st = nil // the handler's now, recycled when it is done
 	spawn(st)
 	return nil
 }

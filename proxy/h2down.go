@@ -124,15 +124,15 @@ func (c *conn) removeStream(x *h2exchange) {
 	c.mu.Unlock()
 }
 
-// servedStreams returns c's streams being served, for the end of a drain.
-func (c *conn) servedStreams() []stream {
+// eachStream calls f for each of c's streams being served, with c's lock
+// held: a stream is not removed, nor its exchange recycled for another,
+// while f has it (the end of a drain resets them).
+func (c *conn) eachStream(f func(*h2exchange)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var xs []stream
 	for x := c.streams; x != nil; x = x.after {
-		xs = append(xs, x)
+		f(x)
 	}
-	return xs
 }
 
 func (x *h2exchange) inFlight() *flight { return &x.flight }

@@ -344,16 +344,16 @@ func TestOnce(t *testing.T) {
 func streamsGone(srv *Server) bool {
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
-	n := 0
+	n, live := 0, 0
 	for c := range srv.conns {
-		for _, x := range c.servedStreams() {
+		c.eachStream(func(x *h2exchange) {
 			n++
 			select {
-			case <-x.(*h2exchange).st.Done():
+			case <-x.st.Done():
 			default:
-				return false
+				live++
 			}
-		}
+		})
 	}
-	return n > 0
+	return n > 0 && live == 0
 }

@@ -510,9 +510,7 @@ func (srv *Server) expireDrain(done <-chan struct{}) {
 	srv.mu.Lock()
 	for c := range srv.conns {
 		c.flight.cut(now)
-		for _, x := range c.servedStreams() {
-			x.inFlight().cut(now)
-		}
+		c.eachStream(func(x *h2exchange) { x.inFlight().cut(now) })
 	}
 	for x := range srv.streams {
 		x.inFlight().cut(now)
@@ -530,10 +528,10 @@ func (srv *Server) expireDrain(done <-chan struct{}) {
 	for c := range srv.conns {
 		c.resetNow()
 		c.flight.cut(now) // a try begun since is cut too
-		for _, x := range c.servedStreams() {
+		c.eachStream(func(x *h2exchange) {
 			x.abort()
 			x.inFlight().cut(now)
-		}
+		})
 	}
 	for x := range srv.streams {
 		x.abort()
