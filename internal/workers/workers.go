@@ -13,8 +13,6 @@ package workers
 import (
 	"sync"
 	"time"
-
-	"github.com/sluice-proxy/sluice/internal/clock"
 )
 
 // Pool runs each value given to Go on a goroutine: a waiting one if there
@@ -24,20 +22,24 @@ type Pool[T any] struct {
 	maxIdle int
 	idleFor time.Duration
 
-	mu      sync.Mutex
-	idle    []*worker[T] // the most recently idle last
-	reaping bool         // a reaper runs
+	mu   sync.Mutex
+	idle []*worker[T] // the most recently idle last
+	// round counts the reaper's rounds, a quarter of idleFor apart: a
+	// worker notes the round it went idle in, which costs no clock read
+	// each time a piece of work ends.
+	round   uint64
+	reaping bool // a reaper runs
 	closed  bool
 	stop    chan struct{} // closed by Close: the reaper ends
 }
 
 type worker[T any] struct {
 	next  chan T // capacity 1: Go never waits; closed to end the worker
-	since time.Time
+	round uint64 // the reaper's round it went idle in
 }
 
 // New returns a Pool that runs serve. At most maxIdle goroutines wait for
-// work; one that waited idleFor (up to half as long again) ends.
+// work; one that waited idleFor (up to a quarter as long again) ends.
 func New[T any](serve func(T), maxIdle int, idleFor time.Duration) *Pool[T] {
 	return &Pool[T]{serve: serve, maxIdle: maxIdle, idleFor: idleFor, stop: make(chan struct{})}
 }
@@ -105,7 +107,7 @@ func (p *Pool[T]) wait(w *worker[T]) bool {
 	if p.closed || len(p.idle) >= p.maxIdle {
 		return false
 	}
-	w.since = clock.Now()
+	w.round = p.round
 	p.idle = append(p.idle, w)
 	if !p.reaping {
 		p.reaping = true
@@ -114,10 +116,16 @@ func (p *Pool[T]) wait(w *worker[T]) bool {
 	return true
 }
 
-// reap ends, every half idleFor, the goroutines that have waited idleFor
-// or longer; it ends itself when none waits, or at Close.
+// reapRounds is how many of the reaper's rounds a worker waits before it
+// ends: it went idle at most a round before the next began, so it has
+// waited at least reapRounds-1 rounds, idleFor, and at most reapRounds.
+const reapRounds = 5
+
+// reap ends, every quarter of idleFor, the goroutines that have waited
+// idleFor or longer; it ends itself when none waits, or at Close.
 func (p *Pool[T]) reap() {
-	t := time.NewTimer(p.idleFor / 2)
+	every := p.idleFor / (reapRounds - 1)
+	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
 		select {
@@ -126,9 +134,9 @@ func (p *Pool[T]) reap() {
 			return // a closed pool has no idle goroutine and gets none
 		}
 		p.mu.Lock()
-		old := clock.Now().Add(-p.idleFor)
+		p.round++
 		n := 0
-		for n < len(p.idle) && !p.idle[n].since.After(old) {
+		for n < len(p.idle) && p.round-p.idle[n].round >= reapRounds {
 			close(p.idle[n].next)
 			n++
 		}
@@ -141,6 +149,6 @@ func (p *Pool[T]) reap() {
 			return
 		}
 		p.mu.Unlock()
-		t.Reset(p.idleFor / 2)
+		t.Reset(every)
 	}
 }

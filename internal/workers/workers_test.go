@@ -65,7 +65,7 @@ func TestMaxIdle(t *testing.T) {
 	})
 }
 
-// Idle workers end after idleFor (up to half as long again), and the
+// Idle workers end after idleFor (up to a quarter as long again), and the
 // reaper with them.
 func TestIdleEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -88,10 +88,10 @@ func TestIdleEnd(t *testing.T) {
 		if n := p.Idle(); n != 3 {
 			t.Fatalf("%d idle after less than idleFor, want 3", n)
 		}
-		time.Sleep(idleFor / 2)
+		time.Sleep(idleFor/4 + time.Nanosecond)
 		synctest.Wait()
 		if n := p.Idle(); n != 0 {
-			t.Fatalf("%d idle after idleFor and a half, want 0", n)
+			t.Fatalf("%d idle after idleFor and a quarter, want 0", n)
 		}
 		if n := runtime.NumGoroutine() - base; n != 0 {
 			t.Fatalf("%d goroutines left once every worker ended, want none (the reaper ends too)", n)
@@ -143,4 +143,37 @@ func goid() uint64 {
 		id = id*10 + uint64(c-'0')
 	}
 	return id
+}
+
+// A worker that goes idle late in the reaper's round, just before the
+// next begins, still waits idleFor before it ends.
+func TestIdleEndLateInRound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const idleFor = 40 * time.Millisecond
+		release := make(chan struct{})
+		done := make(chan struct{})
+		p := New(func(late bool) {
+			if late {
+				<-release
+			}
+			done <- struct{}{}
+		}, 8, idleFor)
+		p.Go(true)
+		p.Go(false) // idle first: the reaper's rounds start now
+		<-done
+		time.Sleep(idleFor/4 - time.Nanosecond)
+		close(release)
+		<-done
+		synctest.Wait()
+		time.Sleep(idleFor - time.Nanosecond)
+		synctest.Wait()
+		if n := p.Idle(); n != 2 {
+			t.Fatalf("%d idle, want 2: the late one has not waited idleFor", n)
+		}
+		time.Sleep(idleFor/4 + time.Nanosecond)
+		synctest.Wait()
+		if n := p.Idle(); n != 0 {
+			t.Fatalf("%d idle after idleFor and a quarter, want 0", n)
+		}
+	})
 }
