@@ -449,7 +449,7 @@ func (s *Session) proxy() {
 		now := clock.Now()
 		if first.IsZero() {
 			first = now
-			pol.Begin()
+			pol.Begin(now)
 		}
 		s.Attempts = append(s.Attempts, Attempt{Peer: peer, Start: now})
 		a := &s.Attempts[len(s.Attempts)-1]

@@ -44,9 +44,13 @@ func NewBudget(ratio, minPerSecond float64, now func() time.Time) *Budget {
 }
 
 // Request records one request (a first try).
-func (b *Budget) Request() {
+func (b *Budget) Request() { b.RequestAt(b.now()) }
+
+// RequestAt is Request for a caller that read the budget's clock a moment
+// ago (a try's start): now stands for it.
+func (b *Budget) RequestAt(now time.Time) {
 	b.mu.Lock()
-	b.bucket().requests++
+	b.bucketAt(now).requests++
 	b.mu.Unlock()
 }
 
@@ -80,8 +84,11 @@ func (b *Budget) Denied() uint64 {
 }
 
 // bucket returns the current second's bucket, clearing a stale one.
-func (b *Budget) bucket() *budgetBucket {
-	sec := b.now().Unix()
+func (b *Budget) bucket() *budgetBucket { return b.bucketAt(b.now()) }
+
+// bucketAt returns the bucket of now's second, clearing a stale one.
+func (b *Budget) bucketAt(now time.Time) *budgetBucket {
+	sec := now.Unix()
 	bk := &b.buckets[sec%budgetWindow]
 	if bk.sec != sec {
 		*bk = budgetBucket{sec: sec}

@@ -269,9 +269,11 @@ func (p *Policy) budget() *Budget {
 	return p.defaultBudget.Load()
 }
 
-// Begin records a new request (its first try) in the retry budget, which
-// allows retries in proportion to requests.
-func (p *Policy) Begin() { p.budget().Request() }
+// Begin records a new request (its first try), made at now, in the retry
+// budget, which allows retries in proportion to requests. now is read
+// from the budget's clock (internal/clock's, unless the Budget was made
+// with another).
+func (p *Policy) Begin(now time.Time) { p.budget().RequestAt(now) }
 
 // Denied reports how many retries the policy's budget has refused.
 func (p *Policy) Denied() uint64 { return p.budget().Denied() }

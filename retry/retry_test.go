@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/fault"
+	"github.com/sluice-proxy/sluice/internal/clock"
 )
 
 func up(k fault.Kind) *fault.Error { return fault.New(k, fault.Upstream, nil) }
@@ -129,7 +130,7 @@ func TestDefaultBudget(t *testing.T) {
 	p := &Policy{}
 	f := Facts{Method: "GET", Err: up(fault.ConnectRefused), Try: 1, Replayable: true}
 	for i := 0; i < 1000; i++ {
-		p.Begin()
+		p.Begin(clock.Now())
 	}
 	allowed := 0
 	for i := 0; i < 1000; i++ {
@@ -142,7 +143,7 @@ func TestDefaultBudget(t *testing.T) {
 	}
 	// nil stands for one shared zero Policy: it has a budget too.
 	var none *Policy
-	none.Begin()
+	none.Begin(clock.Now())
 	if retry, _, _ := none.Enforce(&f, true, ""); !retry {
 		t.Fatal("nil policy refused the first retry")
 	}
