@@ -170,6 +170,9 @@ func (c *core) init(end endpoint, client bool, nc net.Conn, prefix []byte, cfg c
 	nc = sock.Wrap(nc)
 	c.nc, c.end, c.client, c.log = nc, end, client, cfg.log
 	c.initialWindow, c.maxHeaderList, c.maxFrameSize, c.writeTimeout = cfg.initialWindow, cfg.maxHeaderList, cfg.maxFrameSize, cfg.writeTimeout
+	if boundWrites(nc, cfg.writeTimeout) {
+		c.writeTimeout = 0 // the socket bounds each write itself
+	}
 	c.rd = newConnReader(c, nc, prefix)
 	c.send = newSender()
 	c.recv = newReceiver(cfg.connWindow, cfg.initialWindow)
@@ -180,6 +183,22 @@ func (c *core) init(end endpoint, client bool, nc net.Conn, prefix []byte, cfg c
 	if cfg.connWindow > defaultWindow {
 		c.queue = append(c.queue, ctrl{kind: cWindow, val: cfg.connWindow - defaultWindow})
 	}
+}
+
+// boundWrites gives the socket under nc (under TLS too) the write
+// timeout d, when it can bound each write itself from the moment the
+// write has to wait (sock.Conn), and reports whether it could. A deadline
+// set before each write instead cost a clock read and a change of the
+// runtime's timer for each flush, most of which never wait.
+func boundWrites(nc net.Conn, d time.Duration) bool {
+	if tc, ok := nc.(interface{ NetConn() net.Conn }); ok {
+		nc = tc.NetConn()
+	}
+	wt, ok := nc.(interface{ SetWriteTimeout(time.Duration) })
+	if ok {
+		wt.SetWriteTimeout(d)
+	}
+	return ok
 }
 
 // startReading makes the HPACK decoder and the Framer, before the first

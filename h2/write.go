@@ -57,14 +57,17 @@ var writeBufs = sync.Pool{New: func() any {
 // deadlineWriter bounds each write to nc by timeout (WriteTimeout, on
 // either side), so that a peer that stops reading ends the connection
 // instead of holding a writer, and through the write lock every other,
-// forever.
+// forever. A zero timeout sets no deadline: the socket bounds its writes
+// itself (boundWrites).
 type deadlineWriter struct {
 	nc      net.Conn
 	timeout time.Duration
 }
 
 func (w *deadlineWriter) Write(p []byte) (int, error) {
-	w.nc.SetWriteDeadline(time.Now().Add(w.timeout))
+	if w.timeout > 0 {
+		w.nc.SetWriteDeadline(time.Now().Add(w.timeout))
+	}
 	return w.nc.Write(p)
 }
 

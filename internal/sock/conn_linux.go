@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Conn is a TCP connection whose Read and Write make their system calls
@@ -18,6 +19,9 @@ type Conn struct {
 	*net.TCPConn
 	rc   syscall.RawConn
 	r, w op
+	// wto is the write timeout (SetWriteTimeout); made negative while
+	// the deadline it set for a write that waits is to be cleared.
+	wto time.Duration
 }
 
 // op is the state of the Read or the Write under way, which the callback
@@ -65,6 +69,14 @@ func Wrap(nc net.Conn) net.Conn {
 			}
 			switch {
 			case err == syscall.EAGAIN:
+				if d := c.wto; d != 0 {
+					// The socket's buffer is full: the wait for room,
+					// not the write, is what the timeout bounds, each
+					// wait (each after progress) from its start.
+					d = max(d, -d)
+					c.TCPConn.SetWriteDeadline(time.Now().Add(d))
+					c.wto = -d
+				}
 				return false
 			case err != nil && err != syscall.EINTR:
 				c.w.errno = err.(syscall.Errno)
@@ -103,6 +115,15 @@ func (c *Conn) Read(p []byte) (int, error) {
 // Write writes all of p, as net.TCPConn's Write does.
 func (c *Conn) Write(p []byte) (int, error) { return c.do(&c.w, p, c.rc.Write, "write") }
 
+// SetWriteTimeout bounds each wait of a Write for room in the socket's
+// buffer by d: a peer that stops reading fails the write with a deadline
+// error after d, as a write deadline set before each Write would, without
+// the deadline a Write that does not wait (most do) would cost. 0 removes
+// the bound. A Conn given a write timeout must not be given write
+// deadlines: a Write that waited clears its own. Call it before writing,
+// not during a Write.
+func (c *Conn) SetWriteTimeout(d time.Duration) { c.wto = max(d, 0) }
+
 // do runs o's callback on p through wait, the RawConn's Read or Write,
 // which calls it again each time the socket is ready until it reports done.
 func (c *Conn) do(o *op, p []byte, wait func(func(uintptr) bool) error, name string) (int, error) {
@@ -111,6 +132,10 @@ func (c *Conn) do(o *op, p []byte, wait func(func(uintptr) bool) error, name str
 	err := wait(o.fn)
 	n, errno := o.n, o.errno
 	o.p = nil
+	if o == &c.w && c.wto < 0 {
+		c.wto = -c.wto
+		c.TCPConn.SetWriteDeadline(time.Time{})
+	}
 	o.mu.Unlock()
 	if err == nil && errno != 0 {
 		err = os.NewSyscallError(name, errno)
