@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -303,5 +304,44 @@ func TestResponseInOneWrite(t *testing.T) {
 	<-handled
 	if s, body := rc.wantResponse(1); s != "200" || string(body) != "\x00\x00\x00\x00\x02hi" {
 		t.Fatalf("%q %q", s, body)
+	}
+}
+
+// Fields marked Sensitive go out never indexed, whether the encoder
+// writes them or the block's own shortcut does ("x-" names, raw strings),
+// and the blocks around them decode as written, table entries and the
+// size update at a block's start included.
+func TestSensitiveFields(t *testing.T) {
+	long := strings.Repeat("v", 300) // a length past the 7-bit prefix
+	blocks := [][]hpack.HeaderField{
+		{{Name: ":status", Value: "200"}, {Name: "content-type", Value: "text/plain"},
+			{Name: "x-request-id", Value: "0123456789abcdef", Sensitive: true}, {Name: "server", Value: "up"}},
+		{{Name: ":status", Value: "200"}, {Name: "x-long", Value: long, Sensitive: true},
+			{Name: "content-type", Value: "text/plain"}, {Name: "authorization", Value: "secret", Sensitive: true}},
+		{{Name: "x-first", Value: "first in its block", Sensitive: true}, {Name: "server", Value: "up"}},
+	}
+	var out bytes.Buffer
+	fr := http2.NewFramer(&out, &out)
+	var h headerEncoder
+	dec := hpack.NewDecoder(4096, nil)
+	for i, fields := range blocks {
+		if i == 2 {
+			// A table size change: its update must open the next block.
+			h.enc.SetMaxDynamicTableSize(1024)
+		}
+		if err := h.write(fr, uint32(2*i+1), fields, true, 16384, 4096, i == 0); err != nil {
+			t.Fatal(err)
+		}
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := dec.DecodeFull(f.(*http2.HeadersFrame).HeaderBlockFragment())
+		if err != nil {
+			t.Fatalf("block %d: %v", i, err)
+		}
+		if !slices.Equal(got, fields) {
+			t.Fatalf("block %d decoded as %v, want %v", i, got, fields)
+		}
 	}
 }
