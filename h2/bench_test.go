@@ -119,13 +119,14 @@ func benchPair(b *testing.B, h Handler) *ClientConn {
 	return cc
 }
 
-// benchExchange sends one request (END_STREAM with its body) and reads the
-// response to its end into buf.
+// benchExchange sends one request (END_STREAM with its body), reads the
+// response to its end into buf, and releases the stream, as a proxy does.
 func benchExchange(cc *ClientConn, req []hpack.HeaderField, body, buf []byte) error {
 	cs, sent, err := cc.OpenStreamBody(req, body, true)
 	if err != nil {
 		return err
 	}
+	defer cs.Release()
 	if sent < len(body) {
 		if _, err := cs.WriteLast(body[sent:]); err != nil {
 			return err

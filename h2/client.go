@@ -81,6 +81,12 @@ type ClientConn struct {
 	resp fieldCheck // the response header block being read; owned by the reader
 
 	// Guarded by core.mu.
+	//
+	// decoding is the stream whose response header block the reader is
+	// decoding into the stream's own room (ClientStream.inline), outside
+	// the lock: a stream released meanwhile is recycled only once the
+	// block ends (ClientConn.recycle).
+	decoding   *ClientStream
 	nextID     uint32
 	peerGoAway *GoAwayError // the server's GOAWAY, lowest last stream id seen
 	finishing  bool         // graceful close under way
@@ -158,8 +164,7 @@ func (cc *ClientConn) OpenStreamBody(fields []hpack.HeaderField, body []byte, en
 		cc.unlockWrite(false)
 		return nil, 0, &notSentError{err}
 	}
-	cs := &ClientStream{cc: cc, head: fc.method == "HEAD"}
-	cs.blocks = cs.block0[:0]
+	cs := newClientStream(cc, fc.method == "HEAD")
 	cc.open(&cs.stream, cc.nextID)
 	cs.sentHead = true
 	cc.nextID += 2
@@ -192,7 +197,8 @@ func (cc *ClientConn) OpenStreamBody(fields []hpack.HeaderField, body []byte, en
 	}
 	if err != nil {
 		// The write failed part way: what reached the server is unknown,
-		// and the connection is being closed.
+		// and the connection is being closed. Nobody else has the stream.
+		cs.Release()
 		return nil, 0, err
 	}
 	return cs, sent, nil
@@ -377,6 +383,11 @@ func (cc *ClientConn) readLoop() {
 	cc.mu.Lock()
 	if cc.writeFailed != nil {
 		err = cc.writeFailed
+	}
+	if cs := cc.decoding; cs != nil {
+		// A header block cut short: nothing decodes into cs any more.
+		cc.decoding, cc.blk.fields = nil, nil
+		cc.recycle(cs)
 	}
 	cc.mu.Unlock()
 	var ce *ConnError

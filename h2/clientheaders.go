@@ -13,9 +13,11 @@ func (cc *ClientConn) onHeaders(f *http2.HeadersFrame) error {
 	p := cc.streams[id]
 	trailers := p != nil && p.base().gotHead
 	var fields []hpack.HeaderField
-	if cs, ok := p.(*ClientStream); ok {
+	cs, _ := p.(*ClientStream)
+	if cs != nil {
 		fields = cs.nextFields()
 	}
+	cc.decoding = cs // until endBlock: fields are cs's
 	cc.mu.Unlock()
 	if idle {
 		return connErr{http2.ErrCodeProtocol, "HEADERS on a stream the client did not open"} // §5.1, §8.4
@@ -33,10 +35,22 @@ func (cc *ClientConn) field(f hpack.HeaderField) bool {
 // endBlock acts on a whole, decoded block: an informational or final
 // response header block, or trailers (endpoint).
 func (cc *ClientConn) endBlock() error {
-	b := &cc.blk
-	id := b.id
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
+	err := cc.takeBlock()
+	if cs := cc.decoding; cs != nil {
+		// The block's fields are in place, or dropped: a stream released
+		// while it was decoded goes now.
+		cc.decoding, cc.blk.fields = nil, nil
+		cc.recycle(cs)
+	}
+	return err
+}
+
+// takeBlock is endBlock's work on the block. The lock is held.
+func (cc *ClientConn) takeBlock() error {
+	b := &cc.blk
+	id := b.id
 	cs, _ := cc.streams[id].(*ClientStream)
 	if cs == nil {
 		// Closed: decoded for the HPACK state only.

@@ -2,6 +2,7 @@ package h2
 
 import (
 	"errors"
+	"sync"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -14,6 +15,10 @@ import (
 //
 // Every error its methods return can be given to NotProcessed to learn
 // whether the request may be sent again on another connection.
+//
+// A ClientStream is reused for a later request once its owner has called
+// Release and the connection is done with it (see Release): neither it nor
+// the slices of fields it returned may be used after Release.
 type ClientStream struct {
 	cc *ClientConn
 	stream
@@ -22,6 +27,7 @@ type ClientStream struct {
 	blocks    [][]hpack.HeaderField // response header blocks not yet returned by ReadHeader
 	interim   uint8                 // informational blocks received
 	finalRead bool                  // the final block returned by ReadHeader
+	released  bool                  // Release was called: recycled once the connection is done with it too
 
 	head bool // a HEAD request: the response has no content
 
@@ -40,6 +46,64 @@ type ClientStream struct {
 // maxInlineResponseFields is how many response fields, head and trailers
 // together, a ClientStream holds without another allocation.
 const maxInlineResponseFields = 12
+
+// clientStreams holds released ClientStreams, for the next requests of any
+// connection: a ClientStream was 768 of the 1,057 bytes an HTTP/1.1 request
+// proxied to an HTTP/2 upstream allocated, and with a proxy's small live
+// heap the collector runs every few MB allocated.
+var clientStreams = sync.Pool{New: func() any { return new(ClientStream) }}
+
+// newClientStream returns a ClientStream of cc for a request, zeroed: a
+// recycled one or a new one.
+func newClientStream(cc *ClientConn, head bool) *ClientStream {
+	cs := clientStreams.Get().(*ClientStream)
+	cs.cc, cs.head = cc, head
+	cs.blocks = cs.block0[:0]
+	return cs
+}
+
+// Release ends the owner's use of cs: a stream still open (its request or
+// its response did not end) is reset with CANCEL, as Reset would, and cs
+// is reused for a later request, on this connection or another, once the
+// connection is done with it too (at once, unless a header block of its
+// response is being decoded into it; then when that block ends).
+//
+// Release is called once, when no other call on cs is running or may
+// start: a body writer (Write, WriteLast, CloseSend, WriteTrailers) has
+// returned, and no deadline is set from another goroutine after. Neither
+// cs nor what it returned that refers into it may be used after: the
+// slices of ReadHeader and Trailers (their fields' strings stay valid,
+// never written over), Done's channel stays closed. A caller that keeps
+// fields copies them out before. A stream never released is left to the
+// collector, as before Release.
+func (cs *ClientStream) Release() {
+	cc := cs.cc
+	cc.mu.Lock()
+	sent := cc.resetLocked(&cs.stream, http2.ErrCodeCancel)
+	cs.released = true
+	cc.recycle(cs)
+	cc.mu.Unlock()
+	if sent {
+		cc.kick()
+	}
+}
+
+// recycle gives cs back for a later request once both its owner and the
+// connection are done with it: released, closed (so out of the streams
+// map, where no late frame finds it, since closeStream removes it) and not
+// the stream whose header block the reader is decoding into cs.inline.
+// Whichever of Release and the end of that block comes last recycles it.
+// Zeroing it drops what it referred to (its fields' strings, the
+// connection, its buffer, given back first) for the collector. The lock is
+// held.
+func (cc *ClientConn) recycle(cs *ClientStream) {
+	if !cs.released || !cs.closed || cc.decoding == cs {
+		return
+	}
+	cs.retire()
+	*cs = ClientStream{}
+	clientStreams.Put(cs)
+}
 
 // nextFields returns where the next header block's fields are decoded:
 // after the fields of blocks received, while there is room. The lock is
@@ -81,7 +145,8 @@ func (cs *ClientStream) Done() <-chan struct{} { return cs.cc.doneOf(&cs.stream)
 // they arrive (:status present and valid, 101 excluded; lowercase names; no
 // connection-specific field; content-length well-formed): a malformed one
 // resets the stream with PROTOCOL_ERROR and ReadHeader returns a
-// *ResetError saying why. The slice must not be modified.
+// *ResetError saying why. The slice must not be modified, and is valid
+// until Release.
 func (cs *ClientStream) ReadHeader() ([]hpack.HeaderField, error) {
 	cc := cs.cc
 	cc.mu.Lock()
@@ -132,7 +197,7 @@ func (cs *ClientStream) Arrived() (n int, ended bool) {
 
 // Trailers returns the response's trailer fields, checked as the header
 // block's (and without pseudo-header fields). It is valid once Read has
-// returned io.EOF.
+// returned io.EOF, until Release.
 func (cs *ClientStream) Trailers() []hpack.HeaderField { return cs.cc.trailersOf(&cs.stream) }
 
 // SetReadDeadline sets the time after which ReadHeader and Read waiting

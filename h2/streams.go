@@ -262,14 +262,22 @@ func (c *core) writeTrailers(st *stream, fields []hpack.HeaderField, size uint64
 // *ResetError.
 func (c *core) reset(st *stream, code http2.ErrCode) bool {
 	c.mu.Lock()
+	sent := c.resetLocked(st, code)
+	c.mu.Unlock()
+	if sent {
+		c.kick()
+	}
+	return sent
+}
+
+// resetLocked is reset with the lock held; the caller kicks the writer
+// when it reports that RST_STREAM was queued.
+func (c *core) resetLocked(st *stream, code http2.ErrCode) bool {
 	if st.closed {
-		c.mu.Unlock()
 		return false
 	}
 	c.queue = append(c.queue, ctrl{kind: cRST, id: st.id, val: uint32(code)})
 	c.closeStream(st, &ResetError{StreamID: st.id, Code: code})
-	c.mu.Unlock()
-	c.kick()
 	return true
 }
 

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/sluice-proxy/sluice/fault"
@@ -263,21 +262,29 @@ func (u *h2up) response(_ bool, timeout time.Duration) bodyReader {
 
 // finish ends a stream whose response ended: one whose request did not
 // (the server answered without reading the whole body) is cancelled, so
-// that it does not hold a place on the connection.
-func (u *h2up) finish(keep bool) {
-	if !keep {
-		u.cs.Reset(http2.ErrCodeCancel)
-	}
-}
+// that it does not hold a place on the connection (release).
+func (u *h2up) finish(bool) { u.release() }
 
-// drop cancels a stream whose response did not end. The connection stays,
-// for other streams.
-func (u *h2up) drop() {
+// drop cancels a stream whose response did not end (release). The
+// connection stays, for other streams.
+func (u *h2up) drop() { u.release() }
+
+// release ends the try's use of its stream, if it opened one: a stream
+// still open either way is reset with CANCEL, and the stream is reused for
+// a later request (h2.ClientStream.Release). Both finish and drop come
+// after the request body's pump has stopped (reqBody.stop) and after the
+// flight let go of u (setUp(nil)), and u.cs goes nil under mu, so that a
+// cut (the drain timeout, a client's reset) finds no stream: nothing of
+// this try reaches the stream after. What the Session keeps of the
+// response was copied out before: the heads' and trailers' fields into
+// its h1 headers (head, addTrailers), the body into rbody's buffer.
+func (u *h2up) release() {
 	u.mu.Lock()
 	cs := u.cs
+	u.cs = nil
 	u.mu.Unlock()
-	if cs != nil && !u.rbody.ended {
-		cs.Reset(http2.ErrCodeCancel)
+	if cs != nil {
+		cs.Release()
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -315,6 +316,104 @@ func TestH2UpstreamGoAwayBurst(t *testing.T) {
 	// Whether the GOAWAY left streams out, to go on a new connection,
 	// depends on how many were open when it came.
 	t.Logf("%d upstream connections", up.conns.Load())
+}
+
+// TestH2UpstreamStreamsReleased: a burst of HTTP/2 clients' requests to an
+// HTTP/2 upstream on one connection, half of them given up in the middle of
+// the response body (the client's reset cuts the try's waits, and the try
+// is dropped), the rest read to their trailers. Every response read is its
+// own, though each try's stream is reused by a later one once released, and
+// every upstream stream ends: the streams given up are reset by their
+// release, and none is left open on the connection.
+func TestH2UpstreamStreamsReleased(t *testing.T) {
+	piece := func(path string) string { return strings.Repeat(path+";", 1000) }
+	var ended atomic.Int32
+	up := startH2Upstream(t, nil, nil, func(_ *h2.Conn, st *h2.Stream) {
+		defer ended.Add(1)
+		var path string
+		for _, f := range st.Header() {
+			if f.Name == ":path" {
+				path = f.Value
+			}
+		}
+		if st.WriteHeaders([]hpack.HeaderField{{Name: ":status", Value: "200"}}, false) != nil {
+			return
+		}
+		if _, err := io.WriteString(st, piece(path)); err != nil {
+			return
+		}
+		if strings.HasPrefix(path, "/cut/") {
+			<-st.Done() // the rest would go nowhere: the proxy resets the stream
+			return
+		}
+		if _, err := io.WriteString(st, piece(path)); err != nil {
+			return
+		}
+		st.WriteTrailers([]hpack.HeaderField{{Name: "x-path", Value: path}})
+	})
+	hs, client := startH2(t, peers(h2Options(ProtocolH2C, nil), up.addr()), h2c())
+	const n = 40
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { errs <- fetchOrCut(client, hs.addr, i, piece) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	wait.For(t, "every upstream stream to end", func() bool { return ended.Load() == n })
+	wait.For(t, "no stream left open on the upstream connections", func() bool {
+		m := hs.srv.mux
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for _, list := range m.conns {
+			for _, c := range list {
+				if c.cc.Active() != 0 {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+// fetchOrCut asks for path /full/i, read whole with its trailers, or, for
+// an even i, /cut/i, given up once its first piece is read; it checks that
+// what it read is path's.
+func fetchOrCut(client *http.Client, addr string, i int, piece func(string) string) error {
+	path := fmt.Sprintf("/full/%d", i)
+	cut := i%2 == 0
+	if cut {
+		path = fmt.Sprintf("/cut/%d", i)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+addr+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	want := piece(path)
+	if cut {
+		got := make([]byte, len(want))
+		if _, err := io.ReadFull(resp.Body, got); err != nil || string(got) != want {
+			return fmt.Errorf("%s: first piece %.40q..., %v", path, got, err)
+		}
+		return nil // cancel resets the stream
+	}
+	got, err := io.ReadAll(resp.Body)
+	if err != nil || string(got) != want+want || resp.Trailer.Get("X-Path") != path {
+		return fmt.Errorf("%s: %d bytes (%.40q...), trailer %q, %v", path, len(got), got, resp.Trailer.Get("X-Path"), err)
+	}
+	return nil
 }
 
 // TestMuxSetClosesIdle: an HTTP/2 connection to an upstream is shut down
