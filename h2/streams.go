@@ -16,9 +16,10 @@ import (
 // (RFC 9113 §5.1). The core reads frames into it and writes frames from
 // it, whichever end it is.
 //
-// A server allocates one per request, with the request's fields: the
-// fields are ordered so that the flags pack behind the id, and the Stream
-// stays within its size class (TestStructSizes).
+// Each request has one, in a Stream or ClientStream recycled once both
+// its owner and the connection are done with it: the fields are ordered
+// so that the flags pack behind the id, and the Stream stays within its
+// size class (TestStructSizes).
 type stream struct {
 	// Receiving (inbound.go). Each byte received goes back to the peer's
 	// windows once: as it is read (core.consumed), or when its stream
