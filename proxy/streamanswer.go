@@ -21,7 +21,7 @@ type streamAnswer struct {
 	pending bool // the final head is to go with the next send
 	ended   bool // the response ended
 	pay     []byte
-	seen    interned    // the strings of field values lately sent
+	seen    *interned   // the strings of field values lately sent (apart: its 512 bytes are not copied at each reset)
 	severed atomic.Bool // the stream was reset; the drain timeout may do it from another goroutine
 }
 
@@ -29,7 +29,11 @@ type streamAnswer struct {
 // strings of the last response.
 func (a *streamAnswer) resetAnswer() streamAnswer {
 	clear(a.fields[:cap(a.fields)])
-	return streamAnswer{fields: a.fields[:0], pay: a.pay[:0], seen: a.seen}
+	seen := a.seen
+	if seen == nil {
+		seen = new(interned)
+	}
+	return streamAnswer{fields: a.fields[:0], pay: a.pay[:0], seen: seen}
 }
 
 // interimFields sets the fields of an interim (1xx) response; a 101 cannot
@@ -38,14 +42,14 @@ func (a *streamAnswer) interimFields(resp *h1.Response, proto string) error {
 	if resp.Status == 101 {
 		return errors.New("proxy: 101 Switching Protocols cannot go to an " + proto + " client")
 	}
-	a.fields = appendFields(a.fields[:0], resp, &a.seen)
+	a.fields = appendFields(a.fields[:0], resp, a.seen)
 	return nil
 }
 
 // respond sets the final head's fields, held for the first send; a body
 // of known length gets its content-length.
 func (a *streamAnswer) respond(resp *h1.Response, out outBody) {
-	a.fields = appendFields(a.fields[:0], resp, &a.seen)
+	a.fields = appendFields(a.fields[:0], resp, a.seen)
 	if !out.none && out.length >= 0 && !resp.Header.Has("Content-Length") {
 		a.fields = append(a.fields, hpack.HeaderField{Name: "content-length", Value: strconv.FormatInt(out.length, 10)})
 	}
@@ -108,7 +112,7 @@ func (a *streamAnswer) write(w answerWire, out *int64, p []byte, end bool, trail
 		}
 	}
 	if end && !endData {
-		a.fields = appendHeader(a.fields[:0], trailers, &a.seen)
+		a.fields = appendHeader(a.fields[:0], trailers, a.seen)
 		if err := w.writeTrailers(a.fields); err != nil {
 			return a.writeErr(err)
 		}
