@@ -1,6 +1,8 @@
 package h2
 
 import (
+	"github.com/sluice-proxy/sluice/internal/clock"
+
 	"context"
 	"encoding/binary"
 	"errors"
@@ -443,7 +445,7 @@ func (cc *ClientConn) peerReset(*stream) error { return nil }
 // lastClosed notes the idle time, and ends a connection going away
 // (endpoint).
 func (cc *ClientConn) lastClosed() {
-	cc.idleSince = time.Now()
+	cc.idleSince = clock.Now()
 	if cc.peerGoAway != nil || cc.shutdown {
 		cc.finishLocked()
 	}

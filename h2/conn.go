@@ -20,6 +20,8 @@
 package h2
 
 import (
+	"github.com/sluice-proxy/sluice/internal/clock"
+
 	"errors"
 	"io"
 	"log/slog"
@@ -283,7 +285,7 @@ func (c *Conn) lastClosed() {
 	case c.goAway || c.peerGoAway:
 		c.finishLocked()
 	case !c.ending:
-		now := time.Now()
+		now := clock.Now()
 		if c.idleTimeout > 0 {
 			c.idleBy = now.Add(c.idleTimeout)
 		}

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"github.com/sluice-proxy/sluice/internal/clock"
+
 	"bytes"
 	"errors"
 	"io"
@@ -93,7 +95,7 @@ func (u *h2up) send(req *h1.Request, f h1.Framing, framed bool, first []byte, en
 		first = chunkedData(first)
 	}
 	last := end && (trailers == nil || trailers.Len() == 0)
-	now := time.Now()
+	now := clock.Now()
 	u.mu.Lock()
 	u.wdl = u.bounded(now.Add(u.opts.writeTimeout()))
 	if end {
