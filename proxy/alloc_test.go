@@ -120,29 +120,25 @@ func TestH2Allocations(t *testing.T) {
 				t.Fatal(err)
 			}
 			var err error
-			allocs := testing.AllocsPerRun(2000, func() {
+			run := func() {
 				if e := trip(); e != nil {
 					err = e
 				}
-			})
-			if err != nil {
-				t.Fatal(err)
 			}
-			t.Logf("%s: %.2f allocations per request", tt.name, allocs)
-			if allocs > tt.max {
-				t.Errorf("%s: %.2f allocations per request, want at most %v", tt.name, allocs, tt.max)
-			}
-			bytes := bytesPerRun(2000, func() {
-				if e := trip(); e != nil {
-					err = e
+			for _, m := range []struct {
+				what     string
+				got, max float64
+			}{
+				{"allocations", testing.AllocsPerRun(2000, run), tt.max},
+				{"bytes allocated", bytesPerRun(2000, run), tt.maxBytes},
+			} {
+				if err != nil {
+					t.Fatal(err)
 				}
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("%s: %.0f bytes allocated per request", tt.name, bytes)
-			if bytes > tt.maxBytes {
-				t.Errorf("%s: %.0f bytes allocated per request, want at most %v", tt.name, bytes, tt.maxBytes)
+				t.Logf("%s: %.2f %s per request", tt.name, m.got, m.what)
+				if m.got > m.max {
+					t.Errorf("%s: %.2f %s per request, want at most %v", tt.name, m.got, m.what, m.max)
+				}
 			}
 		})
 	}
