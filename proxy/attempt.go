@@ -88,7 +88,6 @@ func (s *Session) connect(peer *Peer, pol *retry.Policy, a *Attempt) bool {
 			a.Served = pc.Served
 			pc.Reader.SetReadTimeout(0)
 			s.useH1(pc, opts)
-			s.h1u.at = now // the head goes at once: its deadlines count from the try's start
 			return true
 		}
 	}

@@ -28,10 +28,6 @@ type h1up struct {
 	chunk bool
 	cbuf  []byte // the pump's, for a chunk it frames
 
-	// at is the try's start when the head is sent on a pooled connection
-	// right after (its deadlines count from it, without reading the
-	// clock again); zero after a dial, which may have taken a while.
-	at         time.Time
 	readStart  int64 // the reader's count when the response began
 	maxHeaders int
 	method     string
@@ -90,10 +86,7 @@ func (u *h1up) send(req *h1.Request, f h1.Framing, framed bool, first []byte, en
 		w = appendLastChunk(w, trailers)
 	}
 	*u.wbuf = w[:0]
-	now := u.at
-	if now.IsZero() {
-		now = clock.Now()
-	}
+	now := clock.Now()
 	var n int
 	var err error
 	if end {
