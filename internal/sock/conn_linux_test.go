@@ -34,14 +34,15 @@ func TestConnWriteTimeout(t *testing.T) {
 		t.Fatalf("after a write that waited, the timeout is %v, want %v: its deadline was not cleared", c.wto, d)
 	}
 
-	// Now the peer reads nothing.
+	// Now the peer reads nothing: writes go on until the sockets' buffers
+	// (autotuned, up to tens of MiB) are full and the wait times out.
 	c.SetWriteTimeout(50 * time.Millisecond)
-	n, err := c.Write(big)
+	var err error
+	for i := 0; i < 64 && err == nil; i++ {
+		_, err = c.Write(big)
+	}
 	var ne net.Error
 	if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
-		t.Fatalf("Write to a peer that does not read = %d, %v; want a timeout", n, err)
-	}
-	if n == 0 || n == len(big) {
-		t.Fatalf("Write wrote %d bytes before its timeout, want some and not all", n)
+		t.Fatalf("Write to a peer that does not read: %v; want a timeout", err)
 	}
 }
