@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/tls"
 	"net"
-	"sync"
 	"testing"
 )
 
@@ -25,45 +24,9 @@ func Canned(tb testing.TB, response []byte, bodyLen int, cfg *tls.Config) string
 	if cfg != nil {
 		ln = tls.NewListener(ln, cfg)
 	}
-	var (
-		mu    sync.Mutex
-		conns = map[net.Conn]struct{}{}
-		wg    sync.WaitGroup
-	)
-	tb.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for nc := range conns {
-			nc.Close()
-		}
-		conns = nil
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			if conns == nil {
-				mu.Unlock()
-				nc.Close()
-				return
-			}
-			conns[nc] = struct{}{}
-			wg.Add(1)
-			mu.Unlock()
-			go func() {
-				defer wg.Done()
-				defer nc.Close()
-				answerCanned(nc, response, bodyLen)
-			}()
-		}
-	}()
+	var acc acceptor
+	acc.start(ln, func(nc net.Conn, _ int) { answerCanned(nc, response, bodyLen) }, nil)
+	tb.Cleanup(acc.close)
 	return addr
 }
 

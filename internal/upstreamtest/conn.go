@@ -232,10 +232,15 @@ func (c *Conn) current() connState {
 	return c.state
 }
 
-// serve runs one connection: read a request, let the handler act, repeat.
-func (s *Server) serve(c *Conn) {
-	defer s.wg.Done()
-	defer s.forget(c)
+// serve runs the n-th connection, nc: read a request, let the handler
+// act, repeat.
+func (s *Server) serve(nc net.Conn, n int) {
+	c := &Conn{s: s, nc: nc, raw: nc, n: n}
+	if s.tls != nil {
+		c.tls = tls.Server(nc, s.tls)
+		c.nc = c.tls
+	}
+	defer c.nc.Close() // over TLS, with its close_notify
 
 	if c.tls != nil {
 		c.raw.SetDeadline(time.Now().Add(10 * time.Second))

@@ -39,17 +39,14 @@ type Server struct {
 	h   StreamHandler
 	tls *tls.Config // nil: plain TCP
 
-	wg        sync.WaitGroup // the accept loop and one per connection
-	done      chan struct{}  // closed by Close
+	acc       acceptor
+	done      chan struct{} // closed by Close
 	closeOnce sync.Once
 
-	mu      sync.Mutex
-	closed  bool
-	accepts int
-	conns   map[*Conn]struct{} // connections whose goroutine is running
-	reqs    []Request
-	errs    []error
-	grew    chan struct{} // closed and replaced whenever reqs grows
+	mu   sync.Mutex
+	reqs []Request
+	errs []error
+	grew chan struct{} // closed and replaced whenever reqs grows
 }
 
 // Start listens on 127.0.0.1:0 and serves every accepted connection with h,
@@ -111,16 +108,14 @@ func serveOn(t testing.TB, ln net.Listener, h StreamHandler, cfg *tls.Config) *S
 		h = OK("").stream()
 	}
 	s := &Server{
-		t:     t,
-		ln:    ln,
-		h:     h,
-		tls:   cfg,
-		done:  make(chan struct{}),
-		conns: make(map[*Conn]struct{}),
-		grew:  make(chan struct{}),
+		t:    t,
+		ln:   ln,
+		h:    h,
+		tls:  cfg,
+		done: make(chan struct{}),
+		grew: make(chan struct{}),
 	}
-	s.wg.Add(1)
-	go s.accept()
+	s.acc.start(ln, s.serve, func(err error) { t.Logf("upstreamtest: accept: %v", err) })
 	t.Cleanup(s.Close)
 	return s
 }
@@ -152,25 +147,12 @@ func (s *Server) Addr() string {
 // goroutine of the server, handlers included, has returned. It may be called
 // more than once, but not from a handler.
 func (s *Server) Close() {
-	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		s.closed = true
-		close(s.done)
-		s.ln.Close()
-		for c := range s.conns {
-			c.raw.Close()
-		}
-		s.mu.Unlock()
-	})
-	s.wg.Wait()
+	s.closeOnce.Do(func() { close(s.done) })
+	s.acc.close()
 }
 
 // Accepts returns the number of connections accepted so far.
-func (s *Server) Accepts() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.accepts
-}
+func (s *Server) Accepts() int { return s.acc.count() }
 
 // Requests returns every request recorded so far, in the order they were
 // recorded. A request is recorded when its body has been read to the end,
@@ -229,35 +211,6 @@ func (s *Server) Errors() []error {
 	return slices.Clone(s.errs)
 }
 
-func (s *Server) accept() {
-	defer s.wg.Done()
-	for {
-		nc, err := s.ln.Accept()
-		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				s.t.Logf("upstreamtest: accept: %v", err)
-			}
-			return
-		}
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			nc.Close()
-			return
-		}
-		s.accepts++
-		c := &Conn{s: s, nc: nc, raw: nc, n: s.accepts}
-		if s.tls != nil {
-			c.tls = tls.Server(nc, s.tls)
-			c.nc = c.tls
-		}
-		s.conns[c] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go s.serve(c)
-	}
-}
-
 // record stores a copy of r, taken now.
 func (s *Server) record(r *Request) {
 	s.mu.Lock()
@@ -278,12 +231,4 @@ func (s *Server) fail(conn, seq int, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.errs = append(s.errs, e)
-}
-
-// forget closes c and removes it from the set Close closes.
-func (s *Server) forget(c *Conn) {
-	c.nc.Close()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.conns, c)
 }
