@@ -194,9 +194,11 @@ func (u *h1up) head(resp *h1.Response) error {
 		resp.Header.Del("Content-Length")
 	}
 	u.resp, u.frame = resp, f
-	u.reusable = reusable && h1.KeepAlive(resp.Minor, &resp.Header)
+	closing := resp.Header.HasToken("Connection", "close")
+	// h1.KeepAlive, with the close token looked for once
+	u.reusable = reusable && !closing && (resp.Minor >= 1 || resp.Header.HasToken("Connection", "keep-alive"))
 	u.learnKeepAlive(&resp.Header)
-	if resp.Header.HasToken("Connection", "close") {
+	if closing {
 		// The upstream is closing this connection, often because the
 		// process behind it is going away (gunicorn's max_requests);
 		// its other pooled connections may follow.

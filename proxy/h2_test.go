@@ -509,6 +509,21 @@ func TestLowerName(t *testing.T) {
 	}
 }
 
+// TestIsConnectionField: the length-first look-up names exactly
+// connectionFields, and not names of the same lengths.
+func TestIsConnectionField(t *testing.T) {
+	for _, name := range connectionFields {
+		if !isConnectionField(name) || !isConnectionFieldFold([]byte(strings.ToUpper(name))) {
+			t.Errorf("%q is not taken for a connection field", name)
+		}
+	}
+	for _, name := range []string{"", "te", "upgradE", "content", "connectioN", "keep-alivex", "proxy-authorizat", "transfer-encodinG", "accept-encoding", "x-request-id"} {
+		if isConnectionField(name) {
+			t.Errorf("%q is taken for a connection field", name)
+		}
+	}
+}
+
 // TestH2ClientResetKeepsUpstreamConnection: a client that resets its stream
 // while the upstream is about to answer does not cost the upstream
 // connection. The answer that comes within cancelGrace is read and

@@ -52,11 +52,11 @@ func (c *conn) serveStream(st *h2.Stream) {
 	x := exchangePool.Get().(*h2exchange)
 	x.reset(st, c)
 	// Registered with its connection, not the server: no lock every
-	// stream of every connection takes. The connection's own count in
-	// srv.wg is held while its streams run (h2.Conn.Serve waits for
-	// them), so this Add is never from zero.
+	// stream of every connection takes. Nor does the stream count itself
+	// in srv.wg: the connection's own count there is held while its
+	// streams run (h2.Conn.Serve waits for their handlers, and does not
+	// park while one runs).
 	c.addStream(x)
-	srv.wg.Add(1)
 	s := sessionPool.Get().(*Session)
 	s.c, s.srv, s.down, s.wbuf, s.flight = c, srv, x, &x.wbuf, &x.flight
 	s.reset()
@@ -68,7 +68,6 @@ func (c *conn) serveStream(st *h2.Stream) {
 		}
 		x.finish()
 		c.removeStream(x)
-		srv.wg.Done()
 		s.release()
 		x.reset(nil, nil)
 		exchangePool.Put(x)

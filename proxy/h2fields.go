@@ -94,11 +94,18 @@ var commonNames = []string{"content-type", "content-length", "date", "server", "
 	"x-forwarded-host", "x-real-ip", "forwarded", "via", "x-request-id", "te", "grpc-timeout",
 	"grpc-encoding", "grpc-accept-encoding", "grpc-status", "grpc-message", "idempotency-key"}
 
+// isConnectionField reports whether name, in lowercase, is one of
+// connectionFields: by its length first, as most names are passed over.
 func isConnectionField(name string) bool {
-	for _, c := range connectionFields {
-		if name == c {
-			return true
-		}
+	switch len(name) {
+	case len("upgrade"):
+		return name == "upgrade"
+	case len("connection"):
+		return name == "connection" || name == "keep-alive"
+	case len("proxy-connection"):
+		return name == "proxy-connection"
+	case len("transfer-encoding"):
+		return name == "transfer-encoding"
 	}
 	return false
 }

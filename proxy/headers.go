@@ -40,7 +40,8 @@ func stripHopByHop(h *h1.Header, keepUpgrade bool) {
 			var tok []byte
 			tok, v = h1.CutList(v)
 			if len(tok) == 0 || h1.EqualFold(tok, "Transfer-Encoding") ||
-				(keepUpgrade && h1.EqualFold(tok, "Upgrade")) || h1.EqualFold(tok, "Connection") {
+				(keepUpgrade && h1.EqualFold(tok, "Upgrade")) || h1.EqualFold(tok, "Connection") ||
+				h1.EqualFold(tok, "keep-alive") { // a hop-by-hop field, removed below
 				continue
 			}
 			delNamed(h, tok, i)
@@ -56,6 +57,9 @@ func stripHopByHop(h *h1.Header, keepUpgrade bool) {
 // delNamed removes the fields called name except the one at keep (the
 // Connection field being read).
 func delNamed(h *h1.Header, name []byte, keep int) {
+	if !h.Has(string(name)) { // most often "close", which names no field
+		return
+	}
 	for j := h.Len() - 1; j >= 0; j-- {
 		if j != keep && bytes.EqualFold(h.Name(j), name) {
 			h.DelAt(j)

@@ -145,7 +145,9 @@ func (s *Session) reset() {
 	s.body.replay, s.body.replayp, s.body.done, s.body.trailers = replay, replayp, done, bodyTrailers
 	s.scratch, s.notes, s.tees, s.values = scratch, notes, tees, values
 	s.local.rbody.buf, s.h1req.b = localBuf, reqBody
-	if s.flight != nil {
+	if s.flight != nil && s.flight.whole.Load() {
+		// Stored only when set: an atomic store waits for the writes
+		// before it, the whole Session's zeroing just above.
 		s.flight.whole.Store(false)
 	}
 	s.extra.Reset()
