@@ -3,6 +3,7 @@ package h1
 import (
 	"bytes"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -280,3 +281,103 @@ func (t *trickle) Read(p []byte) (int, error) {
 type eofReader struct{}
 
 func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
+
+// FuzzParseFields checks parseFields, which reads each line once, against
+// the parser it replaced (parseFieldsBefore, which found each line's end
+// first): the same fields, the same error.
+func FuzzParseFields(f *testing.F) {
+	for _, s := range []string{
+		"Host: a\r\n\r\n",
+		"A: 1\nB:2\n\n",
+		"X-A:  b \t\r\nY:\r\n\r\n",
+		"Long: 0123456789abcdefghij\tklmnopqrstuvwxyz\r\n\r\n",
+		"A: b\rc\r\n\r\n",
+		"A: b\x7f\r\n\r\n",
+		"A: b\r\r\n\r\n",
+		"\r\r\n",
+		": v\r\n\r\n",
+		"Na me: v\r\n\r\n",
+		"Host\r\n\r\n",
+		" folded\r\n\r\n",
+		"A: unterminated",
+		"A: b\r",
+	} {
+		f.Add([]byte(s), uint8(100))
+	}
+	f.Fuzz(func(t *testing.T, in []byte, max uint8) {
+		var got, want Header
+		got.arena, want.arena = in, in
+		gerr := parseFields(&got, in, 0, int(max), 400)
+		werr := parseFieldsBefore(&want, in, 0, int(max), 400)
+		if !errorsAlike(gerr, werr) {
+			t.Fatalf("%q: error %v, before %v", in, gerr, werr)
+		}
+		if gerr == nil && (!slices.Equal(got.fields, want.fields) || got.names != want.names) {
+			t.Fatalf("%q: fields %v, before %v", in, got.fields, want.fields)
+		}
+	})
+}
+
+func errorsAlike(a, b error) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Error() == b.Error()
+}
+
+// parseFieldsBefore is parseFields as it was before it read each line once:
+// the reference FuzzParseFields holds it to.
+func parseFieldsBefore(h *Header, b []byte, i, maxHeaders, status int) error {
+	for i < len(b) {
+		end, next := lineAt(b, i)
+		if end == i {
+			return nil // the empty line that ends the head
+		}
+		line := b[i:end]
+		if line[0] == ' ' || line[0] == '\t' {
+			// RFC 9112 §5.2: obs-fold is rejected (a proxy must not pass it on).
+			return errorf(status, "obsolete line folding in header")
+		}
+		// RFC 9112 §5.1: no whitespace between field name and colon; the
+		// name must be a token, which also excludes any other whitespace.
+		// The name is scanned up to the first byte that is not a token's,
+		// which must be the colon.
+		colon := 0
+		for colon < len(line) && tchar[line[colon]] {
+			colon++
+		}
+		if colon == len(line) || line[colon] != ':' && bytes.IndexByte(line[colon:], ':') < 0 {
+			return errorf(status, "header field without a colon")
+		}
+		if colon == 0 || line[colon] != ':' {
+			return errorf(status, "malformed header field name")
+		}
+		v0, v1 := colon+1, len(line)
+		for v0 < v1 && (line[v0] == ' ' || line[v0] == '\t') {
+			v0++
+		}
+		for v1 > v0 && (line[v1-1] == ' ' || line[v1-1] == '\t') {
+			v1--
+		}
+		// RFC 9110 §5.5: no CR, LF, NUL or other controls in values.
+		if v := line[v0:v1]; len(v) < 8 {
+			for _, c := range v {
+				if !isValueByte(c) {
+					return errorf(status, "control character in header field value")
+				}
+			}
+		} else if !validValue(v) {
+			return errorf(status, "control character in header field value")
+		}
+		if len(h.fields) >= maxHeaders {
+			return ErrTooManyHeaders
+		}
+		h.fields = append(h.fields, field{
+			n0: int32(i), n1: int32(i + colon),
+			v0: int32(i + v0), v1: int32(i + v1),
+		})
+		h.names |= nameBit(line[:colon])
+		i = next
+	}
+	return errorf(status, "header section not terminated")
+}

@@ -182,15 +182,19 @@ func ParseResponse(r *Response, raw []byte, maxHeaders int) error {
 }
 
 // parseFields parses field lines from b[i:] up to the empty line into h,
-// whose arena is b.
+// whose arena is b. Each line is read once: its name up to the colon, then
+// its value up to the first byte a value may not hold, which must be the
+// line's end (LF, or CRLF); lineAt is needed only to word an error.
 func parseFields(h *Header, b []byte, i, maxHeaders, status int) error {
 	for i < len(b) {
-		end, next := lineAt(b, i)
-		if end == i {
+		switch b[i] {
+		case '\n':
 			return nil // the empty line that ends the head
-		}
-		line := b[i:end]
-		if line[0] == ' ' || line[0] == '\t' {
+		case '\r':
+			if i+1 < len(b) && b[i+1] == '\n' {
+				return nil
+			}
+		case ' ', '\t':
 			// RFC 9112 §5.2: obs-fold is rejected (a proxy must not pass it on).
 			return errorf(status, "obsolete line folding in header")
 		}
@@ -198,44 +202,78 @@ func parseFields(h *Header, b []byte, i, maxHeaders, status int) error {
 		// name must be a token, which also excludes any other whitespace.
 		// The name is scanned up to the first byte that is not a token's,
 		// which must be the colon.
-		colon := 0
-		for colon < len(line) && tchar[line[colon]] {
+		colon := i
+		for colon < len(b) && tchar[b[colon]] {
 			colon++
 		}
-		if colon == len(line) || line[colon] != ':' && bytes.IndexByte(line[colon:], ':') < 0 {
-			return errorf(status, "header field without a colon")
+		if colon == i || colon == len(b) || b[colon] != ':' {
+			return nameError(b, i, colon, status)
 		}
-		if colon == 0 || line[colon] != ':' {
-			return errorf(status, "malformed header field name")
+		// RFC 9110 §5.5: no CR, LF, NUL or other controls in values. The
+		// first byte a value may not hold ends the line, or the message.
+		end := valueEnd(b, colon+1)
+		next := end
+		switch {
+		case end == len(b): // no LF: the line runs to the end of b
+		case b[end] == '\n':
+			next = end + 1
+		case b[end] == '\r' && end+1 < len(b) && b[end+1] == '\n':
+			next = end + 2
+		default:
+			return errorf(status, "control character in header field value")
 		}
-		v0, v1 := colon+1, len(line)
-		for v0 < v1 && (line[v0] == ' ' || line[v0] == '\t') {
+		v0, v1 := colon+1, end
+		for v0 < v1 && (b[v0] == ' ' || b[v0] == '\t') {
 			v0++
 		}
-		for v1 > v0 && (line[v1-1] == ' ' || line[v1-1] == '\t') {
+		for v1 > v0 && (b[v1-1] == ' ' || b[v1-1] == '\t') {
 			v1--
-		}
-		// RFC 9110 §5.5: no CR, LF, NUL or other controls in values.
-		if v := line[v0:v1]; len(v) < 8 {
-			for _, c := range v {
-				if !isValueByte(c) {
-					return errorf(status, "control character in header field value")
-				}
-			}
-		} else if !validValue(v) {
-			return errorf(status, "control character in header field value")
 		}
 		if len(h.fields) >= maxHeaders {
 			return ErrTooManyHeaders
 		}
 		h.fields = append(h.fields, field{
-			n0: int32(i), n1: int32(i + colon),
-			v0: int32(i + v0), v1: int32(i + v1),
+			n0: int32(i), n1: int32(colon),
+			v0: int32(v0), v1: int32(v1),
 		})
-		h.names |= nameBit(line[:colon])
+		h.names |= nameBit(b[i:colon])
 		i = next
 	}
 	return errorf(status, "header section not terminated")
+}
+
+// nameError words the error of a field line at b[i:] whose name, a token,
+// ends at b[colon] without the colon that must follow it.
+func nameError(b []byte, i, colon, status int) error {
+	end, _ := lineAt(b, i)
+	line := b[i:end]
+	if c := colon - i; c == len(line) || bytes.IndexByte(line[c:], ':') < 0 {
+		return errorf(status, "header field without a colon")
+	}
+	return errorf(status, "malformed header field name")
+}
+
+// valueEnd returns the index of the first byte of b[i:] that isValueByte
+// refuses, or len(b). It looks at eight bytes at a time, as validValue.
+func valueEnd(b []byte, i int) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		y := x ^ 0x7f*ones
+		if (x-0x20*ones)&^x&highs|(y-ones)&^y&highs != 0 {
+			for k, c := range b[i : i+8] {
+				if !isValueByte(c) {
+					return i + k
+				}
+			}
+		}
+	}
+	for ; i < len(b); i++ {
+		if !isValueByte(b[i]) {
+			return i
+		}
+	}
+	return i
 }
 
 // lineAt returns the end of the line starting at b[i] (excluding CRLF or LF)
