@@ -360,14 +360,10 @@ func parseFieldsBefore(h *Header, b []byte, i, maxHeaders, status int) error {
 			v1--
 		}
 		// RFC 9110 §5.5: no CR, LF, NUL or other controls in values.
-		if v := line[v0:v1]; len(v) < 8 {
-			for _, c := range v {
-				if !isValueByte(c) {
-					return errorf(status, "control character in header field value")
-				}
+		for _, c := range line[v0:v1] {
+			if !isValueByte(c) {
+				return errorf(status, "control character in header field value")
 			}
-		} else if !validValue(v) {
-			return errorf(status, "control character in header field value")
 		}
 		if len(h.fields) >= maxHeaders {
 			return ErrTooManyHeaders

@@ -254,11 +254,15 @@ func nameError(b []byte, i, colon, status int) error {
 }
 
 // valueEnd returns the index of the first byte of b[i:] that isValueByte
-// refuses, or len(b). It looks at eight bytes at a time, as validValue.
+// refuses, or len(b). It looks at eight bytes at a time: a word none of
+// whose bytes is below SP or DEL needs no closer look (HTAB, the one
+// control allowed, sends its word to the byte by byte check).
 func valueEnd(b []byte, i int) int {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	for ; i+8 <= len(b); i += 8 {
 		x := binary.LittleEndian.Uint64(b[i:])
+		// A byte below 0x20 (the high bits of x-0x20… where x's own are
+		// clear), or equal to 0x7f (a zero byte of x^0x7f…).
 		y := x ^ 0x7f*ones
 		if (x-0x20*ones)&^x&highs|(y-ones)&^y&highs != 0 {
 			for k, c := range b[i : i+8] {
@@ -365,34 +369,6 @@ func isToken(b []byte) bool {
 // phrase: HTAB, SP, VCHAR or obs-text (RFC 9110 §5.5).
 func isValueByte(c byte) bool {
 	return c == '\t' || (c >= ' ' && c != 0x7f)
-}
-
-// validValue reports whether every byte of v is one isValueByte allows.
-// It looks at eight bytes at a time: a word none of whose bytes is below
-// SP or DEL needs no closer look (HTAB, the one control allowed, sends its
-// word to the byte by byte check).
-func validValue(v []byte) bool {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	for len(v) >= 8 {
-		x := binary.LittleEndian.Uint64(v)
-		// A byte below 0x20 (the high bits of x-0x20… where x's own are
-		// clear), or equal to 0x7f (a zero byte of x^0x7f…).
-		y := x ^ 0x7f*ones
-		if (x-0x20*ones)&^x&highs|(y-ones)&^y&highs != 0 {
-			for _, c := range v[:8] {
-				if !isValueByte(c) {
-					return false
-				}
-			}
-		}
-		v = v[8:]
-	}
-	for _, c := range v {
-		if !isValueByte(c) {
-			return false
-		}
-	}
-	return true
 }
 
 // ValidName reports whether name is a valid field name (a token).

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -266,18 +267,22 @@ func TestHasHeadPipelined(t *testing.T) {
 	}
 }
 
-// TestValidValue checks validValue, which looks at eight bytes at a time,
+// TestValueEnd checks valueEnd, which looks at eight bytes at a time,
 // against isValueByte byte by byte: every byte value, at every position of
 // values long enough for two words and a tail, among bytes of both sides of
 // the bounds it tests.
-func TestValidValue(t *testing.T) {
-	for _, fill := range []byte{'a', ' ', '\t', 0x80, 0xff, 0x7e, 0x21} {
+func TestValueEnd(t *testing.T) {
+	for _, fill := range []byte{'a', ' ', '\t', 0x80, 0xff, 0x7e, 0x21, '\r'} {
 		for pos := 0; pos < 19; pos++ {
 			for c := 0; c < 256; c++ {
 				v := bytes.Repeat([]byte{fill}, 19)
 				v[pos] = byte(c)
-				if got, want := validValue(v), isValueByte(byte(c)) && isValueByte(fill); got != want {
-					t.Fatalf("validValue(%q) = %v, want %v", v, got, want)
+				want := slices.IndexFunc(v, func(c byte) bool { return !isValueByte(c) })
+				if want < 0 {
+					want = len(v)
+				}
+				if got := valueEnd(v, 0); got != want {
+					t.Fatalf("valueEnd(%q) = %d, want %d", v, got, want)
 				}
 			}
 		}
