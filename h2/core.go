@@ -52,15 +52,13 @@ type core struct {
 	streams       map[uint32]peer // open and half-closed streams (§5.1)
 	recent        [recentLen]closedStream
 	recentAt      uint8
-	sawSettings   bool // the peer's first SETTINGS came
-	settingsAcked bool // the peer acknowledged ours
-	peerTableSet  bool
+	sawSettings   bool   // the peer's first SETTINGS came
+	settingsAcked bool   // the peer acknowledged ours
 	goAway        bool   // our last GOAWAY is queued
 	shutdown      bool   // Shutdown called
 	closed        bool   // the connection ended
 	userClosed    bool   // by Close
 	lastID        uint32 // the last stream id our GOAWAY names: a server's last stream handed to a handler
-	peerTable     uint32 // the peer's SETTINGS_HEADER_TABLE_SIZE, to apply to the encoder
 	peerMaxList   uint32 // a client's: the server's SETTINGS_MAX_HEADER_LIST_SIZE, 0: none
 	peerStreams   uint32 // the peer's SETTINGS_MAX_CONCURRENT_STREAMS as a client keeps it
 	goAwayDebug   string // what our GOAWAY carries as debug data
@@ -346,6 +344,7 @@ func (c *core) onSettings(f *http2.SettingsFrame) error {
 	first := !c.sawSettings
 	c.sawSettings = true
 	sawMax := false
+	ack := ctrl{kind: cSettingsAck} // with the table sizes for the encoder
 	err := f.ForeachSetting(func(s http2.Setting) error {
 		if err := s.Valid(); err != nil {
 			return err
@@ -358,7 +357,10 @@ func (c *core) onSettings(f *http2.SettingsFrame) error {
 		case http2.SettingMaxConcurrentStreams:
 			c.peerStreams, sawMax = s.Val, true
 		case http2.SettingHeaderTableSize:
-			c.peerTable, c.peerTableSet = s.Val, true
+			if ack.data[0] == 0 || s.Val < ack.id {
+				ack.id = s.Val
+			}
+			ack.val, ack.data[0] = s.Val, 1
 		case http2.SettingInitialWindowSize:
 			// §6.9.2: the change applies to every open stream's window,
 			// which may go negative, and must not pass 2^31-1.
@@ -393,7 +395,7 @@ func (c *core) onSettings(f *http2.SettingsFrame) error {
 	case err != nil:
 		return connErr{http2.ErrCodeProtocol, "invalid SETTINGS"}
 	}
-	return c.answer(ctrl{kind: cSettingsAck})
+	return c.answer(ack)
 }
 
 func (c *core) onPing(f *http2.PingFrame) error {

@@ -327,9 +327,9 @@ func TestSensitiveFields(t *testing.T) {
 	for i, fields := range blocks {
 		if i == 2 {
 			// A table size change: its update must open the next block.
-			h.enc.SetMaxDynamicTableSize(1024)
+			h.setLimit(1024)
 		}
-		if err := h.write(fr, uint32(2*i+1), fields, true, 16384, 4096, i == 0); err != nil {
+		if err := writeFragments(fr, uint32(2*i+1), h.encode(nil, fields), true, 16384); err != nil {
 			t.Fatal(err)
 		}
 		f, err := fr.ReadFrame()

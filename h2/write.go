@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"runtime"
-	"strings"
 	"sync"
 	"time"
 
@@ -27,7 +26,7 @@ type ctrlKind uint8
 
 const (
 	cSettings    ctrlKind = iota // the preface; val: a server's SETTINGS_MAX_CONCURRENT_STREAMS
-	cSettingsAck                 //
+	cSettingsAck                 // data[0]: 1 if the SETTINGS held SETTINGS_HEADER_TABLE_SIZE; val: its value, id: the smallest it held
 	cPing                        // data
 	cPingAck                     // data
 	cRST                         // id, val: code
@@ -42,9 +41,10 @@ const (
 // idle connection holds neither, and a Framer's write buffer, which grows to
 // the largest frame it wrote, is shared.
 type writeBuf struct {
-	bw *bufio.Writer
-	fr *http2.Framer
-	dw deadlineWriter // bw's writer: a pointer to it, in bw, allocates nothing
+	bw   *bufio.Writer
+	fr   *http2.Framer
+	dw   deadlineWriter // bw's writer: a pointer to it, in bw, allocates nothing
+	hbuf []byte         // the header block being written (writeBlock)
 }
 
 const writeBufSize = 16 << 10
@@ -201,6 +201,14 @@ func (c *core) drain() error {
 		case cSettings:
 			err = c.writePreface(x.val)
 		case cSettingsAck:
+			// The peer's decoder takes a new table size from our
+			// acknowledgement on (RFC 9113 §6.5.3): the encoder
+			// applies it here, so that the size updates open the
+			// first block after it (RFC 7541 §4.2).
+			if x.data[0] != 0 {
+				c.henc.setLimit(x.id)
+				c.henc.setLimit(x.val)
+			}
 			err = fr.WriteSettingsAck()
 		case cPing, cPingAck:
 			err = fr.WritePing(x.kind == cPingAck, x.data)
@@ -257,55 +265,18 @@ func itoa3(v uint32) string {
 func (c *core) writeBlock(wb *writeBuf, id uint32, fields []hpack.HeaderField, end bool) error {
 	c.mu.Lock()
 	maxFrame := int(c.send.peerMaxFrame)
-	table, tableSet := c.peerTable, c.peerTableSet
-	c.peerTableSet = false
 	c.mu.Unlock()
-	return c.henc.write(wb.fr, id, fields, end, maxFrame, table, tableSet)
+	wb.hbuf = c.henc.encode(wb.hbuf[:0], fields)
+	err := writeFragments(wb.fr, id, wb.hbuf, end, maxFrame)
+	if cap(wb.hbuf) > 4096 {
+		wb.hbuf = nil
+	}
+	return err
 }
 
-// headerEncoder is the HPACK encoder and the buffer a block is encoded
-// into. The write lock guards it.
-type headerEncoder struct {
-	enc  *hpack.Encoder
-	hbuf []byte
-}
-
-// release lets go of the encoder's dynamic table and its buffer, for a
-// connection that idles: they are most of what an idle connection holds
-// of HPACK's. The emptied encoder's next block starts with dynamic table
-// size updates to 0 and back (RFC 7541 §4.2, §6.3), which empty the peer's
-// table of what the old one held, so that both sides agree again; its
-// size stays what it was, within the peer's limit.
-func (h *headerEncoder) release() {
-	if h.enc != nil {
-		size := h.enc.MaxDynamicTableSize()
-		*h.enc = *hpack.NewEncoder(h)
-		h.enc.SetMaxDynamicTableSizeLimit(size)
-		h.enc.SetMaxDynamicTableSize(0)
-		h.enc.SetMaxDynamicTableSize(size)
-	}
-	h.hbuf = nil
-}
-
-// write encodes fields (after the peer's SETTINGS_HEADER_TABLE_SIZE, when
-// tableSet) and writes the block as HEADERS and CONTINUATION frames of at
-// most maxFrame bytes.
-func (h *headerEncoder) write(fr *http2.Framer, id uint32, fields []hpack.HeaderField, end bool, maxFrame int, table uint32, tableSet bool) error {
-	if h.enc == nil {
-		h.enc = hpack.NewEncoder(h)
-	}
-	if tableSet {
-		h.enc.SetMaxDynamicTableSizeLimit(table)
-	}
-	h.hbuf = h.hbuf[:0]
-	for i, f := range fields {
-		if f.Sensitive && i > 0 && strings.HasPrefix(f.Name, "x-") {
-			h.hbuf = appendNeverIndexed(h.hbuf, f.Name, f.Value)
-			continue
-		}
-		h.enc.WriteField(f)
-	}
-	block := h.hbuf
+// writeFragments writes block as a HEADERS frame and as many CONTINUATION
+// frames as it takes, each of at most maxFrame bytes.
+func writeFragments(fr *http2.Framer, id uint32, block []byte, end bool, maxFrame int) error {
 	first := true
 	for first || len(block) > 0 {
 		n := min(len(block), maxFrame)
@@ -324,48 +295,7 @@ func (h *headerEncoder) write(fr *http2.Framer, id uint32, fields []hpack.Header
 			return err
 		}
 	}
-	if cap(h.hbuf) > 4096 {
-		h.hbuf = nil
-	}
 	return nil
-}
-
-// appendNeverIndexed appends the field name: value as a literal never
-// indexed, with a literal name, both strings as they are (RFC 7541
-// §6.2.3, §5.2). For a field that is never indexed and whose name is in
-// no table (the static table has no "x-" name, and the encoder never
-// indexes it), it is what the HPACK encoder would write, but for the
-// Huffman coding of both strings, which cost more instructions (1,400 for
-// a request id) than the 13 bytes it saves are worth. It needs no state
-// of the encoder's; not first in a block, it never goes before a table
-// size update (§4.2), which the encoder writes with the block's first
-// field.
-func appendNeverIndexed(b []byte, name, value string) []byte {
-	b = append(b, 0x10)
-	b = appendRawString(b, name)
-	return appendRawString(b, value)
-}
-
-// appendRawString appends s as a string literal without Huffman coding:
-// its length as a 7-bit prefix integer (§5.1), then its bytes.
-func appendRawString(b []byte, s string) []byte {
-	n := uint64(len(s))
-	if n < 127 {
-		b = append(b, byte(n))
-	} else {
-		b = append(b, 127)
-		for n -= 127; n >= 128; n >>= 7 {
-			b = append(b, byte(n)|0x80)
-		}
-		b = append(b, byte(n))
-	}
-	return append(b, s...)
-}
-
-// Write is the encoder's output: h.hbuf.
-func (h *headerEncoder) Write(p []byte) (int, error) {
-	h.hbuf = append(h.hbuf, p...)
-	return len(p), nil
 }
 
 // writeData writes one DATA frame of st, for which credit bytes of send
