@@ -60,6 +60,9 @@ type options struct {
 	direct    bool
 	keep      bool
 	verbose   bool
+	// cpuprofile is the directory sluice (not sluice-b) writes a CPU
+	// profile into for each scenario it runs. "" for none.
+	cpuprofile string
 }
 
 func parseFlags(args []string) (options, error) {
@@ -80,6 +83,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.sluiceB, "sluice-b", "", "a second sluice `binary`, run as proxy sluice-b beside sluice: an A/B comparison of two builds")
 	fs.BoolVar(&o.direct, "direct", true, "also run wrk straight against the upstream, as a ceiling")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temp dir (configs and logs) and print its path")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write sluice's CPU profile of each scenario it runs into `dir`, as <proxy>-<scenario>.pprof (go tool pprof reads them)")
 	fs.BoolVar(&o.verbose, "v", false, "print wrk's own output to stderr")
 	quick := fs.Bool("quick", false, "smoke test: 1 round of 2 s (unless -rounds or -duration are given)")
 	if err := fs.Parse(args); err != nil {
@@ -184,6 +188,16 @@ func run(args []string) int {
 		}
 		fmt.Fprintln(os.Stderr, "compare:", err)
 		return 2
+	}
+	if opt.cpuprofile != "" {
+		// sluice runs elsewhere than here: the path must not be relative.
+		if opt.cpuprofile, err = filepath.Abs(opt.cpuprofile); err == nil {
+			err = os.MkdirAll(opt.cpuprofile, 0o755)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "compare: -cpuprofile:", err)
+			return 1
+		}
 	}
 	b := &bench{opt: opt, tools: map[string]string{}, scripts: map[string]string{}}
 	if !b.findTools() {
@@ -526,6 +540,9 @@ func (b *bench) startProxy(p proxy, sc scenario, tag string) (*child, int, error
 		s.static = filepath.Join(b.dir, "upstream", "www", "static")
 	}
 	s.cache = sc.cache
+	if b.opt.cpuprofile != "" && isSluice(p.name) && p.name != "sluice-b" {
+		s.cpuprofile = filepath.Join(b.opt.cpuprofile, p.name+"-"+tag+".pprof")
+	}
 	argv, env, err := p.configure(s)
 	if err != nil {
 		return nil, 0, err

@@ -49,6 +49,9 @@ type site struct {
 	// HAProxy's cache, Varnish's malloc storage), in files for nginx, in
 	// 256 MiB.
 	cache bool
+	// cpuprofile is where sluice writes its CPU profile until it exits;
+	// "" for none (the other proxies ignore it).
+	cpuprofile string
 }
 
 // keepIdle is the idle timeout that keeps the idle scenarios'
@@ -228,7 +231,11 @@ routes:
       - address: %s
     pool: {max_idle: 256, idle_timeout: 60s%s}
 `, s.port, tlsConf, timeouts, accessLog, static, routeCache, stores, s.upstream, pool))
-	return pinned(proxyCPU, s.binary, "run", "-c", cfg), []string{"GOMAXPROCS=1"}, err
+	argv := pinned(proxyCPU, s.binary, "run", "-c", cfg)
+	if s.cpuprofile != "" {
+		argv = append(argv, "-cpuprofile", s.cpuprofile)
+	}
+	return argv, []string{"GOMAXPROCS=1"}, err
 }
 
 // nginxCommon is the part of an nginx config that keeps every file
