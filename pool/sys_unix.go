@@ -54,7 +54,7 @@ func (s *sysConn) init(c net.Conn) {
 	}
 	s.rc, s.local, s.remote = rc, c.LocalAddr(), c.RemoteAddr()
 	s.peek = func(fd uintptr) {
-		_, _, err := syscall.Recvfrom(int(fd), s.buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		_, err := sock.Peek(int(fd), s.buf[:])
 		// EAGAIN: nothing to read, the connection is fine. EOF (n == 0),
 		// an error such as ECONNRESET, or a byte nobody asked for: dead.
 		s.live = err == syscall.EAGAIN || err == syscall.EWOULDBLOCK || err == syscall.EINTR

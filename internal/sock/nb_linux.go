@@ -35,15 +35,3 @@ func rawIO(trap uintptr, fd int, p []byte) (int, error) {
 	}
 	return int(n), nil
 }
-
-// errnoErr returns the common errors as the values syscall keeps, so that
-// comparisons with syscall.EAGAIN hold and nothing is allocated.
-func errnoErr(e syscall.Errno) error {
-	switch e {
-	case syscall.EAGAIN:
-		return syscall.EAGAIN
-	case syscall.EINTR:
-		return syscall.EINTR
-	}
-	return e
-}

@@ -327,7 +327,7 @@ func (w *Socket) Pending() bool {
 	var n int
 	var b [1]byte
 	w.rc.Control(func(fd uintptr) {
-		n, _, _ = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		n, _ = sock.Peek(int(fd), b[:])
 	})
 	return n > 0
 }
