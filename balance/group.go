@@ -75,10 +75,13 @@ func (r *Request) excluded(s *Server) bool {
 // serialize their own short pick; P2C, Random, First and Hash with a key take
 // no lock at all) and does not allocate.
 type Group struct {
-	name     string
-	policy   Policy
-	opts     Options
-	statuses [10]uint64 // bit set of Options.Statuses below 640
+	name   string
+	policy Policy
+	opts   Options
+	// defaultClock is set when opts.Now is internal/clock's, which a
+	// Result's End is read from.
+	defaultClock bool
+	statuses     [10]uint64 // bit set of Options.Statuses below 640
 
 	members atomic.Pointer[members]
 	ejectMu sync.Mutex // one ejection decision at a time (see eject)
@@ -123,7 +126,7 @@ func NewGroup(name string, servers []*Server, policy Policy, opts Options) *Grou
 	if policy == nil {
 		policy = P2C{}
 	}
-	g := &Group{name: name, policy: policy, opts: opts.withDefaults()}
+	g := &Group{name: name, policy: policy, opts: opts.withDefaults(), defaultClock: opts.Now == nil}
 	for _, st := range g.opts.Statuses {
 		if st >= 0 && st < len(g.statuses)*64 {
 			g.statuses[st/64] |= 1 << (st % 64)

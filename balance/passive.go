@@ -58,6 +58,11 @@ type Result struct {
 	Failure  FailureKind
 	Status   int           // the response status, when a response head arrived
 	Duration time.Duration // from the start of the try to its end (or to the response head)
+	// End is when the try ended, on the monotonic clock of
+	// internal/clock (as a proxy's Attempt is timed), so that Report need
+	// not read the clock again; zero: Report reads it. A group given its
+	// own clock (Options.Now) reads that one whatever End says.
+	End time.Time
 }
 
 // Report gives the group the outcome of one try on s, which Pick returned:
@@ -82,7 +87,10 @@ func (g *Group) Report(s *Server, r Result) {
 		}
 		return
 	}
-	t := g.opts.Now()
+	t := r.End
+	if t.IsZero() || !g.defaultClock {
+		t = g.opts.Now()
+	}
 	now := t.UnixNano()
 	if r.Duration > 0 && r.Failure != ConnectFailure {
 		s.observe(now, r.Duration)

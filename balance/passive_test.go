@@ -347,3 +347,35 @@ func TestSlowStartAppliesToEveryWeightedPolicy(t *testing.T) {
 		})
 	}
 }
+
+// A Result's End is the time Report takes the try to have ended at, on a
+// group with the default clock (Health's Until counts from it); a group
+// given its own clock reads that one instead.
+func TestReportEnd(t *testing.T) {
+	end := time.Now().Add(time.Hour).Round(0) // a time no clock reads now
+	for _, tc := range []struct {
+		name      string
+		own       *fakeClock
+		wantUntil func(*fakeClock) time.Time
+	}{
+		{"default clock", nil, func(*fakeClock) time.Time { return end.Add(10 * time.Second) }},
+		{"own clock", newClock(), func(c *fakeClock) time.Time { return c.Now().Add(10 * time.Second) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := Options{MaxFails: 1, FailTimeout: 10 * time.Second, ConsecutiveFailures: -1, NoProbe: true}
+			if tc.own != nil {
+				o.Now = tc.own.Now
+			}
+			g := NewGroup("u", servers(1), new(RoundRobin), o)
+			a := g.Servers()[0]
+			got, err := g.Pick(Request{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.Report(got, Result{Failure: ConnectFailure, End: end})
+			if h := a.Health(); h.Condition != Down || !h.Until.Equal(tc.wantUntil(tc.own)) {
+				t.Fatalf("Health = %+v, want down until %v", h, tc.wantUntil(tc.own))
+			}
+		})
+	}
+}

@@ -16,6 +16,9 @@ import (
 // take a server that answers everything else out.
 func Result(a *proxy.Attempt) balance.Result {
 	r := balance.Result{Status: a.Status, Duration: a.Wait}
+	if a.Duration > 0 {
+		r.End = a.Start.Add(a.Duration)
+	}
 	e := a.Err
 	if e == nil {
 		return r
