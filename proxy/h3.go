@@ -44,9 +44,11 @@ type quicConn struct {
 // Shutdown, when it returns ErrServerClosed, or until ln is closed. The
 // listener's TLS config (QUICSocket) must offer the ALPN protocol "h3".
 // opts.Handler and opts.Filter apply as ServeWith has them; opts.TLS and
-// opts.Protocols are the listener's business, and ignored. Shutdown sends
-// each connection GOAWAY: the requests under way finish, and the client
-// sends its next ones on a new connection. Requests that come in 0-RTT
+// opts.Protocols are the listener's business, and ignored. Shutdown (and
+// Drain, before it) sends each connection GOAWAY: the requests under way
+// finish, and the client sends its next ones on a new connection; after
+// Drain the loop goes on taking connections, each sent GOAWAY at once,
+// until Shutdown or ln.Close. Requests that come in 0-RTT
 // are served by the rules of early data (Session.Early).
 func (srv *Server) ServeQUIC(ln QUICListener, opts ListenerOptions) error {
 	srv.init()
@@ -93,9 +95,9 @@ func (srv *Server) serveQUICConn(qc *quic.Conn, l *listener) {
 	srv.mu.Unlock()
 	if draining {
 		// Its handshake completed before the socket stopped taking new
-		// connections, and Shutdown has begun: GOAWAY at once, with the
-		// id 0, so that the client sends every request it made on it
-		// again elsewhere, none processed.
+		// connections, and the drain has begun (Drain, Shutdown): GOAWAY
+		// at once, with the id 0, so that the client sends every request
+		// it made on it again elsewhere, none processed.
 		q.hc.Shutdown()
 	}
 	go func() {

@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -280,6 +283,116 @@ func TestH3ShutdownGoAway(t *testing.T) {
 	for _, r := range up.Requests() {
 		if r.Target == "/late" {
 			t.Error("the rejected request reached the upstream")
+		}
+	}
+}
+
+// TestDrain: Drain stops the Server taking requests at once, and leaves
+// its QUIC accept loop running. The HTTP/3 connection gets GOAWAY (the
+// request under way goes on; a stream opened after is refused, never
+// processed), the idle HTTP/1.1 connection is closed, the TCP accept loop
+// ends; a connection whose handshake completes after Drain is still taken,
+// with GOAWAY 0, so that its client sends its requests elsewhere instead
+// of waiting for a connection nobody serves. Shutdown then returns once
+// the request under way has finished.
+func TestDrain(t *testing.T) {
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 4)
+	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+		if r.Target == "/slow" {
+			arrived <- struct{}{}
+			<-release
+		}
+		c.Respond(200, "done")
+	})
+	hs := startH3(t, peers(testOptions(), up.Addr()), nil)
+	ln, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.srv.Serve(ln) }()
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(nc, "GET / HTTP/1.1\r\nHost: example.com\r\n\r\n")
+	br := bufio.NewReader(nc)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("HTTP/1.1 before Drain: %v %v", resp, err)
+	} else {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+
+	qc := dialH3(t, hs.addr, hs.clientTLS(nil), false)
+	goaway := readGoAway(openControl(t, qc))
+	slow := make(chan *h3resp, 1)
+	go func() {
+		resp, _ := h3Request(qc, "GET", "/slow", nil)
+		slow <- resp
+	}()
+	<-arrived
+
+	hs.srv.Drain()
+	select {
+	case id := <-goaway:
+		if id != 4 {
+			t.Errorf("GOAWAY %d, want 4 (the stream after the one served)", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no GOAWAY after Drain")
+	}
+	_, err = h3Request(qc, "GET", "/late", nil)
+	var se *quic.StreamError
+	if !asStreamError(err, &se) || se.ErrorCode != quic.StreamErrorCode(h3.ErrRequestRejected) {
+		t.Errorf("a stream opened after Drain: %v; want H3_REQUEST_REJECTED", err)
+	}
+	if n, err := br.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Errorf("the idle HTTP/1.1 connection after Drain: read %d, %v; want it closed", n, err)
+	}
+	if err := <-served; !errors.Is(err, ErrServerClosed) {
+		t.Errorf("Serve after Drain: %v, want ErrServerClosed", err)
+	}
+
+	late := dialH3(t, hs.addr, hs.clientTLS(nil), false)
+	lateGoAway := readGoAway(openControl(t, late))
+	select {
+	case id := <-lateGoAway:
+		if id != 0 {
+			t.Errorf("GOAWAY %d on a connection taken after Drain, want 0", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no GOAWAY on a connection taken after Drain")
+	}
+	_, err = h3Request(late, "GET", "/late", nil)
+	if !asStreamError(err, &se) || se.ErrorCode != quic.StreamErrorCode(h3.ErrRequestRejected) {
+		t.Errorf("a request on a connection taken after Drain: %v; want H3_REQUEST_REJECTED", err)
+	}
+
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		shut <- hs.srv.Shutdown(ctx)
+	}()
+	close(release)
+	if resp := <-slow; resp == nil || resp.status != 200 {
+		t.Fatalf("the request under way: %v", resp)
+	}
+	if err := <-shut; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	select {
+	case <-hs.done:
+	case <-time.After(5 * time.Second):
+		t.Error("the QUIC accept loop did not end with Shutdown")
+	}
+	for _, r := range up.Requests() {
+		if r.Target == "/late" {
+			t.Error("a refused request reached the upstream")
 		}
 	}
 }

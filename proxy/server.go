@@ -433,37 +433,22 @@ func Listen(addr string) (net.Listener, error) {
 	return lc.Listen(context.Background(), "tcp", addr)
 }
 
-// Shutdown stops accepting, closes idle client connections, lets requests
-// in flight finish, and closes each connection once its response is out.
-// When ctx ends first, the drain is over, whatever the upstreams do: every
-// request still waiting for its upstream is answered 503 (fault.Drained,
-// with Proxy-Status and Connection: close) where nothing of a response has
-// gone to its client, every response under way is aborted (the client sees
-// a reset), and within drainGrace every connection left is reset. Shutdown
-// then returns ctx's error. It closes the Server's own pool last.
+// Shutdown drains the Server as Drain does and closes its QUIC listeners
+// too, lets requests in flight finish, and closes each connection once its
+// response is out. When ctx ends first, the drain is over, whatever the
+// upstreams do: every request still waiting for its upstream is answered
+// 503 (fault.Drained, with Proxy-Status and Connection: close) where
+// nothing of a response has gone to its client, every response under way
+// is aborted (the client sees a reset), and within drainGrace every
+// connection left is reset. Shutdown then returns ctx's error. It closes
+// the Server's own pool last.
 func (srv *Server) Shutdown(ctx context.Context) error {
-	srv.init()
+	srv.Drain()
 	srv.mu.Lock()
-	if !srv.draining.Swap(true) {
-		srv.workers.Close()
-	}
-	for ln := range srv.listeners {
-		ln.Close()
-	}
 	for ln := range srv.quic {
 		ln.Close()
 	}
-	for qc := range srv.h3conns {
-		qc.hc.Shutdown() // GOAWAY: the streams open finish, no new one starts
-	}
-	for c := range srv.conns {
-		c.wakeIfIdle()
-		if hc := c.h2.Load(); hc != nil {
-			hc.Shutdown() // GOAWAY: the streams open finish, no new one starts
-		}
-	}
 	srv.mu.Unlock()
-	srv.closeParked()
 
 	done := make(chan struct{})
 	go func() {
@@ -491,6 +476,41 @@ func (srv *Server) Shutdown(ctx context.Context) error {
 		srv.Pool.Close()
 	}
 	return err
+}
+
+// Drain begins Shutdown's drain and returns at once: from its return on,
+// the Server takes no new request. Its listeners stop accepting, its
+// HTTP/2 and HTTP/3 connections are sent GOAWAY (the requests under way
+// go on; a client sends its next ones elsewhere, and a stream it opened
+// past the GOAWAY is refused as never processed, which any client may
+// send again), its idle HTTP/1.1 connections close and the others do
+// once their response is out. Its QUIC listeners go on taking the
+// connections whose handshake completes, each sent GOAWAY with the id 0
+// at once, until Shutdown (or their owner) closes them: a process that
+// hands its QUIC socket to another lets the handshakes begun with it
+// complete rather than fail, and must not take their requests, which the
+// client sends again on a new connection. Call Shutdown afterwards, which
+// waits for the requests under way; Drain may be called more than once.
+func (srv *Server) Drain() {
+	srv.init()
+	srv.mu.Lock()
+	if !srv.draining.Swap(true) {
+		srv.workers.Close()
+	}
+	for ln := range srv.listeners {
+		ln.Close()
+	}
+	for qc := range srv.h3conns {
+		qc.hc.Shutdown() // GOAWAY: the streams open finish, no new one starts
+	}
+	for c := range srv.conns {
+		c.wakeIfIdle()
+		if hc := c.h2.Load(); hc != nil {
+			hc.Shutdown() // GOAWAY: the streams open finish, no new one starts
+		}
+	}
+	srv.mu.Unlock()
+	srv.closeParked()
 }
 
 // drainGrace is how long the requests in flight when the drain timeout

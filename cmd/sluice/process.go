@@ -441,7 +441,7 @@ wait:
 					u := <-upgrades
 					u.handOver()
 					if u.err == nil {
-						r.log.Info("binary upgrade: the new process serves; draining", "pid", u.pid, "drain", r.cfg.Timeouts.Drain)
+						r.drainForUpgrade(u.pid)
 						r.notify.send(fmt.Sprintf("MAINPID=%d", u.pid), "READY=1", "STATUS=serving")
 						handedOver = true
 						break wait
@@ -461,8 +461,8 @@ wait:
 			}
 			// The new process accepts on every socket: this one stops
 			// and hands systemd over to it.
+			r.drainForUpgrade(u.pid)
 			r.notify.send(fmt.Sprintf("MAINPID=%d", u.pid), "READY=1", "STATUS=serving")
-			r.log.Info("binary upgrade: the new process serves; draining", "pid", u.pid, "drain", r.cfg.Timeouts.Drain)
 			handedOver = true
 			break wait
 		case err := <-r.failed:
@@ -473,6 +473,18 @@ wait:
 	}
 	r.stop(handedOver)
 	return code
+}
+
+// drainForUpgrade begins the drain as the new process of an upgrade (pid)
+// serves, and then says so. This process takes no new request from here
+// on: its HTTP/2 and HTTP/3 connections get GOAWAY now, not once stop has
+// waited for the HTTP/3 handshakes begun here, which can take seconds (a
+// handshake that never completes is given up by quic-go). A request taken
+// during that wait would count against this process's drain timeout;
+// told GOAWAY, its client sends it to the new process instead.
+func (r *running) drainForUpgrade(pid int) {
+	r.srv.Drain()
+	r.log.Info("binary upgrade: the new process serves; draining", "pid", pid, "drain", r.cfg.Timeouts.Drain)
 }
 
 // upgradeFailed logs why a binary upgrade failed, and writes the pid file
@@ -566,7 +578,9 @@ func (r *running) stop(handedOver bool) {
 		disown(r.adminLn)
 		// New HTTP/3 connection attempts go to the new process now
 		// (quicshare): the handshakes begun here complete first, and are
-		// served, instead of being refused.
+		// taken (with GOAWAY, drainForUpgrade having begun the drain: their
+		// clients send their requests again to the new process), instead
+		// of being refused.
 		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeouts.Drain)
 		for _, s := range r.sockets {
 			s.unlistenQUIC(ctx)
