@@ -206,37 +206,7 @@ func TestUpgradeH3UnderLoad(t *testing.T) {
 		}
 		c.Respond(200, "ok")
 	})
-	ca := tlstest.NewCA(t, "test CA")
-	cert, key := ca.Server(t, "example.com", "127.0.0.1").Write(t, dir, "site")
-	path := filepath.Join(dir, "sluice.yaml")
-	pidFile := filepath.Join(dir, "sluice.pid")
-	config := fmt.Sprintf(`listen:
-  - address: 127.0.0.1:0
-    tls: {certificates: [{cert: %s, key: %s}]}
-    protocols: [h3, h2, http/1.1]
-access_log: {enabled: false}
-log: {level: info}
-timeouts: {drain: 10s}
-pid_file: %s
-`+upstreamsOf, cert, key, pidFile, up.Addr())
-	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, log := startSluice(t, bin, path)
-	t.Cleanup(func() {
-		if pid, err := readPIDFile(pidFile); err == nil {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-	})
-	m := log.wait(t, "listening", regexp.MustCompile(`msg=listening address=(127\.0\.0\.1:\d+) .*h3=(127\.0\.0\.1:\d+)`), 1)
-	addr := m[0][2]
-	// The pid file is written once the listeners serve, after they log.
-	var first int
-	wait.Within(t, processTimeout, "the pid file", func() bool {
-		var err error
-		first, err = readPIDFile(pidFile)
-		return err == nil
-	})
+	addr, first, ca, log := startH3(t, dir, bin, up.Addr())
 	tlsConf := &tls.Config{RootCAs: ca.Pool(), ServerName: "example.com"}
 	l := startH3Load("https://"+addr+"/", tlsConf, 6, 3, 3)
 	defer l.end()
@@ -249,7 +219,7 @@ pid_file: %s
 			syscall.Kill(old, syscall.SIGUSR2)
 		} else {
 			var out strings.Builder
-			if code := run([]string{"upgrade", "-c", path}, &out, &out); code != 0 {
+			if code := run([]string{"upgrade", "-c", filepath.Join(dir, "sluice.yaml")}, &out, &out); code != 0 {
 				t.Fatalf("sluice upgrade: exit %d: %s", code, out.String())
 			}
 		}
@@ -308,36 +278,7 @@ func TestUpgradeH3DrainsFirst(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildSluice(t, dir, "sluice", "v1")
 	up := upstreamtest.Start(t, upstreamtest.OK("ok"))
-	ca := tlstest.NewCA(t, "test CA")
-	cert, key := ca.Server(t, "example.com", "127.0.0.1").Write(t, dir, "site")
-	path := filepath.Join(dir, "sluice.yaml")
-	pidFile := filepath.Join(dir, "sluice.pid")
-	config := fmt.Sprintf(`listen:
-  - address: 127.0.0.1:0
-    tls: {certificates: [{cert: %s, key: %s}]}
-    protocols: [h3, h2, http/1.1]
-access_log: {enabled: false}
-log: {level: info}
-timeouts: {drain: 10s}
-pid_file: %s
-`+upstreamsOf, cert, key, pidFile, up.Addr())
-	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, log := startSluice(t, bin, path)
-	t.Cleanup(func() {
-		if pid, err := readPIDFile(pidFile); err == nil {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-	})
-	m := log.wait(t, "listening", regexp.MustCompile(`msg=listening address=(127\.0\.0\.1:\d+) .*h3=(127\.0\.0\.1:\d+)`), 1)
-	addr := m[0][2]
-	var old int
-	wait.Within(t, processTimeout, "the pid file", func() bool {
-		var err error
-		old, err = readPIDFile(pidFile)
-		return err == nil
-	})
+	addr, old, ca, log := startH3(t, dir, bin, up.Addr())
 	ctx, cancel := context.WithTimeout(context.Background(), processTimeout)
 	defer cancel()
 	tlsConf := &tls.Config{RootCAs: ca.Pool(), ServerName: "example.com", NextProtos: []string{http3.NextProtoH3}}
@@ -368,7 +309,7 @@ pid_file: %s
 	halfHandshake(t, ctx, addr, tlsConf)
 
 	syscall.Kill(old, syscall.SIGUSR2)
-	m = log.wait(t, "upgrade", regexp.MustCompile(`msg="binary upgrade: the new process serves; draining" pid=(\d+)`), 1)
+	m := log.wait(t, "upgrade", regexp.MustCompile(`msg="binary upgrade: the new process serves; draining" pid=(\d+)`), 1)
 	next, _ := strconv.Atoi(m[0][1])
 	if code, err := get(cc, "/late"); err == nil {
 		t.Errorf("the old process took a request after it said it drains: status %d", code)
@@ -454,4 +395,43 @@ func halfHandshake(t *testing.T, ctx context.Context, addr string, tlsConf *tls.
 	case <-ctx.Done():
 		t.Fatal("no answer to the first datagram of a handshake")
 	}
+}
+
+// startH3 starts bin with dir/sluice.yaml: one TLS listener serving HTTP/3 (and
+// HTTP/2 and HTTP/1.1) in front of upstream, a drain timeout of 10 s and a
+// pid file, and returns its HTTP/3 address, the pid of the process
+// serving, the CA its certificate is from and its log. Whatever process
+// the pid file names at the end is killed.
+func startH3(t *testing.T, dir, bin, upstream string) (addr string, pid int, ca *tlstest.CA, log *processLog) {
+	t.Helper()
+	ca = tlstest.NewCA(t, "test CA")
+	cert, key := ca.Server(t, "example.com", "127.0.0.1").Write(t, dir, "site")
+	path := filepath.Join(dir, "sluice.yaml")
+	pidFile := filepath.Join(dir, "sluice.pid")
+	config := fmt.Sprintf(`listen:
+  - address: 127.0.0.1:0
+    tls: {certificates: [{cert: %s, key: %s}]}
+    protocols: [h3, h2, http/1.1]
+access_log: {enabled: false}
+log: {level: info}
+timeouts: {drain: 10s}
+pid_file: %s
+`+upstreamsOf, cert, key, pidFile, upstream)
+	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, log = startSluice(t, bin, path)
+	t.Cleanup(func() {
+		if pid, err := readPIDFile(pidFile); err == nil {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	m := log.wait(t, "listening", regexp.MustCompile(`msg=listening address=(127\.0\.0\.1:\d+) .*h3=(127\.0\.0\.1:\d+)`), 1)
+	// The pid file is written once the listeners serve, after they log.
+	wait.Within(t, processTimeout, "the pid file", func() bool {
+		var err error
+		pid, err = readPIDFile(pidFile)
+		return err == nil
+	})
+	return m[0][2], pid, ca, log
 }
