@@ -224,20 +224,26 @@ func TestH3UpstreamTooEarlyPasses(t *testing.T) {
 	}
 }
 
-// TestH3ShutdownGoAway: Shutdown sends GOAWAY; the request under way
-// finishes, a stream the client opens afterwards is rejected with
-// H3_REQUEST_REJECTED (not processed: the client may send it anywhere),
-// and the connection then closes with H3_NO_ERROR.
-func TestH3ShutdownGoAway(t *testing.T) {
-	release := make(chan struct{})
-	arrived := make(chan struct{}, 4)
-	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
+// slowUpstream answers 200 "done", each request for /slow once release
+// is closed; arrived gets a value as each of those comes (up to 4).
+func slowUpstream(t *testing.T) (up *upstreamtest.Server, arrived, release chan struct{}) {
+	arrived, release = make(chan struct{}, 4), make(chan struct{})
+	up = upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
 		if r.Target == "/slow" {
 			arrived <- struct{}{}
 			<-release
 		}
 		c.Respond(200, "done")
 	})
+	return up, arrived, release
+}
+
+// TestH3ShutdownGoAway: Shutdown sends GOAWAY; the request under way
+// finishes, a stream the client opens afterwards is rejected with
+// H3_REQUEST_REJECTED (not processed: the client may send it anywhere),
+// and the connection then closes with H3_NO_ERROR.
+func TestH3ShutdownGoAway(t *testing.T) {
+	up, arrived, release := slowUpstream(t)
 	hs := startH3(t, peers(testOptions(), up.Addr()), nil)
 	qc := dialH3(t, hs.addr, hs.clientTLS(nil), false)
 	ctrl := openControl(t, qc)
@@ -296,15 +302,7 @@ func TestH3ShutdownGoAway(t *testing.T) {
 // of waiting for a connection nobody serves. Shutdown then returns once
 // the request under way has finished.
 func TestDrain(t *testing.T) {
-	release := make(chan struct{})
-	arrived := make(chan struct{}, 4)
-	up := upstreamtest.Start(t, func(c *upstreamtest.Conn, r *upstreamtest.Request) {
-		if r.Target == "/slow" {
-			arrived <- struct{}{}
-			<-release
-		}
-		c.Respond(200, "done")
-	})
+	up, arrived, release := slowUpstream(t)
 	hs := startH3(t, peers(testOptions(), up.Addr()), nil)
 	ln, err := Listen("127.0.0.1:0")
 	if err != nil {
