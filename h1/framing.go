@@ -115,10 +115,16 @@ func ResponseFraming(method string, r *Response) (f Framing, reusable bool, err 
 // KeepAlive reports whether the sender of a message with this version and
 // header allows the connection to persist (RFC 9112 §9.3).
 func KeepAlive(minor int, h *Header) bool {
-	if h.HasToken("Connection", "close") {
-		return false
-	}
-	return minor >= 1 || h.HasToken("Connection", "keep-alive")
+	keep, _ := KeepAliveClose(minor, h)
+	return keep
+}
+
+// KeepAliveClose is KeepAlive, and whether the sender asked for the
+// connection's close (Connection: close), which a proxy may act on beyond
+// this connection; the field is looked through once for both.
+func KeepAliveClose(minor int, h *Header) (keep, close bool) {
+	close = h.HasToken("Connection", "close")
+	return !close && (minor >= 1 || h.HasToken("Connection", "keep-alive")), close
 }
 
 type coding uint8

@@ -235,3 +235,34 @@ func TestBodyTruncatedAndLength(t *testing.T) {
 		t.Fatalf("large trailer: %v", err)
 	}
 }
+
+// KeepAliveClose applies RFC 9112 §9.3: HTTP/1.1 persists unless the
+// sender says close; HTTP/1.0 only when it says keep-alive; close wins.
+// KeepAlive agrees with it.
+func TestKeepAliveClose(t *testing.T) {
+	for _, tc := range []struct {
+		minor       int
+		connection  []string
+		keep, close bool
+	}{
+		{1, nil, true, false},
+		{1, []string{"close"}, false, true},
+		{1, []string{"Keep-Alive, CLOSE"}, false, true},
+		{1, []string{"upgrade", "close"}, false, true},
+		{1, []string{"keep-alive"}, true, false},
+		{0, nil, false, false},
+		{0, []string{"keep-alive"}, true, false},
+		{0, []string{"x, Keep-Alive"}, true, false},
+		{0, []string{"keep-alive", "close"}, false, true},
+		{0, []string{"closed"}, false, false},
+	} {
+		var h Header
+		for _, v := range tc.connection {
+			h.Add("Connection", v)
+		}
+		keep, close := KeepAliveClose(tc.minor, &h)
+		if keep != tc.keep || close != tc.close || KeepAlive(tc.minor, &h) != tc.keep {
+			t.Errorf("HTTP/1.%d, Connection %q: keep %v, close %v; want %v, %v", tc.minor, tc.connection, keep, close, tc.keep, tc.close)
+		}
+	}
+}

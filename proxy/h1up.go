@@ -194,9 +194,8 @@ func (u *h1up) head(resp *h1.Response) error {
 		resp.Header.Del("Content-Length")
 	}
 	u.resp, u.frame = resp, f
-	closing := resp.Header.HasToken("Connection", "close")
-	// h1.KeepAlive, with the close token looked for once
-	u.reusable = reusable && !closing && (resp.Minor >= 1 || resp.Header.HasToken("Connection", "keep-alive"))
+	keep, closing := h1.KeepAliveClose(resp.Minor, &resp.Header)
+	u.reusable = reusable && keep
 	u.learnKeepAlive(&resp.Header)
 	if closing {
 		// The upstream is closing this connection, often because the
