@@ -1,8 +1,6 @@
 package h2
 
 import (
-	"github.com/sluice-proxy/sluice/internal/clock"
-
 	"context"
 	"encoding/binary"
 	"errors"
@@ -12,6 +10,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/sluice-proxy/sluice/internal/clock"
 )
 
 // ClientSettings bound what sluice accepts from an upstream on one

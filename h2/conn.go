@@ -20,8 +20,6 @@
 package h2
 
 import (
-	"github.com/sluice-proxy/sluice/internal/clock"
-
 	"errors"
 	"io"
 	"log/slog"
@@ -30,6 +28,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/sluice-proxy/sluice/internal/clock"
 )
 
 // Settings bound what a client may do on one connection. Zero fields take

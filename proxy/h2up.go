@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"github.com/sluice-proxy/sluice/internal/clock"
-
 	"bytes"
 	"errors"
 	"io"
@@ -17,6 +15,7 @@ import (
 	"github.com/sluice-proxy/sluice/fault"
 	"github.com/sluice-proxy/sluice/h1"
 	"github.com/sluice-proxy/sluice/h2"
+	"github.com/sluice-proxy/sluice/internal/clock"
 )
 
 // h2up is a try on a stream of an HTTP/2 connection to the server: the
