@@ -261,13 +261,7 @@ func TestH3ShutdownGoAway(t *testing.T) {
 		defer cancel()
 		shut <- hs.srv.Shutdown(ctx)
 	}()
-	var id uint64
-	select {
-	case id = <-goaway:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no GOAWAY")
-	}
-	if id != 4 {
+	if id := awaitGoAway(t, goaway, "after Shutdown"); id != 4 {
 		t.Errorf("GOAWAY %d, want 4 (the stream after the one served)", id)
 	}
 	// A stream opened after the GOAWAY: rejected, never processed.
@@ -335,13 +329,8 @@ func TestDrain(t *testing.T) {
 	<-arrived
 
 	hs.srv.Drain()
-	select {
-	case id := <-goaway:
-		if id != 4 {
-			t.Errorf("GOAWAY %d, want 4 (the stream after the one served)", id)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no GOAWAY after Drain")
+	if id := awaitGoAway(t, goaway, "after Drain"); id != 4 {
+		t.Errorf("GOAWAY %d, want 4 (the stream after the one served)", id)
 	}
 	_, err = h3Request(qc, "GET", "/late", nil)
 	var se *quic.StreamError
@@ -357,13 +346,8 @@ func TestDrain(t *testing.T) {
 
 	late := dialH3(t, hs.addr, hs.clientTLS(nil), false)
 	lateGoAway := readGoAway(openControl(t, late))
-	select {
-	case id := <-lateGoAway:
-		if id != 0 {
-			t.Errorf("GOAWAY %d on a connection taken after Drain, want 0", id)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no GOAWAY on a connection taken after Drain")
+	if id := awaitGoAway(t, lateGoAway, "on a connection taken after Drain"); id != 0 {
+		t.Errorf("GOAWAY %d on a connection taken after Drain, want 0", id)
 	}
 	_, err = h3Request(late, "GET", "/late", nil)
 	if !asStreamError(err, &se) || se.ErrorCode != quic.StreamErrorCode(h3.ErrRequestRejected) {
@@ -416,6 +400,19 @@ func openControl(t *testing.T, qc *quic.Conn) *quic.ReceiveStream {
 			return rs
 		}
 	}
+}
+
+// awaitGoAway returns the id of the GOAWAY ch brings (readGoAway), and
+// fails the test when none has come within a failsafe's time.
+func awaitGoAway(t *testing.T, ch <-chan uint64, what string) uint64 {
+	t.Helper()
+	select {
+	case id := <-ch:
+		return id
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no GOAWAY %s", what)
+	}
+	return 0
 }
 
 // readGoAway reads the server's control stream and sends the id of its
